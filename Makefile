@@ -1,0 +1,57 @@
+# Weir's developer and CI entry points. `make help` lists them.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO          ?= go
+BIN         := bin
+CACHE       := .cache
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -X main.version=$(VERSION)
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(CACHE)/bin/staticcheck-$(STATICCHECK_VERSION)
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## Build bin/processor
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/processor ./cmd/processor
+
+.PHONY: test
+test: ## Every test, with -race, on kfake, the real Kafka broker and the real S3 server (started if not running)
+	bash scripts/test.sh
+
+.PHONY: test-short
+test-short: ## Unit and kfake tests only (no Java, no S3 server needed)
+	env -u WEIR_KAFKA_BROKERS -u WEIR_S3_ENDPOINT -u WEIR_REQUIRE_REAL_KAFKA -u WEIR_REQUIRE_S3 \
+		$(GO) test -race -short -count=1 ./...
+
+.PHONY: lint
+lint: $(STATICCHECK) ## gofmt check, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go') 2>&1); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+$(STATICCHECK):
+	mkdir -p $(CACHE)/bin
+	GOBIN=$(abspath $(CACHE))/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(CACHE)/bin/staticcheck $@
+
+.PHONY: kafka-up kafka-down
+kafka-up: ## Start the real Kafka broker (fetched with Maven on first use)
+	bash scripts/kafka.sh up
+kafka-down: ## Stop the real Kafka broker
+	bash scripts/kafka.sh down
+
+.PHONY: s3-up s3-down
+s3-up: ## Start the real S3-compatible server
+	bash scripts/s3.sh up
+s3-down: ## Stop the real S3-compatible server
+	bash scripts/s3.sh down
+
+.PHONY: clean
+clean: ## Remove build output (keeps the download cache in .cache/)
+	rm -rf $(BIN)

@@ -1,0 +1,190 @@
+package kafkatest
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
+)
+
+// Environment variables that select and require the real broker. `make`
+// exports the first two from scripts/kafka.sh; CI sets the third.
+const (
+	EnvBrokers     = "WEIR_KAFKA_BROKERS"
+	EnvVersion     = "WEIR_KAFKA_VERSION"
+	EnvRequireReal = "WEIR_REQUIRE_REAL_KAFKA"
+)
+
+// RealMarker starts the log line a test writes when it runs against the real
+// broker. The test report (internal/tools/testreport) counts the tests that
+// wrote it, so CI can show how many real-broker tests ran and that none was
+// skipped.
+const RealMarker = "weir-real-kafka:"
+
+// Kind says which broker a Cluster is.
+type Kind string
+
+// The kinds of broker a test can get.
+const (
+	Kfake Kind = "kfake"
+	Real  Kind = "kafka"
+)
+
+// Cluster is a broker a test can use: its bootstrap addresses and what it is.
+type Cluster struct {
+	Kind    Kind
+	Brokers []string
+	// Name is the broker software and version, for logs: "Apache Kafka 4.4.0"
+	// or "kfake (franz-go ...)".
+	Name string
+}
+
+// NewKfake starts an in-process kfake cluster for the test and closes it when
+// the test ends. Extra options are passed to kfake.NewCluster.
+func NewKfake(t testing.TB, opts ...kfake.Opt) *Cluster {
+	t.Helper()
+	opts = append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		t.Fatalf("kafkatest: start kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return &Cluster{Kind: Kfake, Brokers: c.ListenAddrs(), Name: "kfake (franz-go in-process)"}
+}
+
+// RealRequired reports whether the environment demands the real broker.
+func RealRequired() bool { return os.Getenv(EnvRequireReal) == "1" }
+
+// NewReal returns the real broker that `make kafka-up` started. Without
+// WEIR_KAFKA_BROKERS the test is skipped, unless WEIR_REQUIRE_REAL_KAFKA=1:
+// then, as when the broker does not answer, the test fails. It never skips a
+// test that the environment says must run.
+func NewReal(t testing.TB) *Cluster {
+	t.Helper()
+	addrs := os.Getenv(EnvBrokers)
+	if addrs == "" {
+		if RealRequired() {
+			t.Fatalf("kafkatest: %s=1 but %s is not set; run the tests with `make test` (it starts the broker)", EnvRequireReal, EnvBrokers)
+		}
+		t.Skipf("kafkatest: no real broker (%s unset); `make test` starts one", EnvBrokers)
+	}
+	brokers := strings.Split(addrs, ",")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	guess, err := Ping(ctx, brokers)
+	if err != nil {
+		if RealRequired() {
+			t.Fatalf("kafkatest: real broker at %s unreachable: %v", addrs, err)
+		}
+		t.Skipf("kafkatest: real broker at %s unreachable: %v", addrs, err)
+	}
+	name := "Apache Kafka"
+	if v := os.Getenv(EnvVersion); v != "" {
+		name += " " + v
+	}
+	name += " (protocol " + guess + ")"
+	t.Logf("%s %s at %s", RealMarker, name, addrs)
+	return &Cluster{Kind: Real, Brokers: brokers, Name: name}
+}
+
+// Each runs fn as two subtests, "kfake" and "kafka", one on each broker. The
+// real one skips or fails as NewReal says.
+func Each(t *testing.T, fn func(t *testing.T, c *Cluster)) {
+	t.Helper()
+	t.Run(string(Kfake), func(t *testing.T) { fn(t, NewKfake(t)) })
+	t.Run(string(Real), func(t *testing.T) { fn(t, NewReal(t)) })
+}
+
+// Ping asks the brokers for their API versions and metadata, and returns
+// kversion's guess of the protocol version they speak.
+func Ping(ctx context.Context, brokers []string) (string, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RequestRetries(0))
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	md, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		return "", fmt.Errorf("metadata: %w", err)
+	}
+	if len(md.Brokers) == 0 {
+		return "", fmt.Errorf("metadata lists no broker")
+	}
+	if md.Controller < 0 {
+		return "", fmt.Errorf("metadata names no controller yet")
+	}
+	vs, err := adm.ApiVersions(ctx)
+	if err != nil {
+		return "", fmt.Errorf("api versions: %w", err)
+	}
+	for _, bv := range vs {
+		if bv.Err != nil {
+			return "", fmt.Errorf("api versions of broker %d: %w", bv.NodeID, bv.Err)
+		}
+		guess := bv.VersionGuess()
+		if strings.HasPrefix(guess, "unknown") {
+			// Newer than franz-go's table: say at least the newest it knows.
+			guess = "newer than " + kversion.Stable().VersionGuess()
+		}
+		for _, f := range bv.Raw().FinalizedFeatures {
+			if f.Name == "metadata.version" {
+				guess += fmt.Sprintf(", metadata.version level %d", f.MaxVersionLevel)
+			}
+		}
+		return guess, nil
+	}
+	return "", fmt.Errorf("no api versions answered")
+}
+
+// Name returns a topic, group or transactional ID name unique to this test
+// run: prefix, the test's name and a random suffix.
+func Name(t testing.TB, prefix string) string {
+	t.Helper()
+	n := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+	if len(n) > 80 {
+		n = n[len(n)-80:]
+	}
+	return fmt.Sprintf("%s-%s-%s", prefix, n, rand.Text()[:10])
+}
+
+// Client returns a client on the cluster, closed when the test ends.
+func (c *Cluster) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	opts = append([]kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, opts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatalf("kafkatest: new client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// Admin returns an admin client on the cluster, closed when the test ends.
+func (c *Cluster) Admin(t testing.TB) *kadm.Client {
+	t.Helper()
+	return kadm.NewClient(c.Client(t))
+}
+
+// CreateTopic creates a topic with the given partitions (replication factor 1)
+// and optional configs, and fails the test on any error.
+func (c *Cluster) CreateTopic(t testing.TB, topic string, partitions int32, configs map[string]*string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.Admin(t).CreateTopic(ctx, partitions, 1, configs, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("kafkatest: create topic %s: %v", topic, err)
+	}
+}

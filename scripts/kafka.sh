@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# A real Apache Kafka broker for Weir's tests: a single KRaft node (combined
+# broker and controller) on loopback, run from jars that Maven fetches from
+# Maven Central into .cache/ (git-ignored). Needs Java 17+ and Maven.
+#
+#   scripts/kafka.sh up       fetch (first time only), format, start, wait until it answers
+#   scripts/kafka.sh down     stop cleanly (SIGTERM, then SIGKILL after a grace period)
+#   scripts/kafka.sh status   exit 0 iff the broker is running and answers
+#   scripts/kafka.sh env      print the export lines tests read
+#   scripts/kafka.sh fetch    only fetch the jars
+#
+# Settings (environment): WEIR_KAFKA_VERSION (default 4.4.0), WEIR_KAFKA_PORT
+# (39092; the controller listens on the next port), WEIR_KAFKA_HEAP (1g),
+# WEIR_KAFKA_KEEP_DATA=1 to keep the log directory across restarts.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+version=${WEIR_KAFKA_VERSION:-4.4.0}
+port=${WEIR_KAFKA_PORT:-39092}
+cport=$((port + 1))
+heap=${WEIR_KAFKA_HEAP:-1g}
+cache="$root/.cache"
+libs="$cache/kafka/$version/libs"
+run="$cache/kafka-run"
+pidfile="$run/kafka.pid"
+logfile="$run/kafka.log"
+brokers="127.0.0.1:$port"
+
+log() { printf 'kafka.sh: %s\n' "$*" >&2; }
+
+need_java() {
+	if ! command -v java >/dev/null 2>&1; then
+		log "java not found: the real-broker tests need Java 17 or newer (apt-get install openjdk-17-jre-headless)"
+		exit 1
+	fi
+	local v
+	v=$(java -version 2>&1 | awk -F'"' '/version/ {print $2; exit}')
+	if [ "${v%%.*}" -lt 17 ] 2>/dev/null; then
+		log "java $v is too old: Kafka $version needs Java 17 or newer"
+		exit 1
+	fi
+}
+
+fetch() {
+	if [ -f "$libs/.complete" ]; then
+		return 0
+	fi
+	if ! command -v mvn >/dev/null 2>&1; then
+		log "mvn not found: Maven fetches Kafka from Maven Central (apt-get install maven)"
+		exit 1
+	fi
+	log "fetching Apache Kafka $version from Maven Central into $libs"
+	local start=$SECONDS
+	rm -rf "$libs"
+	mkdir -p "$libs"
+	mvn -B -q -f "$root/scripts/kafka/pom.xml" \
+		-Dmaven.repo.local="$cache/m2" \
+		-Dkafka.version="$version" \
+		dependency:copy-dependencies \
+		-DoutputDirectory="$libs" -DincludeScope=runtime >&2
+	touch "$libs/.complete"
+	log "fetched $(ls "$libs" | wc -l) jars in $((SECONDS - start))s"
+}
+
+pid_alive() {
+	[ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
+}
+
+# wait_ready asks the broker for metadata until it answers, or fails.
+wait_ready() {
+	(cd "$root" && go run ./internal/kafkatest/cmd/kafkawait -brokers "$brokers" -timeout "${1:-90s}")
+}
+
+up() {
+	need_java
+	fetch
+	if pid_alive; then
+		if wait_ready 10s >/dev/null 2>&1; then
+			log "already running (pid $(cat "$pidfile")) on $brokers"
+			return 0
+		fi
+		log "pid $(cat "$pidfile") is alive but does not answer; restarting it"
+		down
+	fi
+	mkdir -p "$run"
+	if [ "${WEIR_KAFKA_KEEP_DATA:-0}" != 1 ]; then
+		rm -rf "$run/data"
+	fi
+	cat >"$run/server.properties" <<EOF
+# Written by scripts/kafka.sh: a single-node KRaft cluster for tests.
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$run/data
+num.partitions=1
+auto.create.topics.enable=false
+# One node: every internal topic has one replica.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=10
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+# Tests start groups often: no initial rebalance delay.
+group.initial.rebalance.delay.ms=0
+# Transactions that time out are aborted within a second, so tests of that path are quick.
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
+EOF
+	local start=$SECONDS
+	if [ ! -f "$run/data/meta.properties" ]; then
+		local cluster_id
+		cluster_id=$(java -cp "$libs/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+		java -cp "$libs/*" kafka.tools.StorageTool format --standalone \
+			-t "$cluster_id" -c "$run/server.properties" >"$run/format.log" 2>&1 || {
+			log "formatting the log directory failed:"
+			tail -n 20 "$run/format.log" >&2
+			exit 1
+		}
+	fi
+	: >"$logfile"
+	# setsid: the broker outlives this shell and is not hit by the caller's ^C.
+	setsid nohup java "-Xms$heap" "-Xmx$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+		-Djava.awt.headless=true \
+		-Dorg.slf4j.simpleLogger.defaultLogLevel=info \
+		-Dorg.slf4j.simpleLogger.showDateTime=true \
+		-cp "$libs/*" kafka.Kafka "$run/server.properties" >>"$logfile" 2>&1 </dev/null &
+	echo $! >"$pidfile"
+	if ! wait_ready 90s; then
+		log "the broker did not answer on $brokers; last lines of $logfile:"
+		tail -n 30 "$logfile" >&2
+		down
+		exit 1
+	fi
+	log "Apache Kafka $version up on $brokers (pid $(cat "$pidfile")) in $((SECONDS - start))s"
+}
+
+down() {
+	if ! pid_alive; then
+		rm -f "$pidfile"
+		return 0
+	fi
+	local pid
+	pid=$(cat "$pidfile")
+	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 1 300); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		log "pid $pid did not stop in 30s; killing it"
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	rm -f "$pidfile"
+	log "stopped"
+}
+
+status() {
+	pid_alive && wait_ready 10s >/dev/null 2>&1
+}
+
+case "${1:-}" in
+up) up ;;
+down) down ;;
+status) status ;;
+fetch) fetch ;;
+env)
+	printf 'export WEIR_KAFKA_BROKERS=%s\n' "$brokers"
+	printf 'export WEIR_KAFKA_VERSION=%s\n' "$version"
+	;;
+*)
+	echo "usage: $0 up|down|status|env|fetch" >&2
+	exit 2
+	;;
+esac

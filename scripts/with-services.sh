@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs a command with the real Kafka broker and the real S3 server up:
+# starts whichever of them is not running, exports their addresses
+# (WEIR_KAFKA_BROKERS, WEIR_S3_ENDPOINT, ...), runs the command, and stops
+# what it started, whatever the command's outcome.
+#
+#   scripts/with-services.sh go test ./...
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+started=()
+
+cleanup() {
+	local rc=$?
+	for svc in "${started[@]}"; do
+		bash "$root/scripts/$svc.sh" down || true
+	done
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+for svc in kafka s3; do
+	if ! bash "$root/scripts/$svc.sh" status >/dev/null 2>&1; then
+		bash "$root/scripts/$svc.sh" up
+		started+=("$svc")
+	fi
+	eval "$(bash "$root/scripts/$svc.sh" env)"
+done
+
+"$@"
