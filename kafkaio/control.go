@@ -1,0 +1,390 @@
+package kafkaio
+
+// The control-topic transport (DESIGN.md section 4): creating a job's
+// trigger, ack and commit topics, the coordinator's transactional writer,
+// the tasks' idempotent ack writer, and readers of the topics' history and
+// tail. Messages are control.Message values; this file only moves them.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/control"
+)
+
+// ErrFenced reports that a newer coordinator took over the transactional ID:
+// the writer can never write again and its owner must stop.
+var ErrFenced = errors.New("kafkaio: fenced by a newer coordinator")
+
+// ControlTopics names a job's three control topics.
+type ControlTopics struct {
+	Trigger, Ack, Commit string
+}
+
+// NewControlTopics returns the control topic names under prefix (by default
+// "_weir.<job>.", DESIGN.md section 4).
+func NewControlTopics(prefix string) ControlTopics {
+	return ControlTopics{
+		Trigger: prefix + string(control.TopicTrigger),
+		Ack:     prefix + string(control.TopicAck),
+		Commit:  prefix + string(control.TopicCommit),
+	}
+}
+
+// Name returns the Kafka topic of control topic t.
+func (ts ControlTopics) Name(t control.Topic) string {
+	switch t {
+	case control.TopicTrigger:
+		return ts.Trigger
+	case control.TopicAck:
+		return ts.Ack
+	case control.TopicCommit:
+		return ts.Commit
+	}
+	return ""
+}
+
+// topicOf is the inverse of Name.
+func (ts ControlTopics) topicOf(name string) control.Topic {
+	switch name {
+	case ts.Trigger:
+		return control.TopicTrigger
+	case ts.Ack:
+		return control.TopicAck
+	case ts.Commit:
+		return control.TopicCommit
+	}
+	return ""
+}
+
+// controlTopicConfigs are the settings of each control topic; see
+// docs/control-topics.md for why.
+func controlTopicConfigs(t control.Topic) map[string]*string {
+	s := func(v string) *string { return &v }
+	switch t {
+	case control.TopicCommit:
+		// The job's durable history: the newest complete names the restore
+		// point however long the job was stopped. Never delete it.
+		return map[string]*string{"cleanup.policy": s("delete"), "retention.ms": s("-1"), "retention.bytes": s("-1")}
+	case control.TopicTrigger:
+		// Records are keyed by message type, and compaction keeps the newest
+		// trigger and the newest abort forever: a new coordinator reads the
+		// highest checkpoint ID ever triggered from them.
+		return map[string]*string{"cleanup.policy": s("compact"), "min.compaction.lag.ms": s("3600000")}
+	case control.TopicAck:
+		// A new coordinator reads acks from the end (a new generation aborts
+		// everything pending): a day is plenty for people to look back.
+		return map[string]*string{"cleanup.policy": s("delete"), "retention.ms": s("86400000")}
+	}
+	return nil
+}
+
+// EnsureControlTopics creates whichever of the control topics is missing,
+// each with one partition and the given replication factor (-1: the broker's
+// default). An existing topic with more than one partition is an error:
+// control messages must be totally ordered.
+func EnsureControlTopics(ctx context.Context, adm *kadm.Client, ts ControlTopics, replication int16) error {
+	names := []string{ts.Trigger, ts.Ack, ts.Commit}
+	details, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("list control topics: %w", err)
+	}
+	for _, name := range names {
+		if d, ok := details[name]; ok && d.Err == nil {
+			if n := len(d.Partitions); n != 1 {
+				return fmt.Errorf("kafkaio: control topic %s has %d partitions, want 1", name, n)
+			}
+			continue
+		}
+		resp, err := adm.CreateTopic(ctx, 1, replication, controlTopicConfigs(ts.topicOf(name)), name)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create control topic %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// ControlRecord is one decoded record of a control topic.
+type ControlRecord struct {
+	Topic  control.Topic
+	Offset int64
+	Msg    control.Message
+}
+
+// ControlWriter appends the coordinator's records to the trigger and commit
+// topics in Kafka transactions under the job's coordinator transactional ID.
+// Creating one fences every older writer of that ID. It is safe for use by
+// one goroutine at a time.
+type ControlWriter struct {
+	cl     *kgo.Client
+	topics ControlTopics
+}
+
+// NewControlWriter connects with the given client options (seed brokers and
+// the like), takes over transactionalID and so fences any older coordinator.
+func NewControlWriter(ctx context.Context, opts []kgo.Opt, ts ControlTopics, transactionalID string) (*ControlWriter, error) {
+	opts = append(append([]kgo.Opt{}, opts...),
+		kgo.TransactionalID(transactionalID),
+		kgo.TransactionTimeout(60*time.Second),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("control writer: %w", err)
+	}
+	// ProducerID initialises the producer ID now rather than at the first
+	// write: InitProducerID is what fences the previous coordinator.
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("control writer: init producer id for %s: %w", transactionalID, err)
+	}
+	return &ControlWriter{cl: cl, topics: ts}, nil
+}
+
+// Append writes msgs, in order, in one transaction: all or none become
+// visible to read_committed readers. Each record is keyed by its message
+// type. An error wrapping ErrFenced means a newer coordinator exists.
+func (w *ControlWriter) Append(ctx context.Context, msgs ...control.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	recs := make([]*kgo.Record, 0, len(msgs))
+	for _, m := range msgs {
+		t, ok := control.TopicOf(m)
+		if !ok || t == control.TopicAck {
+			return fmt.Errorf("kafkaio: control writer cannot append a %s record", m.Type())
+		}
+		b, err := control.Encode(m)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, &kgo.Record{Topic: w.topics.Name(t), Key: []byte(m.Type()), Value: b})
+	}
+	if err := w.cl.BeginTransaction(); err != nil {
+		return fenced(fmt.Errorf("begin control transaction: %w", err))
+	}
+	if err := w.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		abortErr := w.cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
+		return fenced(errors.Join(fmt.Errorf("append control records: %w", err), abortErr))
+	}
+	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return fenced(fmt.Errorf("commit control transaction: %w", err))
+	}
+	return nil
+}
+
+// Close closes the writer's client.
+func (w *ControlWriter) Close() { w.cl.Close() }
+
+// fenced marks err with ErrFenced when Kafka says a newer producer owns the
+// transactional ID.
+func fenced(err error) error {
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+		return fmt.Errorf("%w: %w", ErrFenced, err)
+	}
+	return err
+}
+
+// AckWriter appends tasks' acks and declines to the ack topic with an
+// idempotent producer. It is safe for concurrent use.
+type AckWriter struct {
+	cl    *kgo.Client
+	topic string
+}
+
+// NewAckWriter connects with the given client options.
+func NewAckWriter(opts []kgo.Opt, ts ControlTopics) (*AckWriter, error) {
+	opts = append(append([]kgo.Opt{}, opts...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("ack writer: %w", err)
+	}
+	return &AckWriter{cl: cl, topic: ts.Ack}, nil
+}
+
+// Send appends one ack or decline and waits until Kafka has it.
+func (w *AckWriter) Send(ctx context.Context, m control.Message) error {
+	if t, ok := control.TopicOf(m); !ok || t != control.TopicAck {
+		return fmt.Errorf("kafkaio: ack writer cannot send a %s record", m.Type())
+	}
+	b, err := control.Encode(m)
+	if err != nil {
+		return err
+	}
+	if err := w.cl.ProduceSync(ctx, &kgo.Record{Topic: w.topic, Key: []byte(m.Type()), Value: b}).FirstErr(); err != nil {
+		return fmt.Errorf("send %s: %w", m.Type(), err)
+	}
+	return nil
+}
+
+// Close closes the writer's client.
+func (w *AckWriter) Close() { w.cl.Close() }
+
+// ControlHistory is what a control topic held when it was read.
+type ControlHistory struct {
+	Records []ControlRecord
+	// End is the offset after the last committed record: a tail started at
+	// End misses nothing and repeats nothing.
+	End int64
+}
+
+// ReadControlHistory reads control topic t from its start to its last stable
+// offset, read_committed, and decodes every record. A record that does not
+// decode is an error naming its offset: history is never skipped.
+//
+// Transaction markers and aborted records occupy offsets, so "the offset
+// before the end" need not be a record. The reader keeps control records
+// (markers) and reads until it has passed offset LSO-1: every offset below
+// the last stable offset is a committed record, an aborted one (always
+// followed by its abort marker) or a marker, so the last one it delivers is
+// a record or a marker, and the read ends exactly there.
+func ReadControlHistory(ctx context.Context, opts []kgo.Opt, ts ControlTopics, t control.Topic) (ControlHistory, error) {
+	name := ts.Name(t)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return ControlHistory{}, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	lsos, err := adm.ListCommittedOffsets(ctx, name)
+	if err != nil {
+		return ControlHistory{}, fmt.Errorf("last stable offset of %s: %w", name, err)
+	}
+	lso, ok := lsos.Lookup(name, 0)
+	if !ok || lso.Err != nil {
+		return ControlHistory{}, fmt.Errorf("last stable offset of %s: %v", name, lso.Err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, name)
+	if err != nil {
+		return ControlHistory{}, fmt.Errorf("start offset of %s: %w", name, err)
+	}
+	start, _ := starts.Lookup(name, 0)
+	h := ControlHistory{End: lso.Offset}
+	if lso.Offset <= start.Offset {
+		return h, nil
+	}
+	rd, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{name: {0: kgo.NewOffset().At(start.Offset)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)...)
+	if err != nil {
+		return ControlHistory{}, err
+	}
+	defer rd.Close()
+	for {
+		fs := rd.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return h, fmt.Errorf("read %s: %w", name, err)
+		}
+		var fetchErr error
+		fs.EachError(func(_ string, _ int32, err error) { fetchErr = errors.Join(fetchErr, err) })
+		if fetchErr != nil {
+			return h, fmt.Errorf("read %s: %w", name, fetchErr)
+		}
+		var decodeErr error
+		done := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= lso.Offset {
+				done = true
+				return
+			}
+			if r.Offset == lso.Offset-1 {
+				done = true
+			}
+			if r.Attrs.IsControl() {
+				return
+			}
+			m, err := control.Decode(r.Value)
+			if err != nil {
+				decodeErr = errors.Join(decodeErr, fmt.Errorf("%s offset %d: %w", name, r.Offset, err))
+				return
+			}
+			h.Records = append(h.Records, ControlRecord{Topic: t, Offset: r.Offset, Msg: m})
+		})
+		if decodeErr != nil {
+			return h, decodeErr
+		}
+		if done {
+			return h, nil
+		}
+	}
+}
+
+// ControlTail follows control topics from given offsets and hands out their
+// decoded records in offset order per topic. It is used by one goroutine.
+type ControlTail struct {
+	cl     *kgo.Client
+	topics ControlTopics
+	log    *slog.Logger
+	buf    []ControlRecord
+}
+
+// NewControlTail follows the given control topics, each from its offset
+// (kgo.NewOffset().AtEnd() for "from now on"), read_committed.
+func NewControlTail(opts []kgo.Opt, ts ControlTopics, from map[control.Topic]kgo.Offset, log *slog.Logger) (*ControlTail, error) {
+	parts := make(map[string]map[int32]kgo.Offset, len(from))
+	for t, o := range from {
+		parts[ts.Name(t)] = map[int32]kgo.Offset{0: o}
+	}
+	opts = append(append([]kgo.Opt{}, opts...),
+		kgo.ConsumePartitions(parts),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("control tail: %w", err)
+	}
+	return &ControlTail{cl: cl, topics: ts, log: log}, nil
+}
+
+// Next returns the next control record, waiting for one until ctx ends. A
+// record that does not decode is logged and skipped here: a replica must
+// not stop on a stray record in a topic it only follows; history readers
+// (ReadControlHistory) are strict instead.
+func (t *ControlTail) Next(ctx context.Context) (ControlRecord, error) {
+	for len(t.buf) == 0 {
+		fs := t.cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return ControlRecord{}, err
+		}
+		var fetchErr error
+		fs.EachError(func(topic string, p int32, err error) {
+			fetchErr = errors.Join(fetchErr, fmt.Errorf("%s[%d]: %w", topic, p, err))
+		})
+		if fetchErr != nil {
+			return ControlRecord{}, fmt.Errorf("control tail: %w", fetchErr)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			m, err := control.Decode(r.Value)
+			if err != nil {
+				t.log.Warn("undecodable control record skipped", "topic", r.Topic, "offset", r.Offset, "err", err)
+				return
+			}
+			t.buf = append(t.buf, ControlRecord{Topic: t.topics.topicOf(r.Topic), Offset: r.Offset, Msg: m})
+		})
+	}
+	r := t.buf[0]
+	t.buf = t.buf[1:]
+	return r, nil
+}
+
+// Close closes the tail's client.
+func (t *ControlTail) Close() { t.cl.Close() }
+
+// CoordinatorTransactionalID is the transactional ID every coordinator of a
+// job writes with, so that a new one fences the old (DESIGN.md section 4).
+func CoordinatorTransactionalID(prefix string) string { return prefix + "coordinator" }
