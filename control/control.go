@@ -1,0 +1,604 @@
+package control
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Version is the schema version this package writes. Decode accepts exactly
+// the versions it knows how to read, which today is only Version.
+const Version = 1
+
+// Sentinel errors returned (wrapped) by Decode and Encode; test with errors.Is.
+var (
+	// ErrMalformed reports input that is not one JSON object of the expected
+	// shape: bad JSON, trailing data, a field of the wrong JSON type, or a
+	// field the message type does not have.
+	ErrMalformed = errors.New("control: malformed message")
+	// ErrUnknownVersion reports a "v" field this package cannot read, or a
+	// missing one.
+	ErrUnknownVersion = errors.New("control: unknown schema version")
+	// ErrUnknownType reports a "type" field naming no message type, or a
+	// missing one.
+	ErrUnknownType = errors.New("control: unknown message type")
+	// ErrInvalid reports a well-formed message whose values break a rule of
+	// the protocol (an ID of 0, an unknown kind, a negative metric, ...).
+	ErrInvalid = errors.New("control: invalid message")
+)
+
+// Type names a message type; it is the "type" field of the encoding.
+type Type string
+
+// The message types. The first six are records of the control topics
+// (DESIGN.md section 4); TypeMetadata is the checkpoint's _metadata object.
+const (
+	TypeTrigger    Type = "trigger"
+	TypeAbort      Type = "abort"
+	TypeAck        Type = "ack"
+	TypeDecline    Type = "decline"
+	TypeGeneration Type = "generation"
+	TypeComplete   Type = "complete"
+	TypeMetadata   Type = "metadata"
+)
+
+// Topic names one of a job's three control topics.
+type Topic string
+
+// The control topics. Names are relative to the job's topic prefix.
+const (
+	TopicTrigger Topic = "trigger"
+	TopicAck     Topic = "ack"
+	TopicCommit  Topic = "commit"
+)
+
+// Kind says what a checkpoint is for.
+type Kind string
+
+// The kinds of checkpoint.
+const (
+	// KindCheckpoint is a periodic checkpoint, triggered by the coordinator.
+	KindCheckpoint Kind = "checkpoint"
+	// KindSavepoint is a savepoint a person asked for. It is self-contained,
+	// kept until deleted, and never subsumed or released by the coordinator.
+	KindSavepoint Kind = "savepoint"
+	// KindStop is a stop-with-savepoint: a savepoint after which the job stops.
+	KindStop Kind = "stop"
+)
+
+// Valid reports whether k is one of the defined kinds.
+func (k Kind) Valid() bool {
+	return k == KindCheckpoint || k == KindSavepoint || k == KindStop
+}
+
+// IsSavepoint reports whether k is a savepoint of either kind.
+func (k Kind) IsSavepoint() bool { return k == KindSavepoint || k == KindStop }
+
+// AbortReason says why a checkpoint was aborted. It is a closed set so that
+// a coordinator rebuilt from the trigger topic can tell which aborts count as
+// failures (see CountsAsFailure).
+type AbortReason string
+
+// The abort reasons.
+const (
+	// AbortExpired: the checkpoint did not complete within its timeout.
+	AbortExpired AbortReason = "expired"
+	// AbortDeclined: a task declined it.
+	AbortDeclined AbortReason = "declined"
+	// AbortFinalizeFailed: writing its _metadata object failed.
+	AbortFinalizeFailed AbortReason = "finalize_failed"
+	// AbortSubsumed: a newer checkpoint completed first.
+	AbortSubsumed AbortReason = "subsumed"
+	// AbortGeneration: the task set changed (failover, rescale, restart).
+	AbortGeneration AbortReason = "generation"
+	// AbortIncomplete: the task set became incomplete.
+	AbortIncomplete AbortReason = "incomplete"
+	// AbortStopped: the job stopped with a savepoint.
+	AbortStopped AbortReason = "stopped"
+)
+
+// Valid reports whether r is one of the defined reasons.
+func (r AbortReason) Valid() bool {
+	switch r {
+	case AbortExpired, AbortDeclined, AbortFinalizeFailed, AbortSubsumed,
+		AbortGeneration, AbortIncomplete, AbortStopped:
+		return true
+	}
+	return false
+}
+
+// CountsAsFailure reports whether an abort for reason r counts towards the
+// coordinator's tolerable consecutive failures (Flink's
+// CheckpointFailureManager): expiry, decline and a failed finalization do;
+// subsumption and the end of a generation or of the job do not.
+func (r AbortReason) CountsAsFailure() bool {
+	return r == AbortExpired || r == AbortDeclined || r == AbortFinalizeFailed
+}
+
+// TaskID names a task: stage name and parallel index. Its text form, used in
+// JSON and in logs, is "<stage>/<index>", for example "enrich/3". A stage name
+// is non-empty and contains no '/' and no whitespace; the index is a decimal
+// number from 0, without leading zeros. TaskID is comparable and is used as a
+// map key.
+type TaskID struct {
+	Stage string
+	Index int
+}
+
+// String returns "<stage>/<index>".
+func (t TaskID) String() string { return t.Stage + "/" + strconv.Itoa(t.Index) }
+
+// Valid reports whether t follows the rules of TaskID.
+func (t TaskID) Valid() bool {
+	if t.Stage == "" || t.Index < 0 {
+		return false
+	}
+	return !strings.ContainsFunc(t.Stage, func(r rune) bool {
+		return r == '/' || r == ' ' || r == '\t' || r == '\n' || r == '\r' || r < 0x20 || r == 0x7f
+	})
+}
+
+// ParseTaskID parses the text form "<stage>/<index>".
+func ParseTaskID(s string) (TaskID, error) {
+	stage, idx, ok := strings.Cut(s, "/")
+	if !ok {
+		return TaskID{}, fmt.Errorf("%w: task id %q: want <stage>/<index>", ErrInvalid, s)
+	}
+	n, err := strconv.Atoi(idx)
+	if err != nil || idx == "" || (len(idx) > 1 && idx[0] == '0') || idx[0] == '+' || idx[0] == '-' {
+		return TaskID{}, fmt.Errorf("%w: task id %q: index is not a decimal number", ErrInvalid, s)
+	}
+	t := TaskID{Stage: stage, Index: n}
+	if !t.Valid() {
+		return TaskID{}, fmt.Errorf("%w: task id %q", ErrInvalid, s)
+	}
+	return t, nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (t TaskID) MarshalText() ([]byte, error) {
+	if !t.Valid() {
+		return nil, fmt.Errorf("%w: task id %q", ErrInvalid, t.String())
+	}
+	return []byte(t.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (t *TaskID) UnmarshalText(b []byte) error {
+	id, err := ParseTaskID(string(b))
+	if err != nil {
+		return err
+	}
+	*t = id
+	return nil
+}
+
+// Compare orders task IDs by stage, then index; it returns -1, 0 or +1.
+func (t TaskID) Compare(u TaskID) int {
+	if c := strings.Compare(t.Stage, u.Stage); c != 0 {
+		return c
+	}
+	switch {
+	case t.Index < u.Index:
+		return -1
+	case t.Index > u.Index:
+		return 1
+	}
+	return 0
+}
+
+// Message is one control message. The set of implementations is closed: the
+// pointer-free struct types of this package.
+type Message interface {
+	// Type returns the message's type, the "type" field of its encoding.
+	Type() Type
+	validate() error
+}
+
+// TopicOf returns the control topic a record of m's type is written to, and
+// false for the _metadata object, which is no topic record.
+func TopicOf(m Message) (Topic, bool) {
+	switch m.Type() {
+	case TypeTrigger, TypeAbort:
+		return TopicTrigger, true
+	case TypeAck, TypeDecline:
+		return TopicAck, true
+	case TypeGeneration, TypeComplete:
+		return TopicCommit, true
+	}
+	return "", false
+}
+
+// Trigger starts checkpoint ID: every source reader injects barrier ID.
+// Written by the coordinator to the trigger topic.
+type Trigger struct {
+	ID uint64 `json:"id"`
+	// TS is the trigger time in Unix milliseconds; the checkpoint expires at
+	// TS plus the coordinator's timeout.
+	TS   int64  `json:"ts"`
+	Kind Kind   `json:"kind"`
+	Gen  uint64 `json:"gen"`
+	// Target is where a savepoint goes (a name or URL the person chose);
+	// empty for periodic checkpoints.
+	Target string `json:"target,omitempty"`
+}
+
+// Abort cancels checkpoint ID: tasks discard its partial uploads.
+// Written by the coordinator to the trigger topic.
+type Abort struct {
+	ID     uint64      `json:"id"`
+	Gen    uint64      `json:"gen"`
+	Reason AbortReason `json:"reason"`
+	// Detail is free text for people (the decline reason, for example).
+	Detail string `json:"detail,omitempty"`
+	// Last is the highest checkpoint ID triggered so far (>= ID). A new
+	// coordinator reads only the newest record of the trigger topic; when
+	// that record is an abort of an older checkpoint, Last still tells it
+	// which IDs are used. (An addition to DESIGN.md section 4.)
+	Last uint64 `json:"last"`
+}
+
+// AckMetrics are a task's measurements of one snapshot.
+type AckMetrics struct {
+	SyncMS        int64 `json:"sync_ms"`
+	AsyncMS       int64 `json:"async_ms"`
+	AlignMS       int64 `json:"align_ms"`
+	StateBytes    int64 `json:"state_bytes"`
+	UploadedBytes int64 `json:"uploaded_bytes"`
+}
+
+func (m AckMetrics) validate() error {
+	if m.SyncMS < 0 || m.AsyncMS < 0 || m.AlignMS < 0 || m.StateBytes < 0 || m.UploadedBytes < 0 {
+		return fmt.Errorf("%w: negative metric", ErrInvalid)
+	}
+	return nil
+}
+
+// Ack reports that Task snapshotted checkpoint ID: Handle names its task
+// manifest. Written by the task to the ack topic.
+type Ack struct {
+	ID      uint64     `json:"id"`
+	Gen     uint64     `json:"gen"`
+	Task    TaskID     `json:"task"`
+	Handle  string     `json:"handle"`
+	Metrics AckMetrics `json:"metrics"`
+}
+
+// Decline reports that Task could not snapshot checkpoint ID.
+// Written by the task to the ack topic.
+type Decline struct {
+	ID     uint64 `json:"id"`
+	Gen    uint64 `json:"gen"`
+	Task   TaskID `json:"task"`
+	Reason string `json:"reason"`
+}
+
+// Assignment maps a replica name to the tasks it runs.
+type Assignment map[string][]TaskID
+
+// Tasks returns every task of a, sorted, and an error if a task is assigned
+// twice.
+func (a Assignment) Tasks() ([]TaskID, error) {
+	seen := make(map[TaskID]string)
+	var out []TaskID
+	for r, ts := range a {
+		for _, t := range ts {
+			if prev, dup := seen[t]; dup {
+				return nil, fmt.Errorf("%w: task %s assigned to both %q and %q", ErrInvalid, t, prev, r)
+			}
+			seen[t] = r
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, TaskID.Compare)
+	return out, nil
+}
+
+// Generation starts generation Gen: Assignment places every task, and every
+// task restores from checkpoint RestoreFrom (0: none, start from the
+// configured start position). Written by the coordinator to the commit topic
+// before any task of the generation starts.
+type Generation struct {
+	Gen         uint64     `json:"gen"`
+	Assignment  Assignment `json:"assignment"`
+	RestoreFrom uint64     `json:"restore_from"`
+}
+
+// Complete records that checkpoint ID is complete: its _metadata object exists
+// at Metadata. Written by the coordinator to the commit topic, only after the
+// object was written.
+type Complete struct {
+	ID  uint64 `json:"id"`
+	Gen uint64 `json:"gen"`
+	// TS is the completion time in Unix milliseconds.
+	TS int64 `json:"ts"`
+	// Kind and Target repeat the trigger's, so that a coordinator rebuilt
+	// from the commit topic alone knows a savepoint (never released) from a
+	// checkpoint. (An addition to DESIGN.md section 4.)
+	Kind     Kind   `json:"kind"`
+	Target   string `json:"target,omitempty"`
+	Metadata string `json:"metadata"`
+}
+
+// TaskState is one task's part of a checkpoint in its _metadata object.
+type TaskState struct {
+	Task    TaskID     `json:"task"`
+	Handle  string     `json:"handle"`
+	Metrics AckMetrics `json:"metrics"`
+}
+
+// Metadata is the content of a checkpoint's _metadata object: every task's
+// handle, sorted by task. It is no topic record, but shares the versioned
+// encoding so that it reads the same way.
+type Metadata struct {
+	ID     uint64      `json:"id"`
+	Gen    uint64      `json:"gen"`
+	Kind   Kind        `json:"kind"`
+	Target string      `json:"target,omitempty"`
+	TS     int64       `json:"ts"`
+	Tasks  []TaskState `json:"tasks"`
+}
+
+// Type implements Message.
+func (Trigger) Type() Type { return TypeTrigger }
+
+// Type implements Message.
+func (Abort) Type() Type { return TypeAbort }
+
+// Type implements Message.
+func (Ack) Type() Type { return TypeAck }
+
+// Type implements Message.
+func (Decline) Type() Type { return TypeDecline }
+
+// Type implements Message.
+func (Generation) Type() Type { return TypeGeneration }
+
+// Type implements Message.
+func (Complete) Type() Type { return TypeComplete }
+
+// Type implements Message.
+func (Metadata) Type() Type { return TypeMetadata }
+
+func checkIDGen(id, gen uint64) error {
+	if id == 0 {
+		return fmt.Errorf("%w: id must be positive", ErrInvalid)
+	}
+	if gen == 0 {
+		return fmt.Errorf("%w: gen must be positive", ErrInvalid)
+	}
+	return nil
+}
+
+func checkKind(k Kind, target string) error {
+	if !k.Valid() {
+		return fmt.Errorf("%w: kind %q", ErrInvalid, k)
+	}
+	if k == KindCheckpoint && target != "" {
+		return fmt.Errorf("%w: a periodic checkpoint has no target", ErrInvalid)
+	}
+	return nil
+}
+
+func (m Trigger) validate() error {
+	if err := checkIDGen(m.ID, m.Gen); err != nil {
+		return err
+	}
+	if m.TS < 0 {
+		return fmt.Errorf("%w: negative ts", ErrInvalid)
+	}
+	return checkKind(m.Kind, m.Target)
+}
+
+func (m Abort) validate() error {
+	if err := checkIDGen(m.ID, m.Gen); err != nil {
+		return err
+	}
+	if !m.Reason.Valid() {
+		return fmt.Errorf("%w: abort reason %q", ErrInvalid, m.Reason)
+	}
+	if m.Last < m.ID {
+		return fmt.Errorf("%w: abort last %d below id %d", ErrInvalid, m.Last, m.ID)
+	}
+	return nil
+}
+
+func (m Ack) validate() error {
+	if err := checkIDGen(m.ID, m.Gen); err != nil {
+		return err
+	}
+	if !m.Task.Valid() {
+		return fmt.Errorf("%w: task %q", ErrInvalid, m.Task.String())
+	}
+	if m.Handle == "" {
+		return fmt.Errorf("%w: empty handle", ErrInvalid)
+	}
+	return m.Metrics.validate()
+}
+
+func (m Decline) validate() error {
+	if err := checkIDGen(m.ID, m.Gen); err != nil {
+		return err
+	}
+	if !m.Task.Valid() {
+		return fmt.Errorf("%w: task %q", ErrInvalid, m.Task.String())
+	}
+	return nil
+}
+
+func (m Generation) validate() error {
+	if m.Gen == 0 {
+		return fmt.Errorf("%w: gen must be positive", ErrInvalid)
+	}
+	ts, err := m.Assignment.Tasks()
+	if err != nil {
+		return err
+	}
+	if len(ts) == 0 {
+		return fmt.Errorf("%w: generation %d assigns no task", ErrInvalid, m.Gen)
+	}
+	for _, t := range ts {
+		if !t.Valid() {
+			return fmt.Errorf("%w: task %q", ErrInvalid, t.String())
+		}
+	}
+	return nil
+}
+
+func (m Complete) validate() error {
+	if err := checkIDGen(m.ID, m.Gen); err != nil {
+		return err
+	}
+	if m.TS < 0 {
+		return fmt.Errorf("%w: negative ts", ErrInvalid)
+	}
+	if m.Metadata == "" {
+		return fmt.Errorf("%w: empty metadata location", ErrInvalid)
+	}
+	return checkKind(m.Kind, m.Target)
+}
+
+func (m Metadata) validate() error {
+	if err := checkIDGen(m.ID, m.Gen); err != nil {
+		return err
+	}
+	if m.TS < 0 {
+		return fmt.Errorf("%w: negative ts", ErrInvalid)
+	}
+	if err := checkKind(m.Kind, m.Target); err != nil {
+		return err
+	}
+	for i, s := range m.Tasks {
+		if !s.Task.Valid() {
+			return fmt.Errorf("%w: task %q", ErrInvalid, s.Task.String())
+		}
+		if s.Handle == "" {
+			return fmt.Errorf("%w: task %s: empty handle", ErrInvalid, s.Task)
+		}
+		if i > 0 && m.Tasks[i-1].Task.Compare(s.Task) >= 0 {
+			return fmt.Errorf("%w: tasks not sorted or repeated at %s", ErrInvalid, s.Task)
+		}
+		if err := s.Metrics.validate(); err != nil {
+			return fmt.Errorf("task %s: %w", s.Task, err)
+		}
+	}
+	return nil
+}
+
+// Encode returns the versioned JSON encoding of m: one object whose first
+// fields are "v" and "type", followed by m's fields. It rejects a message
+// that Decode would reject.
+func Encode(m Message) ([]byte, error) {
+	if m == nil {
+		return nil, fmt.Errorf("%w: nil message", ErrInvalid)
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", m.Type(), err)
+	}
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w: %v", m.Type(), ErrInvalid, err)
+	}
+	var b bytes.Buffer
+	b.Grow(len(body) + 32)
+	fmt.Fprintf(&b, `{"v":%d,"type":%q`, Version, m.Type())
+	if len(body) > 2 { // body is "{...}"; "{}" adds nothing
+		b.WriteByte(',')
+		b.Write(body[1:])
+	} else {
+		b.WriteByte('}')
+	}
+	return b.Bytes(), nil
+}
+
+// Decode parses one encoded message. Errors wrap ErrMalformed,
+// ErrUnknownVersion, ErrUnknownType or ErrInvalid. Decoding is strict: a
+// field the type does not have, trailing data, or a missing required value
+// is an error, so that a reader never acts on a message it misread.
+func Decode(b []byte) (Message, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if raw == nil { // the input was JSON null
+		return nil, fmt.Errorf("%w: null instead of an object", ErrMalformed)
+	}
+	hv, ok := raw["v"]
+	if !ok {
+		return nil, fmt.Errorf("%w: no \"v\" field", ErrUnknownVersion)
+	}
+	var v int
+	if err := json.Unmarshal(hv, &v); err != nil {
+		return nil, fmt.Errorf("%w: \"v\" is %s", ErrUnknownVersion, hv)
+	}
+	if v != Version {
+		return nil, fmt.Errorf("%w: v=%d, this build reads v=%d", ErrUnknownVersion, v, Version)
+	}
+	ht, ok := raw["type"]
+	if !ok {
+		return nil, fmt.Errorf("%w: no \"type\" field", ErrUnknownType)
+	}
+	var t Type
+	if err := json.Unmarshal(ht, &t); err != nil {
+		return nil, fmt.Errorf("%w: \"type\" is %s", ErrUnknownType, ht)
+	}
+	delete(raw, "v")
+	delete(raw, "type")
+	body, err := json.Marshal(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	switch t {
+	case TypeTrigger:
+		return decodeAs[Trigger](t, body)
+	case TypeAbort:
+		return decodeAs[Abort](t, body)
+	case TypeAck:
+		return decodeAs[Ack](t, body)
+	case TypeDecline:
+		return decodeAs[Decline](t, body)
+	case TypeGeneration:
+		return decodeAs[Generation](t, body)
+	case TypeComplete:
+		return decodeAs[Complete](t, body)
+	case TypeMetadata:
+		return decodeAs[Metadata](t, body)
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownType, string(t))
+}
+
+// decodeAs decodes body, the fields of a message without "v" and "type",
+// strictly into a T.
+func decodeAs[T Message](t Type, body []byte) (Message, error) {
+	var m T
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		if errors.Is(err, ErrInvalid) { // from TaskID.UnmarshalText
+			return nil, fmt.Errorf("decode %s: %w", t, err)
+		}
+		return nil, fmt.Errorf("decode %s: %w: %v", t, ErrMalformed, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("decode %s: %w: trailing data", t, ErrMalformed)
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", t, err)
+	}
+	return m, nil
+}
+
+// Validate reports whether m obeys the rules Decode enforces, so that a
+// reader of already-decoded messages (a coordinator rebuilt from history) can
+// check them again. The error wraps ErrInvalid.
+func Validate(m Message) error {
+	if m == nil {
+		return fmt.Errorf("%w: nil message", ErrInvalid)
+	}
+	return m.validate()
+}

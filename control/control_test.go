@@ -1,0 +1,224 @@
+package control
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func task(s string, i int) TaskID { return TaskID{Stage: s, Index: i} }
+
+// examples holds one valid message of every type.
+func examples() []Message {
+	return []Message{
+		Trigger{ID: 7, TS: 1_700_000_000_000, Kind: KindCheckpoint, Gen: 2},
+		Trigger{ID: 8, TS: 1_700_000_000_500, Kind: KindSavepoint, Gen: 2, Target: "s3://bucket/sp-1"},
+		Trigger{ID: 9, TS: 1_700_000_001_000, Kind: KindStop, Gen: 2, Target: "before-upgrade"},
+		Abort{ID: 7, Gen: 2, Reason: AbortDeclined, Detail: "disk full", Last: 9},
+		Ack{ID: 7, Gen: 2, Task: task("enrich", 3), Handle: "chk-7/enrich-3.manifest",
+			Metrics: AckMetrics{SyncMS: 1, AsyncMS: 250, AlignMS: 4, StateBytes: 1 << 20, UploadedBytes: 4096}},
+		Decline{ID: 7, Gen: 2, Task: task("enrich", 3), Reason: "upload failed: timeout"},
+		Generation{Gen: 3, RestoreFrom: 6, Assignment: Assignment{
+			"processor-0": {task("enrich", 0), task("enrich", 1)},
+			"processor-1": {task("enrich", 2), task("sink", 0)},
+		}},
+		Complete{ID: 6, Gen: 2, TS: 1_700_000_000_900, Kind: KindCheckpoint, Metadata: "file:///ckpt/job/chk-6/_metadata"},
+		Metadata{ID: 6, Gen: 2, Kind: KindSavepoint, Target: "sp", TS: 5, Tasks: []TaskState{
+			{Task: task("a", 0), Handle: "h0"}, {Task: task("a", 1), Handle: "h1", Metrics: AckMetrics{StateBytes: 3}},
+		}},
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, m := range examples() {
+		b, err := Encode(m)
+		if err != nil {
+			t.Fatalf("encode %#v: %v", m, err)
+		}
+		if !strings.HasPrefix(string(b), `{"v":1,"type":"`+string(m.Type())+`",`) {
+			t.Errorf("encoding does not start with v and type: %s", b)
+		}
+		got, err := Decode(b)
+		if err != nil {
+			t.Fatalf("decode %s: %v", b, err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Errorf("round trip:\n got %#v\nwant %#v", got, m)
+		}
+	}
+}
+
+// TestGoldenEncoding pins the wire format: changing it needs a new Version.
+func TestGoldenEncoding(t *testing.T) {
+	for _, tc := range []struct {
+		m    Message
+		want string
+	}{
+		{Trigger{ID: 7, TS: 1000, Kind: KindCheckpoint, Gen: 2},
+			`{"v":1,"type":"trigger","id":7,"ts":1000,"kind":"checkpoint","gen":2}`},
+		{Abort{ID: 7, Gen: 2, Reason: AbortExpired, Last: 8},
+			`{"v":1,"type":"abort","id":7,"gen":2,"reason":"expired","last":8}`},
+		{Ack{ID: 7, Gen: 2, Task: task("map", 0), Handle: "h"},
+			`{"v":1,"type":"ack","id":7,"gen":2,"task":"map/0","handle":"h","metrics":{"sync_ms":0,"async_ms":0,"align_ms":0,"state_bytes":0,"uploaded_bytes":0}}`},
+		{Decline{ID: 7, Gen: 2, Task: task("map", 10), Reason: "x"},
+			`{"v":1,"type":"decline","id":7,"gen":2,"task":"map/10","reason":"x"}`},
+		{Generation{Gen: 1, Assignment: Assignment{"r1": {task("map", 0)}}},
+			`{"v":1,"type":"generation","gen":1,"assignment":{"r1":["map/0"]},"restore_from":0}`},
+		{Complete{ID: 7, Gen: 2, TS: 9, Kind: KindStop, Target: "t", Metadata: "m"},
+			`{"v":1,"type":"complete","id":7,"gen":2,"ts":9,"kind":"stop","target":"t","metadata":"m"}`},
+	} {
+		b, err := Encode(tc.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != tc.want {
+			t.Errorf("encode %T:\n got %s\nwant %s", tc.m, b, tc.want)
+		}
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want error
+	}{
+		{``, ErrMalformed},
+		{`not json`, ErrMalformed},
+		{`null`, ErrMalformed},
+		{`[]`, ErrMalformed},
+		{`{"v":1,"type":"trigger","id":1,"ts":1,"kind":"checkpoint","gen":1} {}`, ErrMalformed},
+		{`{"type":"trigger","id":1}`, ErrUnknownVersion},
+		{`{"v":2,"type":"trigger","id":1,"ts":1,"kind":"checkpoint","gen":1}`, ErrUnknownVersion},
+		{`{"v":"1","type":"trigger"}`, ErrUnknownVersion},
+		{`{"v":1.5,"type":"trigger"}`, ErrUnknownVersion},
+		{`{"v":1}`, ErrUnknownType},
+		{`{"v":1,"type":"barrier"}`, ErrUnknownType},
+		{`{"v":1,"type":7}`, ErrUnknownType},
+		{`{"v":1,"type":"trigger","id":1,"ts":1,"kind":"checkpoint","gen":1,"extra":true}`, ErrMalformed},
+		{`{"v":1,"type":"trigger","id":"1","ts":1,"kind":"checkpoint","gen":1}`, ErrMalformed},
+		{`{"v":1,"type":"trigger","id":-1,"ts":1,"kind":"checkpoint","gen":1}`, ErrMalformed},
+		{`{"v":1,"type":"trigger","ts":1,"kind":"checkpoint","gen":1}`, ErrInvalid},
+		{`{"v":1,"type":"trigger","id":1,"ts":1,"kind":"checkpoint"}`, ErrInvalid},
+		{`{"v":1,"type":"trigger","id":1,"ts":1,"kind":"snapshot","gen":1}`, ErrInvalid},
+		{`{"v":1,"type":"trigger","id":1,"ts":1,"kind":"checkpoint","gen":1,"target":"x"}`, ErrInvalid},
+		{`{"v":1,"type":"abort","id":3,"gen":1,"reason":"expired","last":2}`, ErrInvalid},
+		{`{"v":1,"type":"abort","id":3,"gen":1,"reason":"bored","last":3}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"map","handle":"h"}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"map/01","handle":"h"}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"/1","handle":"h"}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"a/b/1","handle":"h"}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"map/1","handle":""}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"map/1","handle":"h","metrics":{"sync_ms":-1}}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"map/1","handle":"h","metrics":{"cpu":1}}`, ErrMalformed},
+		{`{"v":1,"type":"generation","gen":1,"assignment":{}}`, ErrInvalid},
+		{`{"v":1,"type":"generation","gen":1,"assignment":{"a":["m/0"],"b":["m/0"]}}`, ErrInvalid},
+		{`{"v":1,"type":"complete","id":1,"gen":1,"ts":1,"kind":"checkpoint"}`, ErrInvalid},
+		{`{"v":1,"type":"metadata","id":1,"gen":1,"ts":1,"kind":"checkpoint","tasks":[{"task":"m/1","handle":"h"},{"task":"m/0","handle":"h"}]}`, ErrInvalid},
+	} {
+		_, err := Decode([]byte(tc.in))
+		if !errors.Is(err, tc.want) {
+			t.Errorf("Decode(%s) = %v, want %v", tc.in, err, tc.want)
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "control: ") && !strings.HasPrefix(err.Error(), "decode ") {
+			t.Errorf("error %q does not name its origin", err)
+		}
+	}
+}
+
+func TestEncodeRejectsInvalid(t *testing.T) {
+	for _, m := range []Message{
+		nil,
+		Trigger{ID: 0, Gen: 1, Kind: KindCheckpoint},
+		Ack{ID: 1, Gen: 1, Task: task("a/b", 0), Handle: "h"},
+		Generation{Gen: 1},
+	} {
+		if _, err := Encode(m); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Encode(%#v) = %v, want ErrInvalid", m, err)
+		}
+	}
+}
+
+func TestTaskID(t *testing.T) {
+	id, err := ParseTaskID("window-agg/12")
+	if err != nil || id != task("window-agg", 12) || id.String() != "window-agg/12" {
+		t.Fatalf("ParseTaskID = %v, %v", id, err)
+	}
+	for _, bad := range []string{"", "a", "a/", "/0", "a/-1", "a/+1", "a/00", "a/1x", "a b/1", "a/b/1"} {
+		if _, err := ParseTaskID(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseTaskID(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	if task("a", 2).Compare(task("a", 10)) >= 0 || task("b", 0).Compare(task("a", 9)) <= 0 {
+		t.Error("Compare orders by stage, then numeric index")
+	}
+}
+
+func TestTopicOf(t *testing.T) {
+	want := map[Type]Topic{TypeTrigger: TopicTrigger, TypeAbort: TopicTrigger, TypeAck: TopicAck,
+		TypeDecline: TopicAck, TypeGeneration: TopicCommit, TypeComplete: TopicCommit}
+	for _, m := range examples() {
+		got, ok := TopicOf(m)
+		if w, isRecord := want[m.Type()]; got != w || ok != isRecord {
+			t.Errorf("TopicOf(%s) = %q, %v", m.Type(), got, ok)
+		}
+	}
+}
+
+func TestAbortReasons(t *testing.T) {
+	counts := map[AbortReason]bool{AbortExpired: true, AbortDeclined: true, AbortFinalizeFailed: true,
+		AbortSubsumed: false, AbortGeneration: false, AbortIncomplete: false, AbortStopped: false}
+	for r, c := range counts {
+		if !r.Valid() || r.CountsAsFailure() != c {
+			t.Errorf("reason %s: valid=%v counts=%v", r, r.Valid(), r.CountsAsFailure())
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, m := range examples() {
+		b, err := Encode(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	for _, s := range []string{
+		``, `{}`, `null`, `{"v":1}`, `{"v":2,"type":"ack"}`, `{"v":1,"type":"ack","task":"a/1"}`,
+		`{"v":1,"type":"generation","gen":1,"assignment":{"r":[],"s":["a/0"]}}`,
+		`{"v":1,"type":"generation","gen":1,"assignment":{"r":null,"s":["a/0"]}}`,
+		`{"v":1,"type":"metadata","id":1,"gen":1,"ts":1,"kind":"checkpoint","tasks":[]}`,
+		`{"v":1,"type":"trigger","ID":1,"id":2,"ts":1,"kind":"checkpoint","gen":1}`,
+		"{\"v\":1,\"type\":\"decline\",\"id\":1,\"gen\":1,\"task\":\"\xff/1\",\"reason\":\"\xfe\"}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := Decode(b)
+		if err != nil {
+			if m != nil {
+				t.Fatalf("Decode returned a message with error %v", err)
+			}
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnknownVersion) &&
+				!errors.Is(err, ErrUnknownType) && !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Decode error %v wraps no sentinel", err)
+			}
+			return
+		}
+		enc, err := Encode(m)
+		if err != nil {
+			t.Fatalf("Encode(Decode(%q)) failed: %v", b, err)
+		}
+		m2, err := Decode(enc)
+		if err != nil {
+			t.Fatalf("Decode(Encode(m)) failed: %v\n%s", err, enc)
+		}
+		if !reflect.DeepEqual(m, m2) {
+			t.Fatalf("round trip changed the message:\n%#v\n%#v", m, m2)
+		}
+		enc2, err := Encode(m2)
+		if err != nil || string(enc2) != string(enc) {
+			t.Fatalf("encoding is not a fixed point: %s vs %s (%v)", enc, enc2, err)
+		}
+	})
+}
