@@ -1,0 +1,62 @@
+package coordinator
+
+import "github.com/weir-stream/weir/control"
+
+// Event is an input of Core.Step. The set is closed: the types below.
+type Event interface{ isEvent() }
+
+// Acknowledge delivers an ack record read from the ack topic.
+type Acknowledge struct{ control.Ack }
+
+// Decline delivers a decline record read from the ack topic.
+type Decline struct{ control.Decline }
+
+// Assign reports a new placement of the job's tasks (a rebalance of the
+// members group). Assignment maps each replica to its tasks. Unplaced lists
+// tasks of the job that no replica runs: while it is not empty the task set
+// is incomplete, every pending checkpoint is aborted and nothing is
+// triggered. A complete assignment aborts every pending checkpoint and starts
+// a new generation restored from the newest completed checkpoint.
+type Assign struct {
+	Assignment control.Assignment
+	Unplaced   []control.TaskID
+}
+
+// TaskRunning reports that Task has restored the state of generation Gen and
+// runs. When every task of the current generation runs, the generation change
+// is over and periodic triggering starts after the random initial delay.
+// How tasks report it is the runtime's business.
+type TaskRunning struct {
+	Gen  uint64
+	Task control.TaskID
+}
+
+// RequestSavepoint is a person's request for a savepoint (Kind
+// control.KindSavepoint) or a stop-with-savepoint (control.KindStop) written
+// to Target. It is triggered at once, beside any periodic checkpoints.
+type RequestSavepoint struct {
+	Kind   control.Kind
+	Target string
+}
+
+// MetadataWritten reports that the _metadata object of checkpoint ID, asked
+// for in Ready.Metadata, was written at Location.
+type MetadataWritten struct {
+	ID       uint64
+	Location string
+}
+
+// MetadataFailed reports that writing the _metadata object of checkpoint ID
+// failed; the checkpoint is aborted and counts as a failure.
+type MetadataFailed struct {
+	ID     uint64
+	Reason string
+}
+
+func (Acknowledge) isEvent()      {}
+func (Decline) isEvent()          {}
+func (Assign) isEvent()           {}
+func (TaskRunning) isEvent()      {}
+func (RequestSavepoint) isEvent() {}
+func (MetadataWritten) isEvent()  {}
+func (MetadataFailed) isEvent()   {}
