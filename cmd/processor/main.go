@@ -30,7 +30,7 @@ func newRootCmd(out io.Writer) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetOut(out)
-	root.AddCommand(newVersionCmd())
+	root.AddCommand(newVersionCmd(), newValidateCmd())
 	return root
 }
 

@@ -1,0 +1,231 @@
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole configuration of a processor replica and its job.
+// Keys are snake_case; the path of a field is its sections' keys joined by
+// dots ("checkpoint.max_concurrent"), and its environment variable is
+// WEIR_ followed by the path in upper case with dots as underscores
+// (WEIR_CHECKPOINT_MAX_CONCURRENT).
+type Config struct {
+	Job        Job        `mapstructure:"job"`
+	Kafka      Kafka      `mapstructure:"kafka"`
+	Checkpoint Checkpoint `mapstructure:"checkpoint"`
+	State      State      `mapstructure:"state"`
+	HTTP       HTTP       `mapstructure:"http"`
+	Log        Log        `mapstructure:"log"`
+	Process    Process    `mapstructure:"process"`
+}
+
+// Job names the job and describes its dataflow.
+type Job struct {
+	// Name namespaces every control topic, consumer group, transactional ID
+	// and object-store prefix of the job. Required.
+	Name string `mapstructure:"name"`
+	// Pipeline is the job's steps, from its source to its sink.
+	Pipeline []Step `mapstructure:"pipeline"`
+}
+
+// Step is one step of a pipeline: exactly one of its fields is set.
+type Step struct {
+	Source    *SourceStep    `mapstructure:"source"`
+	Aggregate *AggregateStep `mapstructure:"aggregate"`
+	Sink      *SinkStep      `mapstructure:"sink"`
+}
+
+// SourceStep reads Kafka topics. All its topics must have the same number
+// of partitions: task i reads partition i of each.
+type SourceStep struct {
+	Topics []string `mapstructure:"topics"`
+	// Format of record values: "json" (each value must be a JSON document)
+	// or "raw" (any bytes).
+	Format string `mapstructure:"format"`
+	// Start is where a job with no completed checkpoint starts reading:
+	// "earliest", "latest", or a time (RFC 3339).
+	Start string `mapstructure:"start"`
+	// OnError is what happens to a record that does not decode: "fail"
+	// (stop the job), "skip" (count and drop it) or "dead-letter" (count it
+	// and copy it to DeadLetterTopic).
+	OnError         string `mapstructure:"on_error"`
+	DeadLetterTopic string `mapstructure:"dead_letter_topic"`
+}
+
+// AggregateStep is a keyed aggregate over the record key.
+type AggregateStep struct {
+	// Op is the aggregate: "count" emits, for every input record, the
+	// running count of its key.
+	Op string `mapstructure:"op"`
+}
+
+// SinkStep writes to a Kafka topic.
+type SinkStep struct {
+	Topic string `mapstructure:"topic"`
+	// Format of the values written: "json".
+	Format string `mapstructure:"format"`
+	// Delivery is "exactly-once" (Kafka transactions committed when a
+	// checkpoint completes) or "at-least-once" (idempotent producer,
+	// flushed at each checkpoint).
+	Delivery string `mapstructure:"delivery"`
+	// TransactionTimeout is the sink's transaction.timeout.ms. A transaction
+	// stays open from its epoch's first record until its checkpoint
+	// completes, so it must exceed the checkpoint interval plus the
+	// checkpoint timeout, and not exceed the broker's
+	// transaction.max.timeout.ms (checked at start).
+	TransactionTimeout time.Duration `mapstructure:"transaction_timeout"`
+}
+
+// Kafka is how the replica reaches Kafka.
+type Kafka struct {
+	// Brokers are the bootstrap addresses, host:port.
+	Brokers []string `mapstructure:"brokers"`
+	// ClientID is sent to the brokers; default "weir-<job>".
+	ClientID string `mapstructure:"client_id"`
+	// TopicPrefix prefixes the job's control topics, consumer groups and
+	// transactional IDs; default "_weir.<job>.".
+	TopicPrefix string `mapstructure:"topic_prefix"`
+	// ReplicationFactor of the topics the job creates; -1 takes the broker's
+	// default.
+	ReplicationFactor int `mapstructure:"replication_factor"`
+	// SessionTimeout of the replicas' membership group: how long a silent
+	// replica keeps its tasks.
+	SessionTimeout time.Duration `mapstructure:"session_timeout"`
+}
+
+// Checkpoint configures checkpointing (DESIGN.md section 5).
+type Checkpoint struct {
+	// Interval between periodic checkpoints.
+	Interval time.Duration `mapstructure:"interval"`
+	// Timeout after which a pending checkpoint is aborted.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// MinPause is the least time between the end of one checkpoint and the
+	// trigger of the next.
+	MinPause time.Duration `mapstructure:"min_pause"`
+	// MaxConcurrent is the most checkpoints pending at once.
+	MaxConcurrent int `mapstructure:"max_concurrent"`
+	// TolerableFailures is how many checkpoints in a row may fail before
+	// the job restarts from the last completed one.
+	TolerableFailures int `mapstructure:"tolerable_failures"`
+	// Retained is how many completed checkpoints are kept.
+	Retained int `mapstructure:"retained"`
+	// Storage is the object store URL: file:///path, s3://bucket?...,
+	// gs://bucket, azblob://container. Default: file://<state.dir>/checkpoints.
+	Storage string `mapstructure:"storage"`
+	// Mode is "exactly-once" (aligned barriers) or "at-least-once".
+	Mode string `mapstructure:"mode"`
+}
+
+// State configures local state.
+type State struct {
+	// Dir holds one Pebble database per task.
+	Dir string `mapstructure:"dir"`
+	// BlockCacheBytes is the size of the block cache all tasks share.
+	BlockCacheBytes int64 `mapstructure:"block_cache_bytes"`
+}
+
+// HTTP configures the metrics, health and admin endpoints.
+type HTTP struct {
+	// Address to listen on, host:port; empty turns HTTP off.
+	Address string `mapstructure:"address"`
+}
+
+// Log configures logging.
+type Log struct {
+	Level  string `mapstructure:"level"`  // debug, info, warn, error
+	Format string `mapstructure:"format"` // text or json
+}
+
+// Process configures the replica's lifecycle.
+type Process struct {
+	// GracePeriod is how long a replica may take to stop after SIGTERM.
+	GracePeriod time.Duration `mapstructure:"grace_period"`
+}
+
+// Default returns the defaults of every setting. Job.Name, Job.Pipeline and
+// Kafka.Brokers have none.
+func Default() Config {
+	return Config{
+		Kafka: Kafka{
+			ReplicationFactor: -1,
+			SessionTimeout:    10 * time.Second,
+		},
+		Checkpoint: Checkpoint{
+			Interval:          10 * time.Second,
+			Timeout:           10 * time.Minute,
+			MinPause:          0,
+			MaxConcurrent:     1,
+			TolerableFailures: 0,
+			Retained:          3,
+			Mode:              ModeExactlyOnce,
+		},
+		State: State{
+			Dir:             "weir-state",
+			BlockCacheBytes: 256 << 20,
+		},
+		HTTP:    HTTP{Address: ":9464"},
+		Log:     Log{Level: "info", Format: "text"},
+		Process: Process{GracePeriod: 30 * time.Second},
+	}
+}
+
+// Values of the enumerated settings.
+const (
+	ModeExactlyOnce   = "exactly-once"
+	ModeAtLeastOnce   = "at-least-once"
+	FormatJSON        = "json"
+	FormatRaw         = "raw"
+	StartEarliest     = "earliest"
+	StartLatest       = "latest"
+	OnErrorFail       = "fail"
+	OnErrorSkip       = "skip"
+	OnErrorDeadLetter = "dead-letter"
+	OpCount           = "count"
+)
+
+// stepDefaults fills the unset fields of pipeline steps.
+func (c *Config) stepDefaults() {
+	for i := range c.Job.Pipeline {
+		s := &c.Job.Pipeline[i]
+		if s.Source != nil {
+			if s.Source.Format == "" {
+				s.Source.Format = FormatJSON
+			}
+			if s.Source.Start == "" {
+				s.Source.Start = StartEarliest
+			}
+			if s.Source.OnError == "" {
+				s.Source.OnError = OnErrorFail
+			}
+		}
+		if s.Sink != nil {
+			if s.Sink.Format == "" {
+				s.Sink.Format = FormatJSON
+			}
+			if s.Sink.Delivery == "" {
+				s.Sink.Delivery = ModeExactlyOnce
+			}
+			if s.Sink.TransactionTimeout == 0 {
+				// Long enough for the default checkpoint interval and
+				// timeout, short enough to fit under Kafka's default
+				// transaction.max.timeout.ms (15 minutes).
+				s.Sink.TransactionTimeout = max(c.Checkpoint.Interval+c.Checkpoint.Timeout+time.Minute, time.Minute)
+				s.Sink.TransactionTimeout = min(s.Sink.TransactionTimeout, 15*time.Minute)
+			}
+		}
+	}
+}
+
+// derivedDefaults fills settings whose defaults depend on others.
+func (c *Config) derivedDefaults() {
+	if c.Kafka.TopicPrefix == "" && c.Job.Name != "" {
+		c.Kafka.TopicPrefix = "_weir." + c.Job.Name + "."
+	}
+	if c.Kafka.ClientID == "" && c.Job.Name != "" {
+		c.Kafka.ClientID = "weir-" + c.Job.Name
+	}
+	if c.Checkpoint.Storage == "" && c.State.Dir != "" {
+		c.Checkpoint.Storage = "file://" + absPath(c.State.Dir) + "/checkpoints"
+	}
+	c.stepDefaults()
+}

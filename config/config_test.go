@@ -1,0 +1,211 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/weir-stream/weir/config"
+)
+
+const clicksJob = `
+job:
+  name: clicks-per-user
+  pipeline:
+    - source: {topics: [clicks], format: json, start: earliest}
+    - aggregate: {op: count}     # per record key; emits on every update
+    - sink: {topic: clicks-per-user, format: json, delivery: exactly-once}
+kafka:
+  brokers: [127.0.0.1:9092]
+checkpoint:
+  interval: 1s
+`
+
+func noEnv(string) (string, bool) { return "", false }
+
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestLoadClicksJob(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(path, []byte(clicksJob), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(config.Source{File: path, Env: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Job.Name != "clicks-per-user" || len(cfg.Job.Pipeline) != 3 {
+		t.Fatalf("job %+v", cfg.Job)
+	}
+	src, agg, sink := cfg.Job.Pipeline[0].Source, cfg.Job.Pipeline[1].Aggregate, cfg.Job.Pipeline[2].Sink
+	if src == nil || !slices.Equal(src.Topics, []string{"clicks"}) || src.OnError != config.OnErrorFail {
+		t.Fatalf("source %+v", src)
+	}
+	if agg == nil || agg.Op != "count" || sink == nil || sink.Topic != "clicks-per-user" || sink.Delivery != config.ModeExactlyOnce {
+		t.Fatalf("aggregate %+v sink %+v", agg, sink)
+	}
+	if cfg.Checkpoint.Interval != time.Second || cfg.Checkpoint.Retained != 3 || cfg.Checkpoint.MaxConcurrent != 1 {
+		t.Fatalf("checkpoint %+v", cfg.Checkpoint)
+	}
+	if cfg.Kafka.TopicPrefix != "_weir.clicks-per-user." || cfg.Kafka.ClientID != "weir-clicks-per-user" {
+		t.Fatalf("derived kafka settings %+v", cfg.Kafka)
+	}
+	if !strings.HasPrefix(cfg.Checkpoint.Storage, "file:///") || !strings.HasSuffix(cfg.Checkpoint.Storage, "/weir-state/checkpoints") {
+		t.Fatalf("default storage %q", cfg.Checkpoint.Storage)
+	}
+	if sink.TransactionTimeout <= cfg.Checkpoint.Interval+cfg.Checkpoint.Timeout {
+		t.Fatalf("default transaction timeout %v too short", sink.TransactionTimeout)
+	}
+}
+
+func TestPrecedenceYAMLEnvFlags(t *testing.T) {
+	flags := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	flags.Duration("checkpoint.interval", 0, "")
+	flags.StringSlice("kafka.brokers", nil, "")
+	flags.Int("checkpoint.retained", 0, "")
+	if err := flags.Parse([]string{"--checkpoint.interval=250ms"}); err != nil {
+		t.Fatal(err)
+	}
+	env := envOf(map[string]string{
+		"WEIR_KAFKA_BROKERS":             "a:1,b:2",
+		"WEIR_CHECKPOINT_INTERVAL":       "5s", // the flag wins
+		"WEIR_CHECKPOINT_MAX_CONCURRENT": "2",
+		"WEIR_LOG_FORMAT":                "json",
+	})
+	cfg, err := config.Load(config.Source{YAML: []byte(clicksJob), Env: env, Flags: flags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Kafka.Brokers, []string{"a:1", "b:2"}) {
+		t.Errorf("brokers %v, want the environment's", cfg.Kafka.Brokers)
+	}
+	if cfg.Checkpoint.Interval != 250*time.Millisecond {
+		t.Errorf("interval %v, want the flag's 250ms", cfg.Checkpoint.Interval)
+	}
+	if cfg.Checkpoint.MaxConcurrent != 2 || cfg.Log.Format != "json" {
+		t.Errorf("max_concurrent %d format %q, want the environment's", cfg.Checkpoint.MaxConcurrent, cfg.Log.Format)
+	}
+	if cfg.Checkpoint.Retained != 3 {
+		t.Errorf("retained %d: an unset flag must not override the default", cfg.Checkpoint.Retained)
+	}
+}
+
+func TestUnknownKeysByPath(t *testing.T) {
+	bad := strings.Replace(clicksJob, "  interval: 1s\n", "  intervall: 2s\n", 1) + "state:\n  dri: /tmp\n"
+	bad = strings.Replace(bad, "aggregate: {op: count}", "aggregate: {op: count, window: 5s}", 1)
+	_, err := config.Load(config.Source{YAML: []byte(bad), Env: noEnv})
+	if err == nil {
+		t.Fatal("unknown keys accepted")
+	}
+	for _, want := range []string{
+		"checkpoint.intervall: unknown key",
+		"state.dri: unknown key",
+		"job.pipeline[1].aggregate.window: unknown key",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestEveryProblemReportedByPath(t *testing.T) {
+	yaml := `
+job:
+  name: "bad name!"
+  pipeline:
+    - aggregate: {op: sum}
+    - source: {topics: [], format: xml, start: yesterday, on_error: dead-letter}
+    - sink: {topic: "", delivery: maybe}
+kafka:
+  brokers: [nohostport]
+checkpoint:
+  interval: 1ms
+  retained: 0
+  max_concurrent: 0
+  storage: "ftp://x"
+  mode: sometimes
+log:
+  level: loud
+`
+	_, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv})
+	if err == nil {
+		t.Fatal("bad config accepted")
+	}
+	var paths []string
+	for _, e := range unjoin(err) {
+		var fe *config.FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("problem %q is no FieldError", e)
+		}
+		paths = append(paths, fe.Path)
+	}
+	for _, want := range []string{
+		"job.name",
+		"job.pipeline[0]",
+		"job.pipeline[0].aggregate.op",
+		"job.pipeline[1].source",
+		"job.pipeline[1].source.topics",
+		"job.pipeline[1].source.format",
+		"job.pipeline[1].source.start",
+		"job.pipeline[1].source.dead_letter_topic",
+		"job.pipeline[2].sink.topic",
+		"job.pipeline[2].sink.delivery",
+		"kafka.brokers[0]",
+		"checkpoint.interval",
+		"checkpoint.retained",
+		"checkpoint.max_concurrent",
+		"checkpoint.storage",
+		"checkpoint.mode",
+		"log.level",
+	} {
+		if !slices.Contains(paths, want) {
+			t.Errorf("no problem reported at %s; got %v", want, paths)
+		}
+	}
+}
+
+func TestTransactionTimeoutMustExceedCheckpoint(t *testing.T) {
+	yaml := strings.Replace(clicksJob, "delivery: exactly-once}", "delivery: exactly-once, transaction_timeout: 30s}", 1)
+	_, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv})
+	if err == nil || !strings.Contains(err.Error(), "job.pipeline[2].sink.transaction_timeout") {
+		t.Fatalf("short transaction timeout: %v", err)
+	}
+}
+
+func TestMissingBrokersNamesTheVariable(t *testing.T) {
+	yaml := strings.Replace(clicksJob, "  brokers: [127.0.0.1:9092]\n", "  client_id: x\n", 1)
+	_, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv})
+	if err == nil || !strings.Contains(err.Error(), "kafka.brokers: required") || !strings.Contains(err.Error(), "WEIR_KAFKA_BROKERS") {
+		t.Fatalf("missing brokers: %v", err)
+	}
+}
+
+func TestKeysHaveEnvNames(t *testing.T) {
+	keys := config.Keys()
+	if !slices.Contains(keys, "checkpoint.max_concurrent") || slices.Contains(keys, "job.pipeline") {
+		t.Fatalf("keys %v", keys)
+	}
+	if got := config.EnvName("checkpoint.max_concurrent"); got != "WEIR_CHECKPOINT_MAX_CONCURRENT" {
+		t.Fatalf("EnvName = %s", got)
+	}
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, unjoin(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}

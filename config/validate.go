@@ -1,0 +1,224 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// FieldError is one problem with one setting.
+type FieldError struct {
+	// Path is the key path of the setting: "checkpoint.interval",
+	// "job.pipeline[2].sink.topic".
+	Path string
+	Msg  string
+}
+
+func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
+
+// jobNameRE keeps job names usable inside Kafka topic names and object keys.
+var jobNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,99}$`)
+
+// Validate checks every setting and returns all problems at once, joined;
+// each is a *FieldError (errors.As) whose Error() starts with its key path.
+func (c *Config) Validate() error {
+	var v validator
+
+	// job
+	switch {
+	case c.Job.Name == "":
+		v.add("job.name", "required: it names the job's topics, groups and checkpoints")
+	case !jobNameRE.MatchString(c.Job.Name):
+		v.add("job.name", "%q: use 1 to 100 letters, digits, '.', '_' or '-', starting with a letter or digit", c.Job.Name)
+	}
+	c.validatePipeline(&v)
+
+	// kafka
+	if len(c.Kafka.Brokers) == 0 {
+		v.add("kafka.brokers", "required: at least one host:port (environment: %s)", EnvName("kafka.brokers"))
+	}
+	for i, b := range c.Kafka.Brokers {
+		if _, _, err := net.SplitHostPort(strings.TrimSpace(b)); err != nil {
+			v.add(fmt.Sprintf("kafka.brokers[%d]", i), "%q is not host:port", b)
+		}
+	}
+	if c.Kafka.ReplicationFactor == 0 || c.Kafka.ReplicationFactor < -1 {
+		v.add("kafka.replication_factor", "%d: must be -1 (the broker's default) or at least 1", c.Kafka.ReplicationFactor)
+	}
+	// Kafka's own bounds for group.min/max.session.timeout.ms defaults.
+	if c.Kafka.SessionTimeout < 6*time.Second || c.Kafka.SessionTimeout > 30*time.Minute {
+		v.add("kafka.session_timeout", "%v: must be between 6s and 30m (the broker's default group session bounds)", c.Kafka.SessionTimeout)
+	}
+
+	// checkpoint
+	cp := c.Checkpoint
+	if cp.Interval < 10*time.Millisecond {
+		v.add("checkpoint.interval", "%v: must be at least 10ms", cp.Interval)
+	}
+	if cp.Timeout <= 0 {
+		v.add("checkpoint.timeout", "%v: must be positive", cp.Timeout)
+	}
+	if cp.MinPause < 0 {
+		v.add("checkpoint.min_pause", "%v: must not be negative", cp.MinPause)
+	}
+	if cp.MaxConcurrent < 1 {
+		v.add("checkpoint.max_concurrent", "%d: must be at least 1", cp.MaxConcurrent)
+	}
+	if cp.TolerableFailures < 0 {
+		v.add("checkpoint.tolerable_failures", "%d: must not be negative", cp.TolerableFailures)
+	}
+	if cp.Retained < 1 {
+		v.add("checkpoint.retained", "%d: must be at least 1 (the job restores from the newest)", cp.Retained)
+	}
+	if cp.Mode != ModeExactlyOnce && cp.Mode != ModeAtLeastOnce {
+		v.add("checkpoint.mode", "%q: must be %q or %q", cp.Mode, ModeExactlyOnce, ModeAtLeastOnce)
+	}
+	if u, err := url.Parse(cp.Storage); err != nil || cp.Storage == "" {
+		v.add("checkpoint.storage", "%q is not a URL", cp.Storage)
+	} else if !oneOf(u.Scheme, "file", "s3", "gs", "azblob", "mem") {
+		v.add("checkpoint.storage", "scheme %q: must be file, s3, gs, azblob or mem", u.Scheme)
+	}
+
+	// state
+	if c.State.Dir == "" {
+		v.add("state.dir", "required")
+	}
+	if c.State.BlockCacheBytes < 1<<20 {
+		v.add("state.block_cache_bytes", "%d: must be at least 1 MiB", c.State.BlockCacheBytes)
+	}
+
+	// http, log, process
+	if c.HTTP.Address != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP.Address); err != nil {
+			v.add("http.address", "%q is not host:port (or :port)", c.HTTP.Address)
+		}
+	}
+	if !oneOf(c.Log.Level, "debug", "info", "warn", "error") {
+		v.add("log.level", "%q: must be debug, info, warn or error", c.Log.Level)
+	}
+	if !oneOf(c.Log.Format, "text", "json") {
+		v.add("log.format", "%q: must be text or json", c.Log.Format)
+	}
+	if c.Process.GracePeriod <= 0 {
+		v.add("process.grace_period", "%v: must be positive", c.Process.GracePeriod)
+	}
+	return v.err()
+}
+
+func (c *Config) validatePipeline(v *validator) {
+	steps := c.Job.Pipeline
+	if len(steps) == 0 {
+		v.add("job.pipeline", "required: at least a source and a sink step")
+		return
+	}
+	for i, s := range steps {
+		path := fmt.Sprintf("job.pipeline[%d]", i)
+		kinds := 0
+		for _, set := range []bool{s.Source != nil, s.Aggregate != nil, s.Sink != nil} {
+			if set {
+				kinds++
+			}
+		}
+		if kinds != 1 {
+			v.add(path, "must have exactly one of source, aggregate, sink (has %d)", kinds)
+			continue
+		}
+		switch {
+		case s.Source != nil:
+			if i != 0 {
+				v.add(path+".source", "a source must be the first step")
+			}
+			validateSource(v, path+".source", s.Source)
+		case s.Aggregate != nil:
+			if s.Aggregate.Op != OpCount {
+				v.add(path+".aggregate.op", "%q: must be %q", s.Aggregate.Op, OpCount)
+			}
+		case s.Sink != nil:
+			if i != len(steps)-1 {
+				v.add(path+".sink", "a sink must be the last step")
+			}
+			c.validateSink(v, path+".sink", s.Sink)
+		}
+	}
+	if steps[0].Source == nil {
+		v.add("job.pipeline[0]", "the first step must be a source")
+	}
+	if steps[len(steps)-1].Sink == nil {
+		v.add(fmt.Sprintf("job.pipeline[%d]", len(steps)-1), "the last step must be a sink")
+	}
+}
+
+func validateSource(v *validator, path string, s *SourceStep) {
+	if len(s.Topics) == 0 {
+		v.add(path+".topics", "required: at least one topic")
+	}
+	for i, t := range s.Topics {
+		if t == "" {
+			v.add(fmt.Sprintf("%s.topics[%d]", path, i), "empty topic name")
+		}
+	}
+	if !oneOf(s.Format, FormatJSON, FormatRaw) {
+		v.add(path+".format", "%q: must be json or raw", s.Format)
+	}
+	if s.Start != StartEarliest && s.Start != StartLatest {
+		if _, err := time.Parse(time.RFC3339, s.Start); err != nil {
+			v.add(path+".start", "%q: must be earliest, latest or an RFC 3339 time", s.Start)
+		}
+	}
+	switch s.OnError {
+	case OnErrorFail, OnErrorSkip:
+		if s.DeadLetterTopic != "" {
+			v.add(path+".dead_letter_topic", "set, but on_error is %q: set on_error to dead-letter or remove it", s.OnError)
+		}
+	case OnErrorDeadLetter:
+		if s.DeadLetterTopic == "" {
+			v.add(path+".dead_letter_topic", "required when on_error is dead-letter")
+		}
+	default:
+		v.add(path+".on_error", "%q: must be fail, skip or dead-letter", s.OnError)
+	}
+}
+
+func (c *Config) validateSink(v *validator, path string, s *SinkStep) {
+	if s.Topic == "" {
+		v.add(path+".topic", "required")
+	}
+	if s.Format != FormatJSON {
+		v.add(path+".format", "%q: must be json", s.Format)
+	}
+	if !oneOf(s.Delivery, ModeExactlyOnce, ModeAtLeastOnce) {
+		v.add(path+".delivery", "%q: must be exactly-once or at-least-once", s.Delivery)
+	}
+	if s.Delivery == ModeExactlyOnce && c.Checkpoint.Mode == ModeAtLeastOnce {
+		v.add(path+".delivery", "exactly-once needs checkpoint.mode exactly-once (it is at-least-once)")
+	}
+	if s.Delivery == ModeExactlyOnce {
+		// A transaction is open from its epoch's first record until the
+		// checkpoint that ends the epoch completes: up to an interval plus
+		// the checkpoint's own duration, which the timeout bounds.
+		if need := c.Checkpoint.Interval + c.Checkpoint.Timeout; s.TransactionTimeout <= need {
+			v.add(path+".transaction_timeout", "%v: must exceed checkpoint.interval + checkpoint.timeout (%v), or the broker aborts transactions of slow checkpoints; raise it or lower checkpoint.timeout", s.TransactionTimeout, need)
+		}
+	}
+}
+
+type validator struct{ problems []error }
+
+func (v *validator) add(path, format string, args ...any) {
+	v.problems = append(v.problems, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) err() error { return errors.Join(v.problems...) }
+
+func oneOf(s string, options ...string) bool {
+	for _, o := range options {
+		if s == o {
+			return true
+		}
+	}
+	return false
+}
