@@ -1,0 +1,360 @@
+package state
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weir-stream/weir/state/objstore"
+)
+
+// Sentinel errors, for errors.Is.
+var (
+	// ErrClosed reports use of a closed Backend.
+	ErrClosed = errors.New("state: backend closed")
+	// ErrNoCurrentKey reports keyed state access before SetCurrentKey.
+	ErrNoCurrentKey = errors.New("state: no current key")
+	// ErrStateKind reports a state name registered twice with different kinds.
+	ErrStateKind = errors.New("state: state name already used by another kind of state")
+	// ErrCorruptValue reports a stored value that its codec or framing cannot decode.
+	ErrCorruptValue = errors.New("state: corrupt stored value")
+	// ErrMissingFile reports a file of a snapshot that object storage does not have.
+	ErrMissingFile = errors.New("state: snapshot file missing")
+	// ErrCorruptFile reports a file of a snapshot whose size or checksum is wrong.
+	ErrCorruptFile = errors.New("state: snapshot file corrupt")
+	// ErrSnapshot reports a snapshot request the backend refuses (duplicate
+	// or non-increasing checkpoint ID, unknown snapshot).
+	ErrSnapshot = errors.New("state: invalid snapshot request")
+	// ErrManifest reports a task manifest that cannot be used.
+	ErrManifest = errors.New("state: invalid task manifest")
+)
+
+// Config configures the state backend of one task.
+type Config struct {
+	// Dir is the task's local state directory, state.dir/<job>/<task>. The
+	// backend owns everything below it: db/ (the live Pebble database),
+	// snap/ (local snapshot copies for local recovery) and restore.tmp/.
+	Dir string
+	// Task is the task ID; it names the task's objects in the store.
+	Task string
+	// Store is the job's object store. Required for snapshots and restore.
+	Store *objstore.Store
+	// Cache is the process-wide Pebble block cache (pebble.NewCache), shared
+	// by every task of the replica. The backend takes its own reference. If
+	// nil, the backend uses a private 64 MiB cache.
+	Cache *pebble.Cache
+	// FS is the local filesystem; nil means the OS (vfs.Default). Tests pass
+	// a crashable in-memory filesystem.
+	FS vfs.FS
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the backend's metrics (labelled with the task);
+	// nil registers nothing.
+	Registerer prometheus.Registerer
+	// Now is the clock of state TTL; nil means time.Now.
+	Now func() time.Time
+	// UploadConcurrency and DownloadConcurrency bound parallel transfers per
+	// snapshot / restore. Default 4 each.
+	UploadConcurrency   int
+	DownloadConcurrency int
+	// DisableLocalRecovery makes every restore download, even when the local
+	// directory still holds the snapshot.
+	DisableLocalRecovery bool
+	// VerifyLocalChecksums makes local recovery read every local file and
+	// compare its checksum with the manifest, not only its size. It costs a
+	// full read of the state.
+	VerifyLocalChecksums bool
+	// MemTableSize overrides the Pebble memtable size (default 64 MiB).
+	MemTableSize uint64
+	// TunePebble, if set, may change the Pebble options after the defaults
+	// of PebbleOptions are applied.
+	TunePebble func(*pebble.Options)
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Dir == "" {
+		errs = append(errs, errors.New("state: config: Dir is empty"))
+	}
+	if err := objstore.ValidName("task", c.Task); err != nil {
+		errs = append(errs, fmt.Errorf("state: config: Task: %w", err))
+	}
+	if c.UploadConcurrency < 0 || c.DownloadConcurrency < 0 {
+		errs = append(errs, errors.New("state: config: negative concurrency"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) ensureDefaults() {
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Logger = c.Logger.With("task", c.Task)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.UploadConcurrency == 0 {
+		c.UploadConcurrency = 4
+	}
+	if c.DownloadConcurrency == 0 {
+		c.DownloadConcurrency = 4
+	}
+	if c.MemTableSize == 0 {
+		c.MemTableSize = 64 << 20
+	}
+}
+
+// PebbleOptions returns the Pebble options Weir uses for task state, tuned
+// for write-heavy keyed state that is made durable by snapshots rather than
+// by the WAL (see docs/state.md for the reasoning behind each):
+//
+//   - 64 MiB memtables, up to 4 queued, so that bursts of updates are
+//     absorbed in memory and flushes produce few, large L0 files;
+//   - LBaseMaxBytes 256 MiB: fewer levels for states of a few GiB, hence
+//     less write amplification and fewer new files per incremental snapshot;
+//   - target file sizes 4 MiB in L0 doubling per level up to 32 MiB: files
+//     small enough that a compaction rewrites (and a snapshot re-uploads)
+//     little beyond the key ranges it touches;
+//   - a 10-bit bloom filter on every level, because keyed state is read by
+//     point lookups;
+//   - up to 2 concurrent compactions;
+//   - a manifest rolled at 8 MiB, which bounds what the synchronous part of
+//     a snapshot copies;
+//   - the newest format major version.
+//
+// cache is the shared block cache; fs the filesystem the database lives on.
+func PebbleOptions(cache *pebble.Cache, fs vfs.FS, memTableSize uint64) *pebble.Options {
+	o := &pebble.Options{
+		Cache:                       cache,
+		FS:                          fs,
+		FormatMajorVersion:          pebble.FormatNewest,
+		MemTableSize:                memTableSize,
+		MemTableStopWritesThreshold: 4,
+		L0CompactionThreshold:       4,
+		L0StopWritesThreshold:       1000,
+		LBaseMaxBytes:               256 << 20,
+		MaxManifestFileSize:         8 << 20,
+		MaxOpenFiles:                1000,
+		CompactionConcurrencyRange:  func() (int, int) { return 1, 2 },
+	}
+	size := int64(4 << 20)
+	for i := range o.Levels {
+		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		o.TargetFileSizes[i] = size
+		size = min(2*size, 32<<20)
+	}
+	o.EnsureDefaults()
+	return o
+}
+
+// pebbleLogger sends Pebble's logs to slog: Pebble's info messages at debug
+// level, since they describe routine flushes and compactions.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.log.Error(msg, "component", "pebble", "fatal", true)
+	panic("pebble: " + msg)
+}
+
+// Backend is the state of one task: a Pebble database with keyed state, its
+// snapshots and their uploads.
+//
+// Concurrency: the keyed state API, SetCurrentKey and Snapshot (the
+// synchronous part) belong to the task goroutine and must not be called
+// concurrently. Snapshot.Run (the asynchronous part), NotifyComplete,
+// NotifyAborted and Close may be called from any goroutine; they share the
+// upload bookkeeping under mu.
+type Backend struct {
+	cfg      Config
+	fs       vfs.FS // the real filesystem, with syncs
+	db       *pebble.DB
+	cache    *pebble.Cache
+	dbDir    string
+	snapDir  string
+	instance string // random, names the shared files this incarnation uploads
+	metrics  *metrics
+	restored *Manifest
+
+	// Task goroutine only.
+	curKey      []byte
+	hasKey      bool
+	states      map[string]*stateInfo
+	lastSnap    int64
+	wo          *pebble.WriteOptions
+	restoreInfo RestoreInfo
+
+	mu snapMu
+}
+
+// snapMu guards the upload bookkeeping shared by the task goroutine and the
+// asynchronous parts of snapshots.
+type snapMu struct {
+	sync.Mutex
+	// confirmed maps local file names of the last confirmed (completed or
+	// restored) checkpoint to their objects; a snapshot reuses them without
+	// uploading.
+	confirmed   map[string]FileEntry
+	confirmedID int64
+	// uploads are shared files uploaded (or being uploaded) by snapshots not
+	// yet confirmed, keyed by local name.
+	uploads map[string]*upload
+	// pending snapshots by checkpoint ID.
+	pending map[int64]*Snapshot
+	closed  bool
+}
+
+// upload is one shared file uploaded by one or more pending snapshots.
+type upload struct {
+	done   chan struct{}
+	entry  FileEntry
+	err    error
+	owners map[int64]struct{}
+}
+
+func (b *Backend) dbPath() string { return b.dbDir }
+
+// Open opens a task's state with no prior snapshot: whatever Dir holds is
+// discarded (a task with no completed checkpoint starts empty).
+func Open(ctx context.Context, cfg Config) (*Backend, error) {
+	b, err := newBackend(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.resetDir(); err != nil {
+		return nil, err
+	}
+	if err := b.openDB(); err != nil {
+		return nil, err
+	}
+	b.cfg.Logger.Info("state opened empty", "dir", b.cfg.Dir)
+	return b, nil
+}
+
+func newBackend(cfg Config) (*Backend, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.ensureDefaults()
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, fmt.Errorf("state: instance id: %w", err)
+	}
+	b := &Backend{
+		cfg:      cfg,
+		fs:       cfg.FS,
+		dbDir:    cfg.FS.PathJoin(cfg.Dir, "db"),
+		snapDir:  cfg.FS.PathJoin(cfg.Dir, "snap"),
+		instance: hex.EncodeToString(rnd[:]),
+		states:   make(map[string]*stateInfo),
+		wo:       pebble.NoSync,
+	}
+	b.mu.confirmed = make(map[string]FileEntry)
+	b.mu.uploads = make(map[string]*upload)
+	b.mu.pending = make(map[int64]*Snapshot)
+	m, err := newMetrics(cfg.Registerer, cfg.Task)
+	if err != nil {
+		return nil, err
+	}
+	b.metrics = m
+	return b, nil
+}
+
+// resetDir removes the live database, local snapshots and restore leftovers.
+func (b *Backend) resetDir() error {
+	for _, d := range []string{b.dbDir, b.snapDir, b.restoreDir()} {
+		if err := b.fs.RemoveAll(d); err != nil {
+			return fmt.Errorf("state: remove %s: %w", d, err)
+		}
+	}
+	if err := b.fs.MkdirAll(b.snapDir, 0o755); err != nil {
+		return fmt.Errorf("state: mkdir %s: %w", b.snapDir, err)
+	}
+	return nil
+}
+
+func (b *Backend) restoreDir() string { return b.fs.PathJoin(b.cfg.Dir, "restore.tmp") }
+
+func (b *Backend) openDB() error {
+	cache := b.cfg.Cache
+	if cache == nil {
+		cache = pebble.NewCache(64 << 20)
+	} else {
+		cache.Ref()
+	}
+	o := PebbleOptions(cache, noSyncFS{b.fs}, b.cfg.MemTableSize)
+	o.Logger = pebbleLogger{b.cfg.Logger}
+	if b.cfg.TunePebble != nil {
+		b.cfg.TunePebble(o)
+	}
+	db, err := pebble.Open(b.dbDir, o)
+	if err != nil {
+		cache.Unref()
+		return fmt.Errorf("state: open pebble %s: %w", b.dbDir, err)
+	}
+	b.db = db
+	b.cache = cache
+	return nil
+}
+
+// DB returns the underlying Pebble database, for benchmarks and diagnostics.
+// Writing to it directly bypasses the keyed state encoding.
+func (b *Backend) DB() *pebble.DB { return b.db }
+
+// Restored returns the manifest the backend was restored from, or nil if it
+// was opened empty. Its OperatorState is the blob the task handed in at that
+// snapshot.
+func (b *Backend) Restored() *Manifest { return b.restored }
+
+// Close aborts pending snapshots (deleting what only they uploaded), closes
+// the database and releases the cache reference. Local snapshot copies stay
+// on disk for local recovery.
+func (b *Backend) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if b.mu.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.mu.closed = true
+	var ids []int64
+	for id := range b.mu.pending {
+		ids = append(ids, id)
+	}
+	b.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		if err := b.NotifyAborted(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.db != nil {
+		if err := b.db.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("state: close pebble: %w", err))
+		}
+		b.cache.Unref()
+		b.db = nil
+	}
+	b.metrics.unregister()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,183 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/weir-stream/weir/state/objstore"
+)
+
+const manifestVersion = 1
+
+// Manifest is a task's snapshot as stored in object storage
+// (chk-<n>/<task>.manifest or savepoints/<name>/<task>.manifest): every file
+// the task's Pebble database needs, with size and checksum, and the small
+// operator state the task handed in (source offsets, sink transaction
+// handles). It is written after every file it lists.
+type Manifest struct {
+	Version    int    `json:"v"`
+	Job        string `json:"job"`
+	Task       string `json:"task"`
+	Checkpoint int64  `json:"checkpoint"`
+	// Savepoint is the savepoint name, empty for a checkpoint. A savepoint's
+	// file keys are relative to its directory savepoints/<name>/, so that the
+	// savepoint is self-contained.
+	Savepoint string    `json:"savepoint,omitempty"`
+	Instance  string    `json:"instance"`
+	Created   time.Time `json:"created"`
+	// StateBytes is the total size of Files.
+	StateBytes    int64       `json:"state_bytes"`
+	Files         []FileEntry `json:"files"`
+	OperatorState []byte      `json:"operator_state,omitempty"`
+}
+
+// FileEntry is one file of a snapshot.
+type FileEntry struct {
+	// Name is the file's name in the Pebble directory, e.g. 000123.sst.
+	Name string `json:"name"`
+	// Key is the object key, relative to the job root for a checkpoint
+	// (shared/<task>/… or chk-<n>/<task>/…), relative to the savepoint
+	// directory for a savepoint.
+	Key    string `json:"key"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// Shared marks an immutable file (SST) that later checkpoints may reuse.
+	Shared bool `json:"shared,omitempty"`
+}
+
+// ObjectKey returns the key, relative to the job root, of file f.
+func (m *Manifest) ObjectKey(f FileEntry) string {
+	if m.Savepoint != "" {
+		return objstore.SavepointPrefix(m.Savepoint) + f.Key
+	}
+	return f.Key
+}
+
+// SharedKeys returns the keys of the manifest's shared files.
+func (m *Manifest) SharedKeys() []string {
+	var out []string
+	for _, f := range m.Files {
+		if f.Shared && m.Savepoint == "" {
+			out = append(out, f.Key)
+		}
+	}
+	return out
+}
+
+// Handle is the key, relative to the job root, of the manifest itself: what
+// a task acknowledges and what a restore starts from.
+func (m *Manifest) Handle() string {
+	if m.Savepoint != "" {
+		return objstore.SavepointManifestKey(m.Savepoint, m.Task)
+	}
+	return objstore.TaskManifestKey(m.Checkpoint, m.Task)
+}
+
+// Encode returns the manifest as JSON.
+func (m *Manifest) Encode() ([]byte, error) { return json.MarshalIndent(m, "", " ") }
+
+// DecodeManifest parses and validates a manifest.
+func DecodeManifest(data []byte) (*Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
+	}
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+func (m *Manifest) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrManifest}, args...)...))
+	}
+	if m.Version != manifestVersion {
+		bad("unknown version %d (this build reads %d)", m.Version, manifestVersion)
+	}
+	if err := objstore.ValidName("task", m.Task); err != nil {
+		bad("%v", err)
+	}
+	if m.Checkpoint <= 0 {
+		bad("checkpoint id %d", m.Checkpoint)
+	}
+	seen := make(map[string]bool)
+	var total int64
+	for _, f := range m.Files {
+		if f.Name == "" || strings.ContainsAny(f.Name, "/\\") || f.Name == "." || f.Name == ".." || seen[f.Name] {
+			bad("bad or duplicate file name %q", f.Name)
+		}
+		seen[f.Name] = true
+		if f.Key == "" || path.Clean(f.Key) != f.Key || strings.HasPrefix(f.Key, "../") || strings.HasPrefix(f.Key, "/") {
+			bad("file %s: bad key %q", f.Name, f.Key)
+		}
+		if f.Size < 0 || len(f.SHA256) != 64 {
+			bad("file %s: bad size %d or checksum %q", f.Name, f.Size, f.SHA256)
+		}
+		total += f.Size
+	}
+	if total != m.StateBytes {
+		bad("state_bytes %d is not the sum of the file sizes %d", m.StateBytes, total)
+	}
+	return errors.Join(errs...)
+}
+
+// ReadManifest reads and validates the manifest at handle (a key relative
+// to the job root).
+func ReadManifest(ctx context.Context, store *objstore.Store, handle string) (*Manifest, error) {
+	data, err := store.Get(ctx, handle)
+	if err != nil {
+		return nil, fmt.Errorf("state: read manifest %s: %w", handle, err)
+	}
+	m, err := DecodeManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("state: manifest %s: %w", handle, err)
+	}
+	return m, nil
+}
+
+// parallel runs fn for every item with at most n at a time. The first error
+// cancels the context the others see; parallel waits for all and returns
+// every error.
+func parallel[T any](ctx context.Context, n int, items []T, fn func(ctx context.Context, item T) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, max(n, 1))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, it := range items {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := fn(ctx, it); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return ctx.Err() // cancelled from outside, maybe before every item ran
+}

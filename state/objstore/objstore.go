@@ -1,0 +1,419 @@
+// Package objstore owns Weir's access to object storage for one job: opening
+// a gocloud.dev/blob bucket from a URL, the key layout of DESIGN.md section 7,
+// retries with backoff for transient errors, and conditional puts.
+//
+// It knows nothing about Pebble or about what a checkpoint contains; package
+// state decides what to write and in which order. Keys handed to a Store are
+// relative to the job's root (<root>/<job>/); the layout helpers (SharedKey,
+// TaskManifestKey, MetadataKey, …) build them.
+//
+// A Store is safe for concurrent use.
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob" // file:// URLs, the default checkpoint.storage
+	_ "gocloud.dev/blob/memblob"  // mem:// URLs, for tests
+	"gocloud.dev/gcerrors"
+)
+
+// Sentinel errors, for errors.Is.
+var (
+	// ErrNotFound reports that an object does not exist.
+	ErrNotFound = errors.New("state/objstore: object not found")
+	// ErrExists reports that a conditional put found the object already there.
+	ErrExists = errors.New("state/objstore: object already exists")
+)
+
+// Object describes one stored object.
+type Object struct {
+	Key     string // relative to the job root
+	Size    int64
+	ModTime time.Time
+}
+
+// Bucket is the part of an object store that a Store uses. *blob.Bucket is
+// adapted by FromBlob; tests wrap a Bucket to inject failures. Every method
+// must be safe for concurrent use. Upload must be atomic: after an error no
+// object (or the previous one) is visible under key.
+type Bucket interface {
+	Upload(ctx context.Context, key string, r io.Reader, opts *blob.WriterOptions) error
+	NewReader(ctx context.Context, key string) (io.ReadCloser, error)
+	Attributes(ctx context.Context, key string) (Object, error)
+	Delete(ctx context.Context, key string) error
+	// List returns every object whose key starts with prefix.
+	List(ctx context.Context, prefix string) ([]Object, error)
+	Close() error
+}
+
+// FromBlob adapts a gocloud.dev bucket. Closing the Bucket closes b.
+func FromBlob(b *blob.Bucket) Bucket { return blobBucket{b} }
+
+type blobBucket struct{ b *blob.Bucket }
+
+func (b blobBucket) Upload(ctx context.Context, key string, r io.Reader, opts *blob.WriterOptions) error {
+	if opts != nil && opts.ContentType == "" {
+		// blob.Bucket.Upload refuses options without a content type (it
+		// would otherwise sniff one only when opts is nil).
+		o := *opts
+		o.ContentType = "application/octet-stream"
+		opts = &o
+	}
+	return b.b.Upload(ctx, key, r, opts)
+}
+
+func (b blobBucket) NewReader(ctx context.Context, key string) (io.ReadCloser, error) {
+	return b.b.NewReader(ctx, key, nil)
+}
+
+func (b blobBucket) Attributes(ctx context.Context, key string) (Object, error) {
+	a, err := b.b.Attributes(ctx, key)
+	if err != nil {
+		return Object{}, err
+	}
+	return Object{Key: key, Size: a.Size, ModTime: a.ModTime}, nil
+}
+
+func (b blobBucket) Delete(ctx context.Context, key string) error { return b.b.Delete(ctx, key) }
+
+func (b blobBucket) List(ctx context.Context, prefix string) ([]Object, error) {
+	var out []Object
+	it := b.b.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		o, err := it.Next(ctx)
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if o.IsDir {
+			continue
+		}
+		out = append(out, Object{Key: o.Key, Size: o.Size, ModTime: o.ModTime})
+	}
+}
+
+func (b blobBucket) Close() error { return b.b.Close() }
+
+// RetryPolicy says how often and how patiently a Store retries an operation
+// that failed with a transient error (see IsTransient).
+type RetryPolicy struct {
+	// MaxAttempts is the number of tries including the first; 1 disables
+	// retries. Default 5.
+	MaxAttempts int
+	// InitialBackoff is the wait before the second try; it doubles per try,
+	// up to MaxBackoff, with ±50 % jitter. Defaults 100ms and 5s.
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+}
+
+func (p *RetryPolicy) ensureDefaults() {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 5
+	}
+	if p.InitialBackoff <= 0 {
+		p.InitialBackoff = 100 * time.Millisecond
+	}
+	if p.MaxBackoff <= 0 {
+		p.MaxBackoff = 5 * time.Second
+	}
+}
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	Retry  RetryPolicy
+	Logger *slog.Logger // nil: discard
+}
+
+// Store is one job's view of the object store: every key is relative to
+// <root>/<job>/.
+type Store struct {
+	b      Bucket
+	job    string
+	prefix string
+	retry  RetryPolicy
+	log    *slog.Logger
+}
+
+// Open opens the bucket named by url (file:///dir, mem://, s3://bucket?…,
+// any scheme registered with gocloud.dev/blob) and returns the Store of job.
+// The Store owns the bucket: Close closes it.
+func Open(ctx context.Context, url, job string, opts Options) (*Store, error) {
+	b, err := blob.OpenBucket(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("state/objstore: open %s: %w", url, err)
+	}
+	s, err := New(FromBlob(b), job, opts)
+	if err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// New returns the Store of job on b. The Store owns b: Close closes it.
+func New(b Bucket, job string, opts Options) (*Store, error) {
+	if err := ValidName("job", job); err != nil {
+		return nil, err
+	}
+	opts.Retry.ensureDefaults()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Store{b: b, job: job, prefix: job + "/", retry: opts.Retry, log: opts.Logger}, nil
+}
+
+// ValidName checks that a job, task or savepoint name can be one path
+// segment of an object key.
+func ValidName(what, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("state/objstore: empty %s name", what)
+	case name == "." || name == "..":
+		return fmt.Errorf("state/objstore: %s name %q is not allowed", what, name)
+	case strings.ContainsAny(name, "/\\\x00"):
+		return fmt.Errorf("state/objstore: %s name %q contains a path separator or NUL", what, name)
+	}
+	return nil
+}
+
+// Job returns the job name.
+func (s *Store) Job() string { return s.job }
+
+// Close closes the bucket.
+func (s *Store) Close() error { return s.b.Close() }
+
+// Put writes data under key, retrying transient errors.
+func (s *Store) Put(ctx context.Context, key string, data []byte) error {
+	return s.PutFrom(ctx, key, func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	})
+}
+
+// PutFrom writes the bytes that open returns under key. open is called once
+// per try, so a retry sends the whole object again.
+func (s *Store) PutFrom(ctx context.Context, key string, open func() (io.ReadCloser, error)) error {
+	return s.Do(ctx, "put "+key, func(ctx context.Context) error {
+		r, err := open()
+		if err != nil {
+			return Permanent(err)
+		}
+		defer r.Close()
+		return s.b.Upload(ctx, s.prefix+key, r, nil)
+	})
+}
+
+// PutIfAbsent writes data under key only if nothing is there yet, and returns
+// ErrExists otherwise. A try whose response was lost may have written the
+// object: when a retry then finds it, PutIfAbsent reads it back and succeeds
+// if it holds exactly data.
+func (s *Store) PutIfAbsent(ctx context.Context, key string, data []byte) error {
+	tries := 0
+	err := s.Do(ctx, "conditional put "+key, func(ctx context.Context) error {
+		tries++
+		err := s.b.Upload(ctx, s.prefix+key, bytes.NewReader(data), &blob.WriterOptions{IfNotExist: true})
+		if err != nil && gcerrors.Code(err) == gcerrors.FailedPrecondition {
+			return Permanent(ErrExists)
+		}
+		return err
+	})
+	if errors.Is(err, ErrExists) && tries > 1 {
+		got, gerr := s.Get(ctx, key)
+		if gerr == nil && bytes.Equal(got, data) {
+			return nil
+		}
+	}
+	return err
+}
+
+// Get reads the whole object under key.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	var out []byte
+	err := s.Do(ctx, "get "+key, func(ctx context.Context) error {
+		r, err := s.b.NewReader(ctx, s.prefix+key)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		out, err = io.ReadAll(r)
+		return err
+	})
+	return out, err
+}
+
+// Download streams the object under key into the writer that begin returns.
+// begin is called once per try and must discard what an earlier try wrote.
+func (s *Store) Download(ctx context.Context, key string, begin func() (io.Writer, error)) error {
+	return s.Do(ctx, "get "+key, func(ctx context.Context) error {
+		w, err := begin()
+		if err != nil {
+			return Permanent(err)
+		}
+		r, err := s.b.NewReader(ctx, s.prefix+key)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		_, err = io.Copy(w, r)
+		return err
+	})
+}
+
+// Stat returns the size and modification time of the object under key.
+func (s *Store) Stat(ctx context.Context, key string) (Object, error) {
+	var o Object
+	err := s.Do(ctx, "stat "+key, func(ctx context.Context) error {
+		var err error
+		o, err = s.b.Attributes(ctx, s.prefix+key)
+		return err
+	})
+	o.Key = key
+	return o, err
+}
+
+// Delete removes the object under key. A missing object is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	err := s.Do(ctx, "delete "+key, func(ctx context.Context) error {
+		return s.b.Delete(ctx, s.prefix+key)
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// List returns every object whose key (relative to the job root) starts
+// with prefix.
+func (s *Store) List(ctx context.Context, prefix string) ([]Object, error) {
+	var out []Object
+	err := s.Do(ctx, "list "+prefix, func(ctx context.Context) error {
+		objs, err := s.b.List(ctx, s.prefix+prefix)
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		for _, o := range objs {
+			o.Key = strings.TrimPrefix(o.Key, s.prefix)
+			out = append(out, o)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeletePrefix removes every object whose key starts with prefix, first
+// those named first (for example a _metadata object that makes the rest a
+// checkpoint), then the others. It stops at the first error.
+func (s *Store) DeletePrefix(ctx context.Context, prefix string, first ...string) error {
+	objs, err := s.List(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	for _, k := range first {
+		for _, o := range objs {
+			if o.Key == k {
+				if err := s.Delete(ctx, k); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, o := range objs {
+		if contains(first, o.Key) {
+			continue
+		}
+		if err := s.Delete(ctx, o.Key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+// Do runs op, retrying it with exponential backoff and jitter while it fails
+// with a transient error, at most RetryPolicy.MaxAttempts times. A NotFound
+// error is returned as ErrNotFound (wrapped). what names the operation in
+// logs and errors.
+func (s *Store) Do(ctx context.Context, what string, op func(ctx context.Context) error) error {
+	backoff := s.retry.InitialBackoff
+	for attempt := 1; ; attempt++ {
+		err := op(ctx)
+		if err == nil {
+			return nil
+		}
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return fmt.Errorf("%s: %w (%v)", what, ErrNotFound, err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", what, errors.Join(ctx.Err(), err))
+		}
+		if !IsTransient(err) || attempt >= s.retry.MaxAttempts {
+			var p permanent
+			if errors.As(err, &p) {
+				err = p.err
+			}
+			return fmt.Errorf("%s (attempt %d): %w", what, attempt, err)
+		}
+		wait := backoff/2 + rand.N(backoff)
+		s.log.Warn("object store operation failed, retrying", "op", what, "attempt", attempt, "backoff", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w", what, errors.Join(ctx.Err(), err))
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.retry.MaxBackoff)
+	}
+}
+
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Permanent marks err as not worth retrying.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanent{err}
+}
+
+// IsTransient reports whether err is worth retrying: an error marked
+// Permanent, a context error, and gocloud errors that say the request itself
+// is wrong (not found, already exists, invalid argument, failed precondition,
+// permission denied, unimplemented) are not; everything else — network
+// errors, throttling, internal server errors — is.
+func IsTransient(err error) bool {
+	var p permanent
+	if errors.As(err, &p) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	switch gcerrors.Code(err) {
+	case gcerrors.NotFound, gcerrors.AlreadyExists, gcerrors.InvalidArgument,
+		gcerrors.FailedPrecondition, gcerrors.PermissionDenied, gcerrors.Unimplemented,
+		gcerrors.Canceled:
+		return false
+	}
+	return true
+}

@@ -1,0 +1,249 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/weir-stream/weir/state/objstore"
+)
+
+// Registry is the shared-file registry: it counts, for every shared file,
+// the retained checkpoints whose manifests refer to it, and deletes a file
+// when the last of them is released. It belongs to the coordinator runtime,
+// which registers a checkpoint when it completes and releases it when it is
+// no longer retained. The registry holds no durable state of its own: after
+// a coordinator failover, rebuild it by registering every retained
+// checkpoint again (their handles are in the manifests under chk-<n>/).
+//
+// Savepoints are never registered; their files live under savepoints/ and
+// nothing here deletes them. A Registry is safe for concurrent use.
+type Registry struct {
+	store *objstore.Store
+	log   *slog.Logger
+
+	mu struct {
+		sync.Mutex
+		refs        map[string]int
+		checkpoints map[int64][]string // retained checkpoint -> its shared keys, deduplicated
+		// orphans are unreferenced shared keys whose deletion failed; every
+		// Release and CollectGarbage tries them again.
+		orphans map[string]struct{}
+	}
+}
+
+// NewRegistry returns an empty registry over store. logger may be nil.
+func NewRegistry(store *objstore.Store, logger *slog.Logger) *Registry {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Registry{store: store, log: logger}
+	r.mu.refs = make(map[string]int)
+	r.mu.checkpoints = make(map[int64][]string)
+	r.mu.orphans = make(map[string]struct{})
+	return r
+}
+
+// Register reads the task manifests of completed checkpoint id (handles, as
+// the tasks acknowledged them) and adds a reference to every shared file
+// they list. Call it before releasing older checkpoints, so that a file the
+// new checkpoint shares with them is never deleted in between. Registering
+// an ID twice is an error.
+func (r *Registry) Register(ctx context.Context, id int64, handles []string) error {
+	ms := make([]*Manifest, 0, len(handles))
+	for _, h := range handles {
+		m, err := ReadManifest(ctx, r.store, h)
+		if err != nil {
+			return fmt.Errorf("state: register checkpoint %d: %w", id, err)
+		}
+		ms = append(ms, m)
+	}
+	return r.RegisterManifests(id, ms)
+}
+
+// RegisterManifests is Register with manifests already read.
+func (r *Registry) RegisterManifests(id int64, ms []*Manifest) error {
+	if err := objstore.CheckID(id); err != nil {
+		return err
+	}
+	seen := make(map[string]struct{})
+	var keys []string
+	for _, m := range ms {
+		if m.Checkpoint != id {
+			return fmt.Errorf("%w: manifest of task %s is for checkpoint %d, not %d", ErrManifest, m.Task, m.Checkpoint, id)
+		}
+		for _, k := range m.SharedKeys() {
+			if _, dup := seen[k]; !dup {
+				seen[k] = struct{}{}
+				keys = append(keys, k)
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.mu.checkpoints[id]; dup {
+		return fmt.Errorf("state: checkpoint %d is already registered", id)
+	}
+	r.mu.checkpoints[id] = keys
+	for _, k := range keys {
+		r.mu.refs[k]++
+		delete(r.mu.orphans, k)
+	}
+	return nil
+}
+
+// Retained returns the registered checkpoint IDs, ascending.
+func (r *Registry) Retained() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]int64, 0, len(r.mu.checkpoints))
+	for id := range r.mu.checkpoints {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Refs returns the number of retained checkpoints that refer to a shared
+// key.
+func (r *Registry) Refs(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.refs[key]
+}
+
+// Release releases checkpoint id: it deletes chk-<id>/_metadata first (from
+// then on the checkpoint does not exist), then the rest of chk-<id>/ (task
+// manifests, files only it used), then every shared file that no retained
+// checkpoint refers to any more. If the _metadata cannot be deleted the
+// checkpoint stays registered and Release returns the error; later delete
+// failures are remembered and retried by the next Release or
+// CollectGarbage.
+func (r *Registry) Release(ctx context.Context, id int64) error {
+	r.mu.Lock()
+	_, ok := r.mu.checkpoints[id]
+	r.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("state: release checkpoint %d: not registered", id)
+	}
+	if err := r.store.Delete(ctx, objstore.MetadataKey(id)); err != nil {
+		return fmt.Errorf("state: release checkpoint %d: %w", id, err)
+	}
+	prefixErr := r.store.DeletePrefix(ctx, objstore.CheckpointPrefix(id))
+	r.mu.Lock()
+	keys := r.mu.checkpoints[id]
+	delete(r.mu.checkpoints, id)
+	for _, k := range keys {
+		r.mu.refs[k]--
+		if r.mu.refs[k] <= 0 {
+			delete(r.mu.refs, k)
+			r.mu.orphans[k] = struct{}{}
+		}
+	}
+	r.mu.Unlock()
+	_, err := r.deleteOrphans(ctx)
+	if prefixErr != nil {
+		err = errors.Join(fmt.Errorf("state: release checkpoint %d: %w", id, prefixErr), err)
+	}
+	return err
+}
+
+// deleteOrphans deletes the unreferenced shared files it knows of.
+func (r *Registry) deleteOrphans(ctx context.Context) ([]string, error) {
+	r.mu.Lock()
+	var keys []string
+	for k := range r.mu.orphans {
+		keys = append(keys, k)
+	}
+	r.mu.Unlock()
+	slices.Sort(keys)
+	var deleted []string
+	var errs []error
+	for _, k := range keys {
+		err := r.store.Delete(ctx, k)
+		r.mu.Lock()
+		if err == nil && r.mu.refs[k] == 0 {
+			delete(r.mu.orphans, k)
+			deleted = append(deleted, k)
+		}
+		r.mu.Unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("state: delete unreferenced %s: %w", k, err))
+		}
+	}
+	if len(deleted) > 0 {
+		r.log.Info("deleted unreferenced shared files", "count", len(deleted))
+	}
+	return deleted, errors.Join(errs...)
+}
+
+// CollectGarbage deletes every object of the job that no retained
+// checkpoint refers to and that is older than olderThan: shared files
+// (uploaded by snapshots that failed, were aborted, or whose task crashed)
+// and objects under chk-<n>/ of checkpoints that are not registered. It never
+// touches savepoints/. Objects of checkpoints in progress are unreferenced
+// too: pass an olderThan before the start of any checkpoint still in
+// progress (for example after a new generation aborted them all, or now
+// minus the checkpoint timeout). It returns the deleted keys.
+func (r *Registry) CollectGarbage(ctx context.Context, olderThan time.Time) ([]string, error) {
+	deleted, err := r.deleteOrphans(ctx)
+	errs := []error{err}
+	shared, err := r.store.List(ctx, objstore.SharedPrefix(""))
+	if err != nil {
+		return deleted, errors.Join(append(errs, err)...)
+	}
+	chk, err := r.store.List(ctx, "chk-")
+	if err != nil {
+		return deleted, errors.Join(append(errs, err)...)
+	}
+	var victims []string
+	var metadata []string
+	r.mu.Lock()
+	for _, o := range shared {
+		if r.mu.refs[o.Key] == 0 && o.ModTime.Before(olderThan) {
+			victims = append(victims, o.Key)
+		}
+	}
+	for _, o := range chk {
+		id, ok := objstore.ParseCheckpointKey(o.Key)
+		if !ok {
+			continue
+		}
+		if _, retained := r.mu.checkpoints[id]; retained || !o.ModTime.Before(olderThan) {
+			continue
+		}
+		if strings.HasSuffix(o.Key, "/_metadata") {
+			metadata = append(metadata, o.Key)
+		} else {
+			victims = append(victims, o.Key)
+		}
+	}
+	r.mu.Unlock()
+	// Metadata first: a checkpoint stops existing before its files go.
+	for _, k := range append(metadata, victims...) {
+		r.mu.Lock()
+		referenced := r.mu.refs[k] > 0
+		if id, ok := objstore.ParseCheckpointKey(k); ok {
+			_, retained := r.mu.checkpoints[id]
+			referenced = referenced || retained
+		}
+		r.mu.Unlock()
+		if referenced {
+			continue // registered meanwhile
+		}
+		if err := r.store.Delete(ctx, k); err != nil {
+			errs = append(errs, fmt.Errorf("state: collect %s: %w", k, err))
+			continue
+		}
+		deleted = append(deleted, k)
+	}
+	if len(deleted) > 0 {
+		r.log.Info("garbage collected", "objects", len(deleted))
+	}
+	return deleted, errors.Join(errs...)
+}

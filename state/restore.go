@@ -1,0 +1,377 @@
+package state
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weir-stream/weir/state/objstore"
+)
+
+// FileError reports a file of a snapshot that restore could not use: missing
+// from object storage (Err wraps ErrMissingFile) or with the wrong size or
+// checksum (ErrCorruptFile), or any other failure to fetch it.
+type FileError struct {
+	Checkpoint int64
+	Savepoint  string
+	Task       string
+	File       string // name in the Pebble directory
+	Key        string // object key relative to the job root
+	Err        error
+}
+
+func (e *FileError) Error() string {
+	what := "checkpoint " + strconv.FormatInt(e.Checkpoint, 10)
+	if e.Savepoint != "" {
+		what = "savepoint " + e.Savepoint
+	}
+	return fmt.Sprintf("state: restore %s, task %s: file %s (object %s): %v", what, e.Task, e.File, e.Key, e.Err)
+}
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+// RestoreInfo says how a restore went.
+type RestoreInfo struct {
+	Local           bool // local recovery: files linked from the local copy
+	Duration        time.Duration
+	DownloadedBytes int64
+}
+
+// Restore opens a task's state as of the snapshot whose manifest is at
+// handle (a checkpoint's or a savepoint's). If Dir still holds exactly that
+// snapshot — its local copy was recorded after it was made durable and
+// uploaded, and every file has the size (and, with VerifyLocalChecksums, the
+// checksum) the manifest names — the files are hard-linked from there (local
+// recovery). Otherwise every file is downloaded in parallel and verified. A
+// missing or corrupt file fails the restore with a *FileError naming the
+// file and the checkpoint; restore never produces an empty or partial state.
+//
+// After a restore from a checkpoint, later snapshots reuse its files; after
+// one from a savepoint, the first checkpoint uploads every file again, so
+// that checkpoints never refer to a savepoint's files.
+func Restore(ctx context.Context, cfg Config, handle string) (*Backend, error) {
+	b, err := newBackend(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if b.cfg.Store == nil {
+		return nil, fmt.Errorf("%w: restore needs an object store", ErrSnapshot)
+	}
+	start := time.Now()
+	m, err := ReadManifest(ctx, b.cfg.Store, handle)
+	if err != nil {
+		return nil, err
+	}
+	if m.Task != b.cfg.Task || m.Job != b.cfg.Store.Job() {
+		return nil, fmt.Errorf("%w: manifest %s belongs to job %s task %s, not job %s task %s",
+			ErrManifest, handle, m.Job, m.Task, b.cfg.Store.Job(), b.cfg.Task)
+	}
+	info, err := b.restoreFiles(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.openDB(); err != nil {
+		return nil, err
+	}
+	b.restored = m
+	b.lastSnap = m.Checkpoint
+	if m.Savepoint == "" {
+		for _, f := range m.Files {
+			if f.Shared {
+				b.mu.confirmed[f.Name] = f
+			}
+		}
+		b.mu.confirmedID = m.Checkpoint
+	}
+	info.Duration = time.Since(start)
+	b.metrics.restoreSeconds.Observe(info.Duration.Seconds())
+	b.metrics.downloadedBytes.Add(float64(info.DownloadedBytes))
+	b.restoreInfo = info
+	b.cfg.Logger.Info("state restored", "checkpoint", m.Checkpoint, "savepoint", m.Savepoint,
+		"local", info.Local, "state_bytes", m.StateBytes, "downloaded_bytes", info.DownloadedBytes,
+		"duration", info.Duration)
+	return b, nil
+}
+
+// RestoreInfo returns how the backend was restored (zero if opened empty).
+func (b *Backend) RestoreInfo() RestoreInfo { return b.restoreInfo }
+
+// restoreFiles builds the database directory for m: in restore.tmp/, then
+// renamed to db/, so that a crash never leaves a half-restored db/.
+func (b *Backend) restoreFiles(ctx context.Context, m *Manifest) (RestoreInfo, error) {
+	fs := b.fs
+	tmp := b.restoreDir()
+	if err := fs.RemoveAll(tmp); err != nil {
+		return RestoreInfo{}, fmt.Errorf("state: remove %s: %w", tmp, err)
+	}
+	if err := fs.MkdirAll(b.snapDir, 0o755); err != nil {
+		return RestoreInfo{}, fmt.Errorf("state: mkdir %s: %w", b.snapDir, err)
+	}
+	var info RestoreInfo
+	keepLocal := int64(-1)
+	if !b.cfg.DisableLocalRecovery && m.Savepoint == "" {
+		if err := b.linkLocal(m, tmp); err == nil {
+			info.Local = true
+			keepLocal = m.Checkpoint
+		} else {
+			b.cfg.Logger.Info("no local recovery, downloading", "checkpoint", m.Checkpoint, "reason", err)
+			_ = fs.RemoveAll(tmp)
+		}
+	}
+	if !info.Local {
+		n, err := b.download(ctx, m, tmp)
+		if err != nil {
+			_ = fs.RemoveAll(tmp)
+			return info, err
+		}
+		info.DownloadedBytes = n
+	}
+	if err := syncDir(fs, tmp); err != nil {
+		return info, err
+	}
+	if err := fs.RemoveAll(b.dbDir); err != nil {
+		return info, fmt.Errorf("state: remove %s: %w", b.dbDir, err)
+	}
+	if err := fs.Rename(tmp, b.dbDir); err != nil {
+		return info, fmt.Errorf("state: rename %s: %w", tmp, err)
+	}
+	if err := syncDir(fs, b.cfg.Dir); err != nil {
+		return info, err
+	}
+	// Local copies other than the one just used are of no further use.
+	names, err := fs.List(b.snapDir)
+	if err != nil {
+		return info, fmt.Errorf("state: list %s: %w", b.snapDir, err)
+	}
+	for _, n := range names {
+		if n == strconv.FormatInt(keepLocal, 10) || n == strconv.FormatInt(keepLocal, 10)+".manifest" {
+			continue
+		}
+		if err := fs.RemoveAll(fs.PathJoin(b.snapDir, n)); err != nil {
+			return info, fmt.Errorf("state: remove %s: %w", n, err)
+		}
+	}
+	return info, nil
+}
+
+// linkLocal builds dst from the local copy of m, or says why it cannot.
+func (b *Backend) linkLocal(m *Manifest, dst string) error {
+	fs := b.fs
+	data, err := readFile(fs, b.snapMarker(m.Checkpoint))
+	if err != nil {
+		return fmt.Errorf("no recorded local copy: %w", err)
+	}
+	local, err := DecodeManifest(data)
+	if err != nil {
+		return fmt.Errorf("local record: %w", err)
+	}
+	if !sameFiles(local, m) {
+		return errors.New("local copy is another snapshot")
+	}
+	src := b.snapPath(m.Checkpoint)
+	for _, f := range m.Files {
+		fi, err := fs.Stat(fs.PathJoin(src, f.Name))
+		if err != nil {
+			return fmt.Errorf("local file %s: %w", f.Name, err)
+		}
+		if fi.Size() != f.Size {
+			return fmt.Errorf("local file %s has %d bytes, manifest says %d", f.Name, fi.Size(), f.Size)
+		}
+	}
+	if b.cfg.VerifyLocalChecksums {
+		for _, f := range m.Files {
+			sum, _, err := fileSHA256(fs, fs.PathJoin(src, f.Name))
+			if err != nil {
+				return err
+			}
+			if sum != f.SHA256 {
+				return fmt.Errorf("local file %s: checksum mismatch", f.Name)
+			}
+		}
+	}
+	if err := fs.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	for _, f := range m.Files {
+		from, to := fs.PathJoin(src, f.Name), fs.PathJoin(dst, f.Name)
+		if f.Shared {
+			// Immutable: a hard link is as good as a copy.
+			if err := fs.Link(from, to); err != nil {
+				return fmt.Errorf("link %s: %w", f.Name, err)
+			}
+			continue
+		}
+		// Pebble appends to or recycles WAL and MANIFEST files: copy them.
+		if err := vfs.Copy(fs, from, to); err != nil {
+			return fmt.Errorf("copy %s: %w", f.Name, err)
+		}
+		if err := syncFile(fs, to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sameFiles(a, b *Manifest) bool {
+	if a.Checkpoint != b.Checkpoint || a.Task != b.Task || len(a.Files) != len(b.Files) {
+		return false
+	}
+	for i := range a.Files {
+		if a.Files[i] != b.Files[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func fileSHA256(fs vfs.FS, name string) (string, int64, error) {
+	f, err := fs.Open(name, vfs.SequentialReadsOption)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("read %s: %w", name, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// download fetches every file of m into dst, in parallel, verifying each.
+func (b *Backend) download(ctx context.Context, m *Manifest, dst string) (int64, error) {
+	fs := b.fs
+	if err := fs.MkdirAll(dst, 0o755); err != nil {
+		return 0, fmt.Errorf("state: mkdir %s: %w", dst, err)
+	}
+	sizes := make([]int64, len(m.Files))
+	idx := make([]int, len(m.Files))
+	for i := range idx {
+		idx[i] = i
+	}
+	err := parallel(ctx, b.cfg.DownloadConcurrency, idx, func(ctx context.Context, i int) error {
+		f := m.Files[i]
+		key := m.ObjectKey(f)
+		ferr := func(err error) error {
+			return &FileError{Checkpoint: m.Checkpoint, Savepoint: m.Savepoint, Task: m.Task, File: f.Name, Key: key, Err: err}
+		}
+		part := fs.PathJoin(dst, f.Name+".part")
+		var (
+			file vfs.File
+			h    hash.Hash
+			cw   countingWriter
+		)
+		err := b.cfg.Store.Download(ctx, key, func() (io.Writer, error) {
+			if file != nil {
+				_ = file.Close()
+			}
+			var err error
+			file, err = fs.Create(part, vfs.WriteCategoryUnspecified)
+			if err != nil {
+				return nil, err
+			}
+			h = sha256.New()
+			cw = countingWriter{w: io.MultiWriter(file, h)}
+			return &cw, nil
+		})
+		if file != nil {
+			defer file.Close()
+		}
+		if errors.Is(err, objstore.ErrNotFound) {
+			return ferr(fmt.Errorf("%w: %v", ErrMissingFile, err))
+		}
+		if err != nil {
+			return ferr(err)
+		}
+		if cw.n != f.Size {
+			return ferr(fmt.Errorf("%w: %d bytes, manifest says %d", ErrCorruptFile, cw.n, f.Size))
+		}
+		if sum := hex.EncodeToString(h.Sum(nil)); sum != f.SHA256 {
+			return ferr(fmt.Errorf("%w: sha256 %s, manifest says %s", ErrCorruptFile, sum, f.SHA256))
+		}
+		if err := file.Sync(); err != nil {
+			return ferr(err)
+		}
+		if err := fs.Rename(part, fs.PathJoin(dst, f.Name)); err != nil {
+			return ferr(err)
+		}
+		sizes[i] = cw.n
+		return nil
+	})
+	var total int64
+	for _, n := range sizes {
+		total += n
+	}
+	return total, err
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// WriteMetadata writes checkpoint id's _metadata object with a conditional
+// put: it fails with an error wrapping objstore.ErrExists if the object is
+// already there. The coordinator calls it after every task acknowledged and
+// before it appends complete; data is the coordinator's to define.
+func WriteMetadata(ctx context.Context, store *objstore.Store, id int64, data []byte) error {
+	if err := objstore.CheckID(id); err != nil {
+		return err
+	}
+	if err := store.PutIfAbsent(ctx, objstore.MetadataKey(id), data); err != nil {
+		return fmt.Errorf("state: write metadata of checkpoint %d: %w", id, err)
+	}
+	return nil
+}
+
+// ReadMetadata reads checkpoint id's _metadata object.
+func ReadMetadata(ctx context.Context, store *objstore.Store, id int64) ([]byte, error) {
+	data, err := store.Get(ctx, objstore.MetadataKey(id))
+	if err != nil {
+		return nil, fmt.Errorf("state: read metadata of checkpoint %d: %w", id, err)
+	}
+	return data, nil
+}
+
+// WriteSavepointMetadata writes savepoint name's _metadata object, with a
+// conditional put as WriteMetadata.
+func WriteSavepointMetadata(ctx context.Context, store *objstore.Store, name string, data []byte) error {
+	if err := objstore.ValidName("savepoint", name); err != nil {
+		return err
+	}
+	if err := store.PutIfAbsent(ctx, objstore.SavepointMetadataKey(name), data); err != nil {
+		return fmt.Errorf("state: write metadata of savepoint %s: %w", name, err)
+	}
+	return nil
+}
+
+// TaskManifests lists the handles of the task manifests of checkpoint id.
+func TaskManifests(ctx context.Context, store *objstore.Store, id int64) ([]string, error) {
+	objs, err := store.List(ctx, objstore.CheckpointPrefix(id))
+	if err != nil {
+		return nil, fmt.Errorf("state: list checkpoint %d: %w", id, err)
+	}
+	var out []string
+	for _, o := range objs {
+		rest := strings.TrimPrefix(o.Key, objstore.CheckpointPrefix(id))
+		if !strings.Contains(rest, "/") && strings.HasSuffix(rest, ".manifest") {
+			out = append(out, o.Key)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,616 @@
+package state
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weir-stream/weir/state/objstore"
+)
+
+// cleanupTimeout bounds the deletes that follow a failed or aborted
+// snapshot; they run even when the snapshot's context was cancelled.
+const cleanupTimeout = 30 * time.Second
+
+// Snapshot is a snapshot whose synchronous part is done: a consistent,
+// hard-linked Pebble checkpoint in the local directory snap/<id>/. Run does
+// the asynchronous part.
+type Snapshot struct {
+	b         *Backend
+	id        int64
+	savepoint string
+	dir       string
+	opState   []byte
+	syncDur   time.Duration
+	created   time.Time
+
+	// Guarded by b.mu.
+	cancel  context.CancelFunc
+	started bool
+	aborted bool
+	result  *SnapshotResult
+	owned   []string // local names of shared uploads this snapshot owns
+	written []string // exclusive keys this snapshot wrote
+	done    chan struct{}
+}
+
+// SnapshotResult is what the asynchronous part produced: the handle to
+// acknowledge and the figures for the ack's metrics.
+type SnapshotResult struct {
+	Checkpoint int64
+	// Handle is the manifest's key relative to the job root.
+	Handle        string
+	Manifest      *Manifest
+	SyncDuration  time.Duration
+	AsyncDuration time.Duration
+	// StateBytes is the total size of the snapshot's files; UploadedBytes
+	// what this snapshot uploaded (files and manifest).
+	StateBytes    int64
+	UploadedBytes int64
+	UploadedFiles int
+	ReusedFiles   int
+}
+
+// ID returns the snapshot's checkpoint ID.
+func (s *Snapshot) ID() int64 { return s.id }
+
+// SyncDuration returns the duration of the synchronous part.
+func (s *Snapshot) SyncDuration() time.Duration { return s.syncDur }
+
+// Snapshot takes the synchronous part of checkpoint id's snapshot: it
+// flushes the WAL (to the page cache) and creates a Pebble checkpoint —
+// hard links to the SST files, copies of the small MANIFEST, OPTIONS and the
+// WAL written since the last flush — in snap/<id>/. Its cost depends on the
+// number of files and on what was written since the last memtable flush,
+// not on the size of the state. operatorState (source offsets, sink
+// transaction handles) is stored in the task manifest as is.
+//
+// Call it from the task goroutine, at the barrier; then run the returned
+// Snapshot's Run in the background. Checkpoint IDs must increase.
+func (b *Backend) Snapshot(id int64, operatorState []byte) (*Snapshot, error) {
+	return b.snapshot(id, "", operatorState)
+}
+
+// Savepoint is Snapshot for a savepoint: Run copies every file to
+// savepoints/<name>/<task>/ and writes savepoints/<name>/<task>.manifest, so
+// that the savepoint refers to nothing outside its directory and garbage
+// collection never touches it.
+func (b *Backend) Savepoint(id int64, name string, operatorState []byte) (*Snapshot, error) {
+	if err := objstore.ValidName("savepoint", name); err != nil {
+		return nil, err
+	}
+	return b.snapshot(id, name, operatorState)
+}
+
+func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapshot, error) {
+	if b.db == nil {
+		return nil, ErrClosed
+	}
+	if b.cfg.Store == nil {
+		return nil, fmt.Errorf("%w: no object store configured", ErrSnapshot)
+	}
+	if err := objstore.CheckID(id); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSnapshot, err)
+	}
+	if id <= b.lastSnap {
+		return nil, fmt.Errorf("%w: checkpoint %d is not after the last snapshot %d", ErrSnapshot, id, b.lastSnap)
+	}
+	start := time.Now()
+	dir := b.snapPath(id)
+	if err := b.fs.RemoveAll(dir); err != nil { // a leftover of a crash
+		return nil, fmt.Errorf("state: snapshot %d: remove %s: %w", id, dir, err)
+	}
+	// WithFlushedWAL makes the WAL file hold every write so far before it
+	// is copied; the task goroutine is blocked here, so nothing is written
+	// concurrently and the checkpoint is exactly the state at the barrier.
+	if err := b.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+		b.metrics.snapshotsFailed.Inc()
+		return nil, fmt.Errorf("state: snapshot %d: pebble checkpoint: %w", id, err)
+	}
+	s := &Snapshot{
+		b:         b,
+		id:        id,
+		savepoint: savepoint,
+		dir:       dir,
+		opState:   slices.Clone(opState),
+		syncDur:   time.Since(start),
+		created:   b.cfg.Now(),
+		done:      make(chan struct{}),
+	}
+	b.lastSnap = id
+	b.mu.Lock()
+	closed := b.mu.closed
+	if !closed {
+		b.mu.pending[id] = s
+	}
+	b.mu.Unlock()
+	if closed {
+		_ = b.fs.RemoveAll(dir)
+		return nil, ErrClosed
+	}
+	b.metrics.syncSeconds.Observe(s.syncDur.Seconds())
+	return s, nil
+}
+
+func (b *Backend) snapPath(id int64) string {
+	return b.fs.PathJoin(b.snapDir, strconv.FormatInt(id, 10))
+}
+
+func (b *Backend) snapMarker(id int64) string { return b.snapPath(id) + ".manifest" }
+
+// isShared reports whether a Pebble file is immutable once written and may
+// therefore be shared by checkpoints: SSTs and blob files.
+func isShared(name string) bool {
+	return strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".blob")
+}
+
+// Run is the asynchronous part: it makes the local snapshot durable, uploads
+// the files that object storage does not have yet, writes the task manifest
+// (after every file it lists) and records the local copy for local recovery.
+// Cancelling ctx, or NotifyAborted, cancels it. On failure it deletes what
+// only this snapshot uploaded and returns the error: the task declines the
+// checkpoint. Run may be called once.
+func (s *Snapshot) Run(ctx context.Context) (*SnapshotResult, error) {
+	b := s.b
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	b.mu.Lock()
+	switch {
+	case s.started:
+		b.mu.Unlock()
+		return nil, fmt.Errorf("%w: snapshot %d already ran", ErrSnapshot, s.id)
+	case s.aborted || b.mu.closed:
+		b.mu.Unlock()
+		close(s.done)
+		return nil, fmt.Errorf("state: snapshot %d: %w", s.id, context.Canceled)
+	}
+	s.started = true
+	s.cancel = cancel
+	b.mu.Unlock()
+
+	start := time.Now()
+	res, err := s.run(ctx)
+	if err != nil {
+		b.metrics.snapshotsFailed.Inc()
+		b.cfg.Logger.Warn("snapshot failed", "checkpoint", s.id, "err", err)
+		close(s.done)
+		b.dropSnapshot(context.WithoutCancel(ctx), s)
+		return nil, fmt.Errorf("state: snapshot %d of task %s: %w", s.id, b.cfg.Task, err)
+	}
+	res.AsyncDuration = time.Since(start)
+	b.mu.Lock()
+	s.result = res
+	b.mu.Unlock()
+	close(s.done)
+	b.metrics.snapshots.Inc()
+	b.metrics.asyncSeconds.Observe(res.AsyncDuration.Seconds())
+	b.metrics.uploadedBytes.Add(float64(res.UploadedBytes))
+	b.metrics.stateBytes.Set(float64(res.StateBytes))
+	b.cfg.Logger.Info("snapshot uploaded", "checkpoint", s.id, "savepoint", s.savepoint,
+		"sync_ms", res.SyncDuration.Milliseconds(), "async_ms", res.AsyncDuration.Milliseconds(),
+		"state_bytes", res.StateBytes, "uploaded_bytes", res.UploadedBytes,
+		"uploaded_files", res.UploadedFiles, "reused_files", res.ReusedFiles)
+	return res, nil
+}
+
+func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
+	b := s.b
+	names, err := b.fs.List(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", s.dir, err)
+	}
+	slices.Sort(names)
+	// Make the local copy durable: the live database runs without syncs.
+	for _, n := range names {
+		if err := syncFile(b.fs, b.fs.PathJoin(s.dir, n)); err != nil {
+			return nil, err
+		}
+	}
+	if err := syncDir(b.fs, s.dir); err != nil {
+		return nil, err
+	}
+	if err := syncDir(b.fs, b.snapDir); err != nil {
+		return nil, err
+	}
+	entries := make([]FileEntry, len(names))
+	var reused int
+	var uploadedBytes int64
+	type job struct {
+		i    int
+		up   *upload // nil: exclusive or savepoint file
+		name string
+	}
+	var jobs []job
+	for i, n := range names {
+		fi, err := b.fs.Stat(b.fs.PathJoin(s.dir, n))
+		if err != nil {
+			return nil, fmt.Errorf("stat %s: %w", n, err)
+		}
+		entries[i] = FileEntry{Name: n, Size: fi.Size(), Shared: isShared(n) && s.savepoint == ""}
+		switch {
+		case s.savepoint != "":
+			entries[i].Key = b.cfg.Task + "/" + n
+			jobs = append(jobs, job{i: i, name: n})
+		case entries[i].Shared:
+			e, up, wait := b.acquire(s, n)
+			if wait {
+				continue // another snapshot is uploading it: waitShared below
+			}
+			if up == nil {
+				if e.Size != fi.Size() {
+					return nil, fmt.Errorf("shared file %s: local size %d, uploaded size %d", n, fi.Size(), e.Size)
+				}
+				entries[i] = e
+				reused++
+				continue
+			}
+			entries[i].Key = objstore.SharedKey(b.cfg.Task, b.instance+"-"+n)
+			jobs = append(jobs, job{i: i, up: up, name: n})
+		default:
+			entries[i].Key = objstore.ExclusiveKey(s.id, b.cfg.Task, n)
+			jobs = append(jobs, job{i: i, name: n})
+		}
+	}
+	m := &Manifest{
+		Version:       manifestVersion,
+		Job:           b.cfg.Store.Job(),
+		Task:          b.cfg.Task,
+		Checkpoint:    s.id,
+		Savepoint:     s.savepoint,
+		Instance:      b.instance,
+		Created:       s.created.UTC(),
+		OperatorState: s.opState,
+	}
+	if len(jobs) > 0 {
+		b.mu.Lock()
+		for _, j := range jobs {
+			if j.up == nil {
+				s.written = append(s.written, m.ObjectKey(entries[j.i]))
+			}
+		}
+		b.mu.Unlock()
+	}
+	var sizes = make([]int64, len(entries))
+	err = parallel(ctx, b.cfg.UploadConcurrency, jobs, func(ctx context.Context, j job) error {
+		e := &entries[j.i]
+		sum, n, err := b.uploadFile(ctx, b.fs.PathJoin(s.dir, j.name), m.ObjectKey(*e))
+		if err == nil && n != e.Size {
+			err = fmt.Errorf("upload %s: read %d bytes, file has %d", j.name, n, e.Size)
+		}
+		if err == nil {
+			e.SHA256 = sum
+			sizes[j.i] = n
+		}
+		if j.up != nil {
+			b.finishUpload(j.up, *e, err)
+		}
+		return err
+	})
+	// Wait for shared files other snapshots are uploading for us.
+	if err == nil {
+		for i := range entries {
+			if entries[i].SHA256 != "" {
+				continue
+			}
+			e, err := b.waitShared(ctx, s, entries[i].Name)
+			if err != nil {
+				return nil, err
+			}
+			entries[i] = e
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range entries {
+		uploadedBytes += sizes[i]
+		m.StateBytes += entries[i].Size
+	}
+	uploaded := len(jobs)
+	m.Files = entries
+	data, err := m.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("built an invalid manifest: %w", err)
+	}
+	// Every file is uploaded; only now may the manifest refer to them.
+	handle := m.Handle()
+	b.mu.Lock()
+	s.written = append(s.written, handle)
+	b.mu.Unlock()
+	if err := b.cfg.Store.Put(ctx, handle, data); err != nil {
+		return nil, fmt.Errorf("write manifest: %w", err)
+	}
+	uploadedBytes += int64(len(data))
+	if s.savepoint == "" {
+		// The local copy is complete and durable; record it, crash-safely,
+		// for local recovery.
+		if err := writeFileAtomic(b.fs, b.snapMarker(s.id), data); err != nil {
+			return nil, fmt.Errorf("record local snapshot: %w", err)
+		}
+	} else if err := b.fs.RemoveAll(s.dir); err != nil {
+		b.cfg.Logger.Warn("remove local savepoint copy", "dir", s.dir, "err", err)
+	}
+	return &SnapshotResult{
+		Checkpoint:    s.id,
+		Handle:        handle,
+		Manifest:      m,
+		SyncDuration:  s.syncDur,
+		StateBytes:    m.StateBytes,
+		UploadedBytes: uploadedBytes,
+		UploadedFiles: uploaded,
+		ReusedFiles:   reused,
+	}, nil
+}
+
+// acquire decides who uploads shared file name for snapshot s: it returns
+// the entry of a file that is confirmed or already uploaded (reuse it), or
+// wait (another pending snapshot is uploading it right now: waitShared), or
+// an upload that s must do and finish with finishUpload.
+func (b *Backend) acquire(s *Snapshot, name string) (e FileEntry, up *upload, wait bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.mu.confirmed[name]; ok {
+		return e, nil, false
+	}
+	if u, ok := b.mu.uploads[name]; ok {
+		if _, mine := u.owners[s.id]; !mine {
+			u.owners[s.id] = struct{}{}
+			s.owned = append(s.owned, name)
+		}
+		select {
+		case <-u.done:
+			if u.err == nil {
+				return u.entry, nil, false
+			}
+			// The earlier upload failed: do it again, below.
+		default:
+			return FileEntry{}, nil, true
+		}
+	}
+	u := &upload{done: make(chan struct{}), owners: map[int64]struct{}{s.id: {}}}
+	if old, ok := b.mu.uploads[name]; ok {
+		u.owners = old.owners
+	} else {
+		s.owned = append(s.owned, name)
+	}
+	b.mu.uploads[name] = u
+	return FileEntry{}, u, false
+}
+
+// finishUpload records the outcome of an upload s did.
+func (b *Backend) finishUpload(u *upload, e FileEntry, err error) {
+	b.mu.Lock()
+	u.entry, u.err = e, err
+	close(u.done)
+	b.mu.Unlock()
+}
+
+// waitShared waits for another snapshot's upload of name; if it failed, s
+// uploads the file itself.
+func (b *Backend) waitShared(ctx context.Context, s *Snapshot, name string) (FileEntry, error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		b.mu.Lock()
+		u := b.mu.uploads[name]
+		conf, isConf := b.mu.confirmed[name]
+		b.mu.Unlock()
+		if isConf {
+			return conf, nil
+		}
+		if u == nil {
+			break
+		}
+		select {
+		case <-u.done:
+		case <-ctx.Done():
+			return FileEntry{}, ctx.Err()
+		}
+		if u.err == nil {
+			return u.entry, nil
+		}
+		e, up, wait := b.acquire(s, name)
+		if wait {
+			continue
+		}
+		if up == nil {
+			return e, nil
+		}
+		fi, err := b.fs.Stat(b.fs.PathJoin(s.dir, name))
+		if err != nil {
+			b.finishUpload(up, FileEntry{}, err)
+			return FileEntry{}, err
+		}
+		e = FileEntry{Name: name, Size: fi.Size(), Shared: true, Key: objstore.SharedKey(b.cfg.Task, b.instance+"-"+name)}
+		sum, n, err := b.uploadFile(ctx, b.fs.PathJoin(s.dir, name), e.Key)
+		if err == nil && n != e.Size {
+			err = fmt.Errorf("upload %s: read %d bytes, file has %d", name, n, e.Size)
+		}
+		e.SHA256 = sum
+		b.finishUpload(up, e, err)
+		return e, err
+	}
+	return FileEntry{}, fmt.Errorf("shared file %s: upload by a concurrent snapshot failed", name)
+}
+
+// uploadFile uploads a local file, returning its SHA-256 and size as read
+// during the (last) successful try.
+func (b *Backend) uploadFile(ctx context.Context, name, key string) (string, int64, error) {
+	var h hash.Hash
+	var n countingReader
+	err := b.cfg.Store.PutFrom(ctx, key, func() (io.ReadCloser, error) {
+		f, err := b.fs.Open(name, vfs.SequentialReadsOption)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", name, err)
+		}
+		h = sha256.New()
+		n = countingReader{r: io.TeeReader(f, h), c: f}
+		return &n, nil
+	})
+	if err != nil {
+		return "", 0, fmt.Errorf("upload %s: %w", key, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n.n, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	c io.Closer
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingReader) Close() error { return c.c.Close() }
+
+// dropSnapshot forgets a failed or aborted snapshot and deletes what only it
+// wrote: shared uploads no other pending or confirmed snapshot uses, its
+// exclusive objects and manifest, its local copy.
+func (b *Backend) dropSnapshot(ctx context.Context, s *Snapshot) {
+	b.mu.Lock()
+	if b.mu.pending[s.id] != s {
+		b.mu.Unlock()
+		return
+	}
+	delete(b.mu.pending, s.id)
+	var keys []string
+	for _, name := range s.owned {
+		u := b.mu.uploads[name]
+		if u == nil {
+			continue
+		}
+		delete(u.owners, s.id)
+		if len(u.owners) > 0 {
+			continue
+		}
+		delete(b.mu.uploads, name)
+		if _, conf := b.mu.confirmed[name]; conf {
+			continue
+		}
+		// Even a failed upload may have left an object (a lost response).
+		keys = append(keys, objstore.SharedKey(b.cfg.Task, b.instance+"-"+name))
+	}
+	keys = append(keys, s.written...)
+	b.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer cancel()
+	for _, k := range keys {
+		if err := b.cfg.Store.Delete(ctx, k); err != nil {
+			b.cfg.Logger.Warn("delete object of dropped snapshot", "checkpoint", s.id, "key", k, "err", err)
+		}
+	}
+	_ = b.fs.Remove(b.snapMarker(s.id))
+	if err := b.fs.RemoveAll(s.dir); err != nil {
+		b.cfg.Logger.Warn("remove local snapshot", "dir", s.dir, "err", err)
+	}
+}
+
+// NotifyComplete tells the backend that checkpoint id is complete
+// (notifyCheckpointComplete): its files become the base that later snapshots
+// reuse, older pending snapshots are subsumed (aborted, their private
+// uploads deleted) and older local snapshot copies are removed.
+func (b *Backend) NotifyComplete(ctx context.Context, id int64) error {
+	b.mu.Lock()
+	s := b.mu.pending[id]
+	if s != nil && s.result != nil {
+		delete(b.mu.pending, id)
+		if s.savepoint == "" && id > b.mu.confirmedID {
+			conf := make(map[string]FileEntry)
+			for _, f := range s.result.Manifest.Files {
+				if f.Shared {
+					conf[f.Name] = f
+				}
+			}
+			b.mu.confirmed = conf
+			b.mu.confirmedID = id
+			for name := range b.mu.uploads {
+				if _, ok := conf[name]; ok {
+					delete(b.mu.uploads, name)
+				}
+			}
+		}
+	} else {
+		b.cfg.Logger.Warn("completed checkpoint has no successful local snapshot", "checkpoint", id)
+	}
+	var older []int64
+	for pid := range b.mu.pending {
+		if pid < id {
+			older = append(older, pid)
+		}
+	}
+	confirmedID := b.mu.confirmedID
+	b.mu.Unlock()
+	var errs []error
+	for _, pid := range older {
+		errs = append(errs, b.NotifyAborted(ctx, pid))
+	}
+	errs = append(errs, b.removeLocalSnapshotsBefore(confirmedID))
+	return errors.Join(errs...)
+}
+
+// NotifyAborted cancels checkpoint id's snapshot, waits for its
+// asynchronous part to stop and deletes what only it uploaded. Unknown IDs
+// are ignored.
+func (b *Backend) NotifyAborted(ctx context.Context, id int64) error {
+	b.mu.Lock()
+	s := b.mu.pending[id]
+	if s == nil {
+		b.mu.Unlock()
+		return nil
+	}
+	s.aborted = true
+	started := s.started
+	if s.cancel != nil {
+		s.cancel()
+	}
+	b.mu.Unlock()
+	if started {
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return fmt.Errorf("state: abort snapshot %d: %w", id, ctx.Err())
+		}
+	}
+	b.dropSnapshot(ctx, s)
+	b.cfg.Logger.Info("snapshot aborted", "checkpoint", id)
+	return nil
+}
+
+// removeLocalSnapshotsBefore removes local snapshot copies older than keep
+// that no pending snapshot uses.
+func (b *Backend) removeLocalSnapshotsBefore(keep int64) error {
+	names, err := b.fs.List(b.snapDir)
+	if err != nil {
+		return fmt.Errorf("state: list %s: %w", b.snapDir, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var errs []error
+	for _, n := range names {
+		id, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSuffix(n, ".tmp"), ".manifest"), 10, 64)
+		if err != nil || id >= keep || b.mu.pending[id] != nil {
+			continue
+		}
+		if err := b.fs.RemoveAll(b.fs.PathJoin(b.snapDir, n)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
