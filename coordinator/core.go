@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
@@ -160,7 +161,9 @@ func (c *Core) Step(e Event) error {
 	case MetadataFailed:
 		err = c.metadataFailed(ev)
 	default:
-		return fmt.Errorf("%w: %T", ErrUnknownEvent, e)
+		// reflect.TypeOf, unlike fmt's %T, keeps e from escaping, so that
+		// Step(Acknowledge{...}) does not allocate.
+		return fmt.Errorf("%w: %s", ErrUnknownEvent, reflect.TypeOf(e))
 	}
 	c.maybeRestart()
 	return err

@@ -1,0 +1,169 @@
+package coordinator
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/weir-stream/weir/control"
+)
+
+func testConfig() Config {
+	return Config{Interval: 10 * time.Second, Timeout: time.Minute, MaxConcurrent: 1, TolerableFailures: 5,
+		Retained: 1, Random: fixedSource(0)}
+}
+
+// running returns a core whose generation 1 of tasks runs.
+func runningCore(t testing.TB, cfg Config, tasks ...control.TaskID) *Core {
+	c, err := New(cfg, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Step(Assign{Assignment: control.Assignment{"r0": tasks}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if err := c.Step(TaskRunning{Gen: 1, Task: task}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Advance(c.Ready())
+	return c
+}
+
+var a0, a1 = control.TaskID{Stage: "a", Index: 0}, control.TaskID{Stage: "a", Index: 1}
+
+func TestAdvanceKeepsLaterEvents(t *testing.T) {
+	c := runningCore(t, testConfig(), a0, a1)
+	c.Tick(t0)
+	rd := c.Ready()
+	if len(rd.Records) != 1 || rd.Records[0].Type() != control.TypeTrigger {
+		t.Fatalf("want one trigger, got %v", rd.Records)
+	}
+	// Stepped after Ready, before Advance: must survive Advance.
+	if err := c.Step(Decline{control.Decline{ID: 1, Gen: 1, Task: a0, Reason: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(rd)
+	if !c.HasReady() {
+		t.Fatal("the abort stepped after Ready was lost by Advance")
+	}
+	rd2 := c.Ready()
+	if len(rd2.Records) != 1 || rd2.Records[0].Type() != control.TypeAbort || len(rd2.Outcomes) != 1 ||
+		rd2.Metrics.Failed != 1 || rd2.Metrics.Triggered != 0 {
+		t.Fatalf("second Ready: %+v", rd2)
+	}
+	// The first Ready's slices are not changed by later events.
+	if rd.Records[0].Type() != control.TypeTrigger || len(rd.Records) != 1 {
+		t.Fatal("an earlier Ready changed")
+	}
+	c.Advance(rd2)
+	if c.HasReady() {
+		t.Fatalf("HasReady after everything was advanced: %+v", c.Ready())
+	}
+}
+
+func TestUnknownEvent(t *testing.T) {
+	c := runningCore(t, testConfig(), a0)
+	type bogus struct{ Event }
+	if err := c.Step(bogus{}); !errors.Is(err, ErrUnknownEvent) {
+		t.Fatalf("Step(bogus) = %v", err)
+	}
+	if err := c.Step(RequestSavepoint{Kind: control.KindCheckpoint}); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("savepoint of kind checkpoint: %v", err)
+	}
+}
+
+func TestTimeNeverGoesBack(t *testing.T) {
+	c := runningCore(t, testConfig(), a0)
+	c.Tick(t0.Add(time.Minute))
+	c.Tick(t0) // ignored
+	if !c.Now().Equal(t0.Add(time.Minute)) {
+		t.Fatalf("now went back to %v", c.Now())
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	cfg := testConfig()
+	cfg.Random = nil
+	cfg.Retained = 0
+	_, err := New(cfg, t0)
+	if !errors.Is(err, ErrConfig) {
+		t.Fatalf("New = %v", err)
+	}
+	for _, want := range []string{"random source is nil", "retained 0"} {
+		if !contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRestoreRejectsImpossibleHistory(t *testing.T) {
+	gen := func(g uint64) control.Generation {
+		return control.Generation{Gen: g, Assignment: control.Assignment{"r": {a0}}}
+	}
+	for name, h := range map[string][]control.Message{
+		"generation goes back": {gen(2), gen(2)},
+		"invalid record":       {control.Trigger{ID: 0, Gen: 1, Kind: control.KindCheckpoint}},
+		"not a topic record":   {control.Metadata{ID: 1, Gen: 1, Kind: control.KindCheckpoint}},
+	} {
+		if _, err := Restore(testConfig(), t0, h); !errors.Is(err, ErrHistory) {
+			t.Errorf("%s: Restore = %v, want ErrHistory", name, err)
+		}
+	}
+}
+
+// TestRestoreNeverReusesIDs: whatever the newest trigger-topic record is,
+// the next ID is above every ID used.
+func TestRestoreNeverReusesIDs(t *testing.T) {
+	commit := []control.Message{
+		control.Generation{Gen: 1, Assignment: control.Assignment{"r": {a0}}},
+		control.Complete{ID: 4, Gen: 1, TS: 1, Kind: control.KindCheckpoint, Metadata: "m4"},
+	}
+	for _, tc := range []struct {
+		last control.Message
+		want uint64
+	}{
+		{nil, 5},
+		{control.Trigger{ID: 9, Gen: 1, TS: 1, Kind: control.KindCheckpoint}, 10},
+		{control.Abort{ID: 5, Gen: 1, Reason: control.AbortExpired, Last: 12}, 13},
+		{control.Trigger{ID: 3, Gen: 1, TS: 1, Kind: control.KindSavepoint}, 5},
+	} {
+		h := commit
+		if tc.last != nil {
+			h = append(h[:len(h):len(h)], tc.last)
+		}
+		c, err := Restore(testConfig(), t0, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Step(Assign{Assignment: control.Assignment{"r": {a0}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Step(TaskRunning{Gen: 2, Task: a0}); err != nil {
+			t.Fatal(err)
+		}
+		c.Tick(t0.Add(time.Hour))
+		var got uint64
+		for _, r := range c.Ready().Records {
+			if tr, ok := r.(control.Trigger); ok {
+				got = tr.ID
+			}
+			if g, ok := r.(control.Generation); ok && g.RestoreFrom != 4 {
+				t.Errorf("generation restores from %d, want 4", g.RestoreFrom)
+			}
+		}
+		if got != tc.want {
+			t.Errorf("after %v: next trigger %d, want %d", tc.last, got, tc.want)
+		}
+	}
+}

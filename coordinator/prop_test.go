@@ -1,0 +1,444 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weir-stream/weir/control"
+	"pgregory.net/rapid"
+)
+
+var universe = []control.TaskID{{Stage: "a", Index: 0}, {Stage: "a", Index: 1}, {Stage: "b", Index: 0}, {Stage: "b", Index: 1}}
+
+var stranger = control.TaskID{Stage: "z", Index: 9}
+
+// categories of emitted items, in the order Ready lists them.
+var categories = []string{"records", "metadata", "discards", "restart", "outcomes"}
+
+func category(s string) string {
+	switch first, _, _ := strings.Cut(s, " "); first {
+	case "trigger", "abort", "complete", "generation":
+		return "records"
+	case "metadata":
+		return "metadata"
+	case "discard":
+		return "discards"
+	case "restart":
+		return "restart"
+	}
+	return "outcomes"
+}
+
+// readyStrings formats what a Ready holds like the model does.
+func readyStrings(rd Ready) map[string][]string {
+	out := map[string][]string{}
+	add := func(format string, args ...any) {
+		s := fmt.Sprintf(format, args...)
+		out[category(s)] = append(out[category(s)], s)
+	}
+	for _, r := range rd.Records {
+		switch r := r.(type) {
+		case control.Trigger:
+			add("trigger %d %s gen=%d", r.ID, r.Kind, r.Gen)
+		case control.Abort:
+			add("abort %d gen=%d %s last=%d", r.ID, r.Gen, r.Reason, r.Last)
+		case control.Complete:
+			add("complete %d %s gen=%d metadata=%s", r.ID, r.Kind, r.Gen, r.Metadata)
+		case control.Generation:
+			ts, _ := r.Assignment.Tasks()
+			add("generation %d restore_from=%d tasks=%v", r.Gen, r.RestoreFrom, ts)
+		}
+	}
+	for _, m := range rd.Metadata {
+		add("metadata %d", m.ID)
+	}
+	for _, d := range rd.Discards {
+		if d.Metadata != "" {
+			add("discard %d %s metadata=%s", d.ID, d.Reason, d.Metadata)
+		} else {
+			add("discard %d %s %v", d.ID, d.Reason, d.Handles)
+		}
+	}
+	if rd.Restart != nil {
+		add("restart")
+	}
+	for _, o := range rd.Outcomes {
+		add("%s %d %s: %s", o.Type, o.ID, o.Task, o.Result)
+	}
+	return out
+}
+
+// propRun drives a Core and a model with the same random events.
+type propRun struct {
+	cfg Config
+	c   *Core
+	m   *model
+	log []control.Message // for rebuilds
+
+	// invariant bookkeeping
+	maxTrigger   uint64
+	genOf        map[uint64]uint64 // checkpoint -> generation
+	tasksOf      map[uint64]int    // generation -> number of tasks
+	successAcks  map[uint64]int    // checkpoint -> SUCCESS acks
+	metadataDone map[uint64]bool
+	released     map[uint64]bool
+}
+
+func (r *propRun) compare(t *rapid.T, what string, errC, errM error) {
+	if (errC == nil) != (errM == nil) || (errM != nil && !errors.Is(errC, errM)) {
+		t.Fatalf("%s: core error %v, model error %v", what, errC, errM)
+	}
+	rd := r.c.Ready()
+	r.c.Advance(rd)
+	got := readyStrings(rd)
+	want := map[string][]string{}
+	for _, s := range r.m.out {
+		want[category(s)] = append(want[category(s)], s)
+	}
+	r.m.out = nil
+	for _, cat := range categories {
+		if !slices.Equal(got[cat], want[cat]) {
+			t.Fatalf("%s: %s differ\ncore:  %q\nmodel: %q", what, cat, got[cat], want[cat])
+		}
+	}
+	r.log = append(r.log, rd.Records...)
+	r.checkInvariants(t, what, rd)
+
+	// State that Ready does not show.
+	var pc, pm []string
+	for _, p := range r.c.pending {
+		pc = append(pc, fmt.Sprintf("%d:%s:%d:%v", p.id, p.kind, p.remaining, p.finalizing))
+	}
+	for _, id := range r.m.pendingIDs() {
+		p := r.m.pending[id]
+		pm = append(pm, fmt.Sprintf("%d:%s:%d:%v", id, p.kind, len(r.m.tasks)-len(p.acked), p.final))
+	}
+	if !slices.Equal(pc, pm) {
+		t.Fatalf("%s: pending differ\ncore:  %v\nmodel: %v", what, pc, pm)
+	}
+	var kc, km []uint64
+	for _, k := range r.c.completed {
+		kc = append(kc, k.id)
+	}
+	for _, k := range r.m.retained {
+		km = append(km, k.id)
+	}
+	if !slices.Equal(kc, km) || r.c.lastID != r.m.lastID || r.c.gen != r.m.gen ||
+		r.c.phase.String() != r.m.phase || r.c.failures != r.m.failures {
+		t.Fatalf("%s: state differs: core completed=%v last=%d gen=%d phase=%s failures=%d; model %v %d %d %s %d",
+			what, kc, r.c.lastID, r.c.gen, r.c.phase, r.c.failures, km, r.m.lastID, r.m.gen, r.m.phase, r.m.failures)
+	}
+	// Event sourcing: the records so far rebuild the same durable state.
+	rebuilt, err := Restore(r.cfg, r.c.Now(), r.log)
+	if err != nil {
+		t.Fatalf("%s: restore: %v", what, err)
+	}
+	if diff := durableDiff(r.c, rebuilt); diff != "" {
+		t.Fatalf("%s: rebuilt core differs: %s", what, diff)
+	}
+}
+
+func (r *propRun) checkInvariants(t *rapid.T, what string, rd Ready) {
+	for _, rec := range rd.Records {
+		switch rec := rec.(type) {
+		case control.Generation:
+			ts, _ := rec.Assignment.Tasks()
+			r.tasksOf[rec.Gen] = len(ts)
+		case control.Trigger:
+			if rec.ID <= r.maxTrigger {
+				t.Fatalf("%s: trigger %d after trigger %d: IDs must strictly increase", what, rec.ID, r.maxTrigger)
+			}
+			r.maxTrigger = rec.ID
+			r.genOf[rec.ID] = rec.Gen
+		case control.Complete:
+			if !r.metadataDone[rec.ID] {
+				t.Fatalf("%s: complete %d before its _metadata was written", what, rec.ID)
+			}
+			if n := r.tasksOf[r.genOf[rec.ID]]; r.successAcks[rec.ID] != n || n == 0 {
+				t.Fatalf("%s: complete %d with %d of %d acks", what, rec.ID, r.successAcks[rec.ID], n)
+			}
+		}
+	}
+	for _, o := range rd.Outcomes {
+		if o.Type == control.TypeAck && o.Result == AckSuccess {
+			r.successAcks[o.ID]++
+		}
+	}
+	retainedCkpts := 0
+	for _, k := range r.c.completed {
+		if k.kind == control.KindCheckpoint {
+			retainedCkpts++
+		}
+	}
+	if retainedCkpts > r.cfg.Retained {
+		t.Fatalf("%s: %d checkpoints retained, config says %d", what, retainedCkpts, r.cfg.Retained)
+	}
+	for _, d := range rd.Discards {
+		if d.Reason != DiscardReleased {
+			continue
+		}
+		r.released[d.ID] = true
+		if d.ID == r.c.lastCompleted {
+			t.Fatalf("%s: released %d, the restore point", what, d.ID)
+		}
+	}
+	for _, k := range r.c.completed {
+		if r.released[k.id] {
+			t.Fatalf("%s: checkpoint %d released but still retained", what, k.id)
+		}
+		if k.kind.IsSavepoint() && r.released[k.id] {
+			t.Fatalf("%s: savepoint %d released", what, k.id)
+		}
+	}
+	for _, d := range rd.Discards {
+		for _, k := range r.c.completed {
+			if k.id == d.ID && (d.Metadata == k.metadata) {
+				t.Fatalf("%s: discarded the _metadata of retained %d", what, k.id)
+			}
+		}
+	}
+}
+
+func drawConfig(t *rapid.T) Config {
+	interval := time.Duration(rapid.IntRange(5, 20).Draw(t, "interval_s")) * time.Second
+	return Config{
+		Interval:          interval,
+		Timeout:           time.Duration(rapid.IntRange(5, 60).Draw(t, "timeout_s")) * time.Second,
+		MinPause:          time.Duration(rapid.Int64Range(0, int64(interval)).Draw(t, "min_pause")),
+		MaxConcurrent:     rapid.IntRange(1, 3).Draw(t, "max_concurrent"),
+		TolerableFailures: rapid.IntRange(0, 3).Draw(t, "tolerable"),
+		Retained:          rapid.IntRange(1, 3).Draw(t, "retained"),
+		Random:            fixedSource(rapid.Int64Range(0, int64(20*time.Second)).Draw(t, "jitter")),
+	}
+}
+
+// TestPropertyCoreMatchesModel drives the core and the reference model with
+// random event sequences; they must emit the same records, metadata
+// requests, discards, restarts and ack outcomes, and the invariants hold:
+// trigger IDs strictly increase, a checkpoint completes only with every ack
+// and after its _metadata, nothing released is still retained, and the
+// records rebuild the same durable state at every step.
+func TestPropertyCoreMatchesModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := drawConfig(t)
+		c, err := New(cfg, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &propRun{cfg: cfg, c: c, m: newModel(cfg, t0), genOf: map[uint64]uint64{},
+			tasksOf: map[uint64]int{}, successAcks: map[uint64]int{}, metadataDone: map[uint64]bool{},
+			released: map[uint64]bool{}}
+		pendingID := func(t *rapid.T) uint64 {
+			ids := r.m.pendingIDs()
+			if len(ids) == 0 || rapid.IntRange(0, 9).Draw(t, "stray") == 0 {
+				return rapid.Uint64Range(0, r.m.lastID+2).Draw(t, "id")
+			}
+			return rapid.SampledFrom(ids).Draw(t, "pending")
+		}
+		drawGen := func(t *rapid.T) uint64 {
+			switch rapid.IntRange(0, 9).Draw(t, "gen_choice") {
+			case 0:
+				return r.m.gen - min(r.m.gen, 1)
+			case 1:
+				return r.m.gen + 1
+			}
+			return r.m.gen
+		}
+		ack := func(t *rapid.T, id uint64, task control.TaskID) {
+			a := control.Ack{ID: id, Gen: drawGen(t), Task: task, Handle: fmt.Sprintf("h%d-%s", id, task)}
+			if control.Validate(a) == nil { // what the ack topic can carry
+				r.log = append(r.log, a)
+			}
+			r.m.ack(a)
+			r.compare(t, fmt.Sprintf("ack %+v", a), r.c.Step(Acknowledge{a}), nil)
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"tick": func(t *rapid.T) {
+				now := r.c.Now().Add(time.Duration(rapid.IntRange(0, 25_000).Draw(t, "ms")) * time.Millisecond)
+				r.m.tick(now)
+				r.c.Tick(now)
+				r.compare(t, "tick "+rel(now), nil, nil)
+			},
+			"ack": func(t *rapid.T) {
+				ack(t, pendingID(t), rapid.SampledFrom(append(slices.Clone(universe), stranger)).Draw(t, "task"))
+			},
+			"ackAll": func(t *rapid.T) {
+				id := pendingID(t)
+				for _, task := range r.m.sortedTasks() {
+					ack(t, id, task)
+				}
+			},
+			"decline": func(t *rapid.T) {
+				d := control.Decline{ID: pendingID(t), Gen: drawGen(t),
+					Task: rapid.SampledFrom(append(slices.Clone(universe), stranger)).Draw(t, "task"), Reason: "x"}
+				r.m.decline(d)
+				r.compare(t, fmt.Sprintf("decline %+v", d), r.c.Step(Decline{d}), nil)
+			},
+			"metadata": func(t *rapid.T) {
+				id := pendingID(t)
+				loc := fmt.Sprintf("m%d", id)
+				errM := r.m.metadataWritten(id, loc)
+				if errM == nil && r.m.lastCompleted == id {
+					r.metadataDone[id] = true
+				}
+				if p := r.c.find(id); p != nil && p.finalizing {
+					r.metadataDone[id] = true
+				}
+				r.compare(t, fmt.Sprintf("metadata %d", id), r.c.Step(MetadataWritten{ID: id, Location: loc}), errM)
+			},
+			"metadataFailed": func(t *rapid.T) {
+				id := pendingID(t)
+				errM := r.m.metadataFailed(id)
+				r.compare(t, fmt.Sprintf("metadata-failed %d", id), r.c.Step(MetadataFailed{ID: id, Reason: "x"}), errM)
+			},
+			"savepoint": func(t *rapid.T) {
+				kind := rapid.SampledFrom([]control.Kind{control.KindSavepoint, control.KindStop}).Draw(t, "kind")
+				errM := r.m.savepoint(kind)
+				r.compare(t, "savepoint "+string(kind), r.c.Step(RequestSavepoint{Kind: kind, Target: "t"}), errM)
+			},
+			"assign": func(t *rapid.T) {
+				tasks := rapid.SliceOfNDistinct(rapid.SampledFrom(universe), 1, len(universe),
+					func(x control.TaskID) control.TaskID { return x }).Draw(t, "tasks")
+				split := rapid.IntRange(0, len(tasks)).Draw(t, "split")
+				a := control.Assignment{"r0": tasks[:split], "r1": tasks[split:]}
+				var unplaced []control.TaskID
+				if rapid.IntRange(0, 4).Draw(t, "incomplete") == 0 {
+					for _, u := range universe {
+						if !slices.Contains(tasks, u) {
+							unplaced = append(unplaced, u)
+						}
+					}
+				}
+				errM := r.m.assign(a, unplaced)
+				r.compare(t, fmt.Sprintf("assign %v unplaced=%v", a, unplaced), r.c.Step(Assign{Assignment: a, Unplaced: unplaced}), errM)
+			},
+			"running": func(t *rapid.T) {
+				tasks := r.m.sortedTasks()
+				if rapid.Bool().Draw(t, "one") && len(tasks) > 0 {
+					tasks = []control.TaskID{rapid.SampledFrom(tasks).Draw(t, "task")}
+				}
+				gen := drawGen(t)
+				for _, task := range tasks {
+					r.m.running(gen, task)
+					r.compare(t, fmt.Sprintf("running %d %s", gen, task), r.c.Step(TaskRunning{Gen: gen, Task: task}), nil)
+				}
+			},
+			"rebuild": func(t *rapid.T) {
+				// A failover that replays the whole history: the rebuilt
+				// core takes over and must go on like the model.
+				c, err := Restore(r.cfg, r.c.Now(), r.log)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := durableDiff(r.c, c); diff != "" {
+					t.Fatalf("rebuild: %s", diff)
+				}
+				// Volatile state is not in the records; carry it over as
+				// the owner would by starting from the same point.
+				c.phase, c.notRunning, c.waitingFor = r.c.phase, r.c.notRunning, r.c.waitingFor
+				c.scheduled, c.nextTrigger = r.c.scheduled, r.c.nextTrigger
+				r.c = c
+			},
+		})
+	})
+}
+
+// TestPropertyFailoverNeverReusesIDs: a coordinator that fails over at
+// random points, rebuilt from what a new coordinator really reads (the
+// commit topic, the newest trigger-topic record, the acks after it) and
+// starting a new generation at once, never repeats a checkpoint ID,
+// completes only fully acknowledged checkpoints of its own generation, and
+// keeps the retention rules.
+func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := drawConfig(t)
+		c, err := New(cfg, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assignment := control.Assignment{"r0": universe[:2], "r1": universe[2:]}
+		var commit []control.Message
+		var lastTrigger control.Message
+		var acksAfter []control.Message
+		r := &propRun{cfg: cfg, c: c, genOf: map[uint64]uint64{}, tasksOf: map[uint64]int{},
+			successAcks: map[uint64]int{}, metadataDone: map[uint64]bool{}, released: map[uint64]bool{}}
+		advance := func(t *rapid.T, what string) {
+			rd := r.c.Ready()
+			r.c.Advance(rd)
+			for _, rec := range rd.Records {
+				switch topic, _ := control.TopicOf(rec); topic {
+				case control.TopicCommit:
+					commit = append(commit, rec)
+				case control.TopicTrigger:
+					lastTrigger, acksAfter = rec, nil
+				}
+			}
+			r.checkInvariants(t, what, rd)
+		}
+		start := func(t *rapid.T) {
+			if err := r.c.Step(Assign{Assignment: assignment}); err != nil {
+				t.Fatal(err)
+			}
+			for _, task := range universe {
+				if err := r.c.Step(TaskRunning{Gen: r.c.gen, Task: task}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			advance(t, "start")
+		}
+		start(t)
+		t.Repeat(map[string]func(*rapid.T){
+			"tick": func(t *rapid.T) {
+				r.c.Tick(r.c.Now().Add(time.Duration(rapid.IntRange(0, 25_000).Draw(t, "ms")) * time.Millisecond))
+				advance(t, "tick")
+			},
+			"ack": func(t *rapid.T) {
+				if len(r.c.pending) == 0 {
+					return
+				}
+				p := rapid.SampledFrom(r.c.pending).Draw(t, "pending")
+				a := control.Ack{ID: p.id, Gen: p.gen, Task: rapid.SampledFrom(universe).Draw(t, "task"), Handle: "h"}
+				acksAfter = append(acksAfter, a)
+				_ = r.c.Step(Acknowledge{a})
+				advance(t, "ack")
+			},
+			"metadata": func(t *rapid.T) {
+				for _, p := range r.c.pending {
+					if p.finalizing {
+						r.metadataDone[p.id] = true
+						_ = r.c.Step(MetadataWritten{ID: p.id, Location: fmt.Sprint("m", p.id)})
+						break
+					}
+				}
+				advance(t, "metadata")
+			},
+			"savepoint": func(t *rapid.T) {
+				_ = r.c.Step(RequestSavepoint{Kind: control.KindSavepoint, Target: "t"})
+				advance(t, "savepoint")
+			},
+			"failover": func(t *rapid.T) {
+				history := slices.Clone(commit)
+				if lastTrigger != nil {
+					history = append(history, lastTrigger)
+				}
+				history = append(history, acksAfter...)
+				c, err := Restore(cfg, r.c.Now(), history)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.lastID < r.maxTrigger {
+					t.Fatalf("rebuilt core would reuse IDs: last %d, used %d", c.lastID, r.maxTrigger)
+				}
+				if c.lastCompleted != r.c.lastCompleted {
+					t.Fatalf("rebuilt restore point %d, want %d", c.lastCompleted, r.c.lastCompleted)
+				}
+				r.c = c
+				start(t)
+			},
+		})
+	})
+}

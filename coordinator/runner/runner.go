@@ -1,0 +1,342 @@
+// Package runner drives the pure checkpoint coordinator (coordinator.Core)
+// over Kafka: it is the loop of the replica that holds the coordinator role.
+//
+// It fences any older coordinator by taking over the job's coordinator
+// transactional ID, rebuilds the core from the commit topic and the newest
+// trigger record (event sourcing), follows the ack topic, and carries out each
+// Ready in the order the coordinator package documents: control records in
+// one Kafka transaction, _metadata objects with a conditional put, then
+// notifications, discards and metrics.
+//
+// Goroutines: Run's goroutine owns the core and every Kafka writer; one
+// goroutine reads the ack topic and hands records to Run over a channel; one
+// goroutine carries out discards, which may be slow and are never needed for
+// correctness (garbage collection covers any it misses). Other goroutines
+// talk to the core only through Submit.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/coordinator"
+	"github.com/weir-stream/weir/kafkaio"
+)
+
+// MetadataStore writes checkpoint metadata objects.
+type MetadataStore interface {
+	// WriteMetadata stores m as its checkpoint's _metadata object with a
+	// conditional put (it must not overwrite an existing object) and
+	// returns the object's location.
+	WriteMetadata(ctx context.Context, m control.Metadata) (string, error)
+}
+
+// Discarder deletes state that no checkpoint needs any more.
+type Discarder interface {
+	Discard(ctx context.Context, d coordinator.Discard) error
+}
+
+// Options configure a Runner.
+type Options struct {
+	// Core is the coordinator's configuration. Its Random may be nil: the
+	// runner then seeds one from the runtime's random source.
+	Core coordinator.Config
+	// Kafka are the client options (seed brokers, TLS, SASL, ...).
+	Kafka []kgo.Opt
+	// Topics are the job's control topics; they must exist.
+	Topics kafkaio.ControlTopics
+	// TransactionalID is the coordinator's transactional ID,
+	// kafkaio.CoordinatorTransactionalID(prefix).
+	TransactionalID string
+	// Metadata writes _metadata objects. Required.
+	Metadata MetadataStore
+	// Discarder deletes released state; nil only logs what would go.
+	Discarder Discarder
+	// OnNotification, if set, is called from Run's goroutine for every
+	// completed or aborted checkpoint, after its records are durable.
+	OnNotification func(coordinator.Notification)
+	// TickInterval is how often the core is told the time; default 100ms.
+	TickInterval time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Logger and Registerer are required.
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Runner runs the coordinator role. Create it with New, run it with Run.
+type Runner struct {
+	opts    Options
+	events  chan submitted
+	metrics *metrics
+}
+
+type submitted struct {
+	ev   coordinator.Event
+	done chan error
+}
+
+// ErrStopped is returned by Submit when Run is not running.
+var ErrStopped = errors.New("runner: coordinator not running")
+
+// New checks opts and registers the runner's metrics.
+func New(opts Options) (*Runner, error) {
+	if opts.Metadata == nil {
+		return nil, errors.New("runner: Options.Metadata is required")
+	}
+	if opts.Logger == nil || opts.Registerer == nil {
+		return nil, errors.New("runner: Options.Logger and Options.Registerer are required")
+	}
+	if opts.TickInterval <= 0 {
+		opts.TickInterval = 100 * time.Millisecond
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Core.Random == nil {
+		opts.Core.Random = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	if err := opts.Core.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{opts: opts, events: make(chan submitted), metrics: m}, nil
+}
+
+// Submit hands an event to the core (an Assign from placement, a
+// TaskRunning, a RequestSavepoint) and returns the core's answer. It waits
+// until Run takes it or ctx ends; it fails with ErrStopped if Run is not
+// running and does not start before ctx ends.
+func (r *Runner) Submit(ctx context.Context, ev coordinator.Event) error {
+	s := submitted{ev: ev, done: make(chan error, 1)}
+	select {
+	case r.events <- s:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrStopped, ctx.Err())
+	}
+	select {
+	case err := <-s.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run holds the coordinator role until ctx ends (it returns nil then) or a
+// step fails. An error wrapping kafkaio.ErrFenced means a newer coordinator
+// took over: the caller must not run another one unless it is elected again.
+// Any other error means the role was given up: a new Run rebuilds everything
+// from the durable records.
+func (r *Runner) Run(ctx context.Context) error {
+	log := r.opts.Logger.With("component", "coordinator")
+	w, err := kafkaio.NewControlWriter(ctx, r.opts.Kafka, r.opts.Topics, r.opts.TransactionalID)
+	if err != nil {
+		return fmt.Errorf("take the coordinator role: %w", err)
+	}
+	defer w.Close()
+
+	core, err := r.restore(ctx)
+	if err != nil {
+		return err
+	}
+	st := core.Status()
+	log.Info("coordinator elected", "generation", st.Gen, "last_checkpoint_id", st.LastID,
+		"last_completed_id", st.LastCompleted, "retained", len(st.Completed))
+	r.metrics.observeStatus(st)
+
+	// Acks are read from the end: a new coordinator starts a new generation,
+	// which aborts whatever was pending, so older acks cannot matter.
+	tail, err := kafkaio.NewControlTail(r.opts.Kafka, r.opts.Topics,
+		map[control.Topic]kgo.Offset{control.TopicAck: kgo.NewOffset().AtEnd()}, log)
+	if err != nil {
+		return err
+	}
+	defer tail.Close()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	acks := make(chan control.Message, 1024)
+	ackErr := make(chan error, 1)
+	go func() {
+		for {
+			rec, err := tail.Next(runCtx)
+			if err != nil {
+				ackErr <- err
+				return
+			}
+			select {
+			case acks <- rec.Msg:
+			case <-runCtx.Done():
+				ackErr <- runCtx.Err()
+				return
+			}
+		}
+	}()
+	discards := make(chan coordinator.Discard, 1024)
+	discarderDone := make(chan struct{})
+	go func() {
+		defer close(discarderDone)
+		r.discardLoop(runCtx, log, discards)
+	}()
+	defer func() { cancel(); <-discarderDone }()
+
+	ticker := time.NewTicker(r.opts.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("coordinator stopping", "reason", ctx.Err())
+			return nil
+		case err := <-ackErr:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read the ack topic: %w", err)
+		case s := <-r.events:
+			s.done <- core.Step(s.ev)
+		case m := <-acks:
+			r.stepAck(core, m)
+		case <-ticker.C:
+			core.Tick(r.opts.Now())
+		}
+		for core.HasReady() {
+			rd := core.Ready()
+			if err := r.carryOut(ctx, log, core, w, rd, discards); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			core.Advance(rd)
+		}
+	}
+}
+
+// restore rebuilds the core from the commit topic and the newest record of
+// the trigger topic.
+func (r *Runner) restore(ctx context.Context) (*coordinator.Core, error) {
+	commits, err := kafkaio.ReadControlHistory(ctx, r.opts.Kafka, r.opts.Topics, control.TopicCommit)
+	if err != nil {
+		return nil, fmt.Errorf("read the commit topic: %w", err)
+	}
+	triggers, err := kafkaio.ReadControlHistory(ctx, r.opts.Kafka, r.opts.Topics, control.TopicTrigger)
+	if err != nil {
+		return nil, fmt.Errorf("read the trigger topic: %w", err)
+	}
+	history := make([]control.Message, 0, len(commits.Records)+1)
+	for _, rec := range commits.Records {
+		history = append(history, rec.Msg)
+	}
+	if n := len(triggers.Records); n > 0 {
+		history = append(history, triggers.Records[n-1].Msg)
+	}
+	core, err := coordinator.Restore(r.opts.Core, r.opts.Now(), history)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild the coordinator from %d records: %w", len(history), err)
+	}
+	return core, nil
+}
+
+func (r *Runner) stepAck(core *coordinator.Core, m control.Message) {
+	var err error
+	switch a := m.(type) {
+	case control.Ack:
+		err = core.Step(coordinator.Acknowledge{Ack: a})
+	case control.Decline:
+		err = core.Step(coordinator.Decline{Decline: a})
+	default:
+		return // another record type on the ack topic is no business of ours
+	}
+	if err != nil {
+		r.opts.Logger.Warn("ack refused by the coordinator core", "err", err)
+	}
+}
+
+// carryOut does what rd says, in the documented order.
+func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinator.Core, w *kafkaio.ControlWriter, rd coordinator.Ready, discards chan<- coordinator.Discard) error {
+	// 1. Control records, in one transaction.
+	if len(rd.Records) > 0 {
+		if err := w.Append(ctx, rd.Records...); err != nil {
+			return fmt.Errorf("append %d control records: %w", len(rd.Records), err)
+		}
+		for _, m := range rd.Records {
+			switch rec := m.(type) {
+			case control.Trigger:
+				log.Debug("checkpoint triggered", "checkpoint_id", rec.ID, "kind", rec.Kind, "generation", rec.Gen)
+			case control.Generation:
+				log.Info("generation started", "generation", rec.Gen, "restore_from", rec.RestoreFrom)
+			}
+		}
+	}
+	// 2. _metadata objects: their results go back into the core, which puts
+	// the complete records into a later Ready.
+	for _, m := range rd.Metadata {
+		loc, err := r.opts.Metadata.WriteMetadata(ctx, m)
+		if err != nil {
+			log.Warn("checkpoint metadata not written", "checkpoint_id", m.ID, "err", err)
+			if serr := core.Step(coordinator.MetadataFailed{ID: m.ID, Reason: err.Error()}); serr != nil {
+				return serr
+			}
+			continue
+		}
+		if err := core.Step(coordinator.MetadataWritten{ID: m.ID, Location: loc}); err != nil {
+			return err
+		}
+	}
+	// 3. Notifications.
+	for _, n := range rd.Notifications {
+		if n.Completed {
+			log.Info("checkpoint complete", "checkpoint_id", n.ID, "kind", n.Kind, "duration", n.Duration,
+				"tasks", n.Tasks, "state_bytes", n.StateBytes, "uploaded_bytes", n.UploadedBytes)
+		} else {
+			log.Warn("checkpoint aborted", "checkpoint_id", n.ID, "kind", n.Kind, "reason", n.Reason,
+				"detail", n.Detail, "acked", n.Acked, "tasks", n.Tasks)
+		}
+		r.metrics.observeNotification(n)
+		if r.opts.OnNotification != nil {
+			r.opts.OnNotification(n)
+		}
+	}
+	// 4. Discards: the records they depend on are durable (step 1).
+	for _, d := range rd.Discards {
+		select {
+		case discards <- d:
+		default:
+			log.Warn("discard queue full; garbage collection will find the files", "checkpoint_id", d.ID)
+		}
+	}
+	// 5. Restart: the Generation record is already written.
+	if rd.Restart != nil {
+		log.Error("job restarts from the last completed checkpoint", "reason", rd.Restart.Reason, "failures", rd.Restart.Failures)
+	}
+	// 6. Metrics.
+	r.metrics.observe(rd.Metrics)
+	return nil
+}
+
+func (r *Runner) discardLoop(ctx context.Context, log *slog.Logger, discards <-chan coordinator.Discard) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d := <-discards:
+			if r.opts.Discarder == nil {
+				log.Debug("state no longer needed", "checkpoint_id", d.ID, "reason", d.Reason)
+				continue
+			}
+			if err := r.opts.Discarder.Discard(ctx, d); err != nil && ctx.Err() == nil {
+				log.Warn("discard failed; garbage collection will retry", "checkpoint_id", d.ID, "reason", d.Reason, "err", err)
+			}
+		}
+	}
+}

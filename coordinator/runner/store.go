@@ -1,0 +1,35 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/state/objstore"
+)
+
+// ObjectStoreMetadata writes _metadata objects into the job's object store
+// at the keys of DESIGN.md section 7: chk-<n>/_metadata, or
+// savepoints/<target>/_metadata for a savepoint with a target name.
+type ObjectStoreMetadata struct {
+	Store *objstore.Store
+}
+
+// WriteMetadata implements MetadataStore with a conditional put.
+func (s ObjectStoreMetadata) WriteMetadata(ctx context.Context, m control.Metadata) (string, error) {
+	b, err := control.Encode(m)
+	if err != nil {
+		return "", err
+	}
+	key := objstore.MetadataKey(int64(m.ID))
+	if m.Kind.IsSavepoint() && m.Target != "" {
+		if err := objstore.ValidName("savepoint", m.Target); err != nil {
+			return "", err
+		}
+		key = objstore.SavepointMetadataKey(m.Target)
+	}
+	if err := s.Store.PutIfAbsent(ctx, key, b); err != nil {
+		return "", fmt.Errorf("write %s: %w", key, err)
+	}
+	return key, nil
+}
