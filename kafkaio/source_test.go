@@ -69,16 +69,27 @@ func srcTxnClient(t *testing.T, c *kafkatest.Cluster) *kgo.Client {
 // srcTxn produces recs in one transaction and commits or aborts it.
 func srcTxn(t *testing.T, ctx context.Context, cl *kgo.Client, commit bool, recs ...*kgo.Record) {
 	t.Helper()
-	if err := cl.BeginTransaction(); err != nil {
-		t.Fatalf("begin transaction: %v", err)
-	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatalf("transactional produce: %v", err)
-	}
-	if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
-		t.Fatalf("end transaction (commit=%v): %v", commit, err)
+	if err := srcTxnErr(ctx, cl, commit, recs...); err != nil {
+		t.Fatal(err)
 	}
 }
+
+// srcTxnErr is srcTxn for goroutines other than the test's.
+func srcTxnErr(ctx context.Context, cl *kgo.Client, commit bool, recs ...*kgo.Record) error {
+	if err := cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("transactional produce: %w", err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+		return fmt.Errorf("end transaction (commit=%v): %w", commit, err)
+	}
+	return nil
+}
+
+// srcQuietLog discards logs.
+func srcQuietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // srcRec returns a record for topic and partition with value v.
 func srcRec(topic string, partition int32, v string) *kgo.Record {
@@ -140,6 +151,30 @@ func srcWaitCaughtUp(t *testing.T, ctx context.Context, src *kafkaio.Source) {
 		case err == nil:
 			t.Fatalf("Next returned %v while catching up, want nothing", srcElem(e))
 		}
+	}
+}
+
+// srcWaitPositions polls the source (expecting no records) until its
+// positions are want: past the trailing transaction markers of a log whose
+// transactions are all resolved (see srcWaitStable).
+func srcWaitPositions(t *testing.T, ctx context.Context, src *kafkaio.Source, want kafkaio.SourceOffsets) {
+	t.Helper()
+	for fmt.Sprint(src.Positions()) != fmt.Sprint(want) {
+		if ctx.Err() != nil {
+			t.Fatalf("positions %v, want %v", src.Positions(), want)
+		}
+		pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		e, err := src.Next(pctx)
+		cancel()
+		switch {
+		case err != nil && !errors.Is(err, context.DeadlineExceeded):
+			t.Fatalf("Next: %v", err)
+		case err == nil:
+			t.Fatalf("Next returned %v at %v, want nothing before %v", srcElem(e), src.Positions(), want)
+		}
+	}
+	if !src.CaughtUp() {
+		t.Fatalf("at the log end %v but not caught up: %+v", want, src.Lag())
 	}
 }
 
