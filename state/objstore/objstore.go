@@ -62,14 +62,16 @@ func FromBlob(b *blob.Bucket) Bucket { return blobBucket{b} }
 type blobBucket struct{ b *blob.Bucket }
 
 func (b blobBucket) Upload(ctx context.Context, key string, r io.Reader, opts *blob.WriterOptions) error {
-	if opts != nil && opts.ContentType == "" {
-		// blob.Bucket.Upload refuses options without a content type (it
-		// would otherwise sniff one only when opts is nil).
-		o := *opts
-		o.ContentType = "application/octet-stream"
-		opts = &o
+	o := blob.WriterOptions{}
+	if opts != nil {
+		o = *opts
 	}
-	return b.b.Upload(ctx, key, r, opts)
+	if o.ContentType == "" {
+		// blob.Bucket.Upload requires a content type; state objects are
+		// opaque bytes.
+		o.ContentType = "application/octet-stream"
+	}
+	return b.b.Upload(ctx, key, r, &o)
 }
 
 func (b blobBucket) NewReader(ctx context.Context, key string) (io.ReadCloser, error) {

@@ -1,0 +1,264 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/weir-stream/weir/state/objstore"
+)
+
+// mutate applies n random puts and deletes to kv and to want.
+func mutate(t testing.TB, rng *rand.Rand, kv *ValueState[string], want model, n int) {
+	for range n {
+		k := fmt.Sprintf("key-%04d", rng.IntN(2000))
+		if rng.IntN(5) == 0 {
+			del(t, kv, k)
+			delete(want, k)
+			continue
+		}
+		v := fmt.Sprintf("v%d-%s", rng.Int64(), strings.Repeat("x", rng.IntN(200)))
+		put(t, kv, k, v)
+		want[k] = v
+	}
+}
+
+// Each snapshot, restored after later mutations, holds exactly the state at
+// its barrier, and hands back its operator state.
+func TestSnapshotMutateRestoreExact(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := testConfig(t, store, t.TempDir())
+	b := openTest(t, cfg)
+	kv, err := NewValueState(b, "kv", StringCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := model{}
+	type snap struct {
+		handle string
+		want   model
+	}
+	var snaps []snap
+	for id := int64(1); id <= 6; id++ {
+		mutate(t, rng, kv, want, 3000)
+		if id%2 == 0 {
+			// Some snapshots with data in SSTs, some with data only in the
+			// memtable and WAL.
+			if err := b.DB().Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res := snapshotNow(t, b, id, fmt.Sprintf("offsets@%d", id))
+		if id != 3 { // 3 stays unconfirmed: 4 re-uploads its files and subsumes it
+			if err := b.NotifyComplete(context.Background(), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		snaps = append(snaps, snap{res.Handle, want.clone()})
+	}
+	mutate(t, rng, kv, want, 1000)
+	for i, s := range snaps {
+		if i+1 == 3 {
+			if _, err := Restore(context.Background(), testConfig(t, store, t.TempDir()), s.handle); !errors.Is(err, objstore.ErrNotFound) {
+				t.Fatalf("subsumed snapshot 3: restore error %v, want not found", err)
+			}
+			continue
+		}
+		r := restoreTest(t, testConfig(t, store, t.TempDir()), s.handle)
+		if r.RestoreInfo().Local {
+			t.Fatal("restore into an empty directory claims local recovery")
+		}
+		if got := dump(t, r); !maps.Equal(got, s.want) {
+			t.Fatalf("snapshot %d: restored %d keys, want %d (diff in content)", i+1, len(got), len(s.want))
+		}
+		if got := string(r.Restored().OperatorState); got != fmt.Sprintf("offsets@%d", i+1) {
+			t.Fatalf("operator state = %q", got)
+		}
+		_ = r.Close(context.Background())
+	}
+	// The live backend still holds the newest state.
+	if got := dump(t, b); !maps.Equal(got, want) {
+		t.Fatal("live state changed by snapshots")
+	}
+}
+
+// A checkpoint after a confirmed one uploads only the SST files the
+// confirmed one does not have, and reuses the others.
+func TestIncrementalUploadsOnlyNewFiles(t *testing.T) {
+	store, fb := newStore(t)
+	b := openTest(t, testConfig(t, store, t.TempDir()))
+	kv, _ := NewValueState(b, "kv", StringCodec{})
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := model{}
+	mutate(t, rng, kv, want, 5000)
+	_ = b.DB().Flush()
+	r1 := snapshotNow(t, b, 1, "")
+	if err := b.NotifyComplete(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	fb.takeUploads()
+	mutate(t, rng, kv, want, 500)
+	_ = b.DB().Flush()
+	r2 := snapshotNow(t, b, 2, "")
+	uploads := fb.takeUploads()
+
+	old := map[string]FileEntry{}
+	for _, f := range r1.Manifest.Files {
+		if f.Shared {
+			old[f.Name] = f
+		}
+	}
+	var wantUploads []string
+	reused := 0
+	for _, f := range r2.Manifest.Files {
+		switch {
+		case !f.Shared:
+			wantUploads = append(wantUploads, f.Key)
+		case old[f.Name] != (FileEntry{}):
+			if old[f.Name] != f {
+				t.Fatalf("reused file %s changed entry: %+v vs %+v", f.Name, old[f.Name], f)
+			}
+			reused++
+		default:
+			if !strings.HasPrefix(f.Key, "shared/t0/") {
+				t.Fatalf("new shared file %s at %s", f.Name, f.Key)
+			}
+			wantUploads = append(wantUploads, f.Key)
+		}
+	}
+	wantUploads = append(wantUploads, r2.Handle)
+	for i := range uploads {
+		uploads[i] = strings.TrimPrefix(uploads[i], testJob+"/")
+	}
+	slices.Sort(uploads)
+	slices.Sort(wantUploads)
+	if !slices.Equal(uploads, wantUploads) {
+		t.Fatalf("checkpoint 2 uploaded\n%q\nwant\n%q", uploads, wantUploads)
+	}
+	if reused == 0 || r2.ReusedFiles != reused {
+		t.Fatalf("reused %d files (result says %d); the test needs some", reused, r2.ReusedFiles)
+	}
+}
+
+func TestManifestWrittenLast(t *testing.T) {
+	store, fb := newStore(t)
+	b := openTest(t, testConfig(t, store, t.TempDir()))
+	kv, _ := NewValueState(b, "kv", StringCodec{})
+	mutate(t, rand.New(rand.NewPCG(5, 6)), kv, model{}, 2000)
+	_ = b.DB().Flush()
+	res := snapshotNow(t, b, 1, "")
+	uploads := fb.takeUploads()
+	if last := uploads[len(uploads)-1]; last != testJob+"/"+res.Handle {
+		t.Fatalf("last upload %s, want the manifest %s", last, res.Handle)
+	}
+	if len(uploads) != len(res.Manifest.Files)+1 {
+		t.Fatalf("%d uploads for %d files", len(uploads), len(res.Manifest.Files))
+	}
+}
+
+// Two snapshots in flight: the second reuses the first's uploads; aborting
+// the first keeps what the second needs.
+func TestConcurrentSnapshotsAndAbort(t *testing.T) {
+	store, fb := newStore(t)
+	b := openTest(t, testConfig(t, store, t.TempDir()))
+	kv, _ := NewValueState(b, "kv", StringCodec{})
+	rng := rand.New(rand.NewPCG(7, 8))
+	want := model{}
+	mutate(t, rng, kv, want, 3000)
+	_ = b.DB().Flush()
+	s1, err := b.Snapshot(1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want1 := want.clone()
+	mutate(t, rng, kv, want, 10)
+	s2, err := b.Snapshot(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Snapshot(2, nil); !errors.Is(err, ErrSnapshot) {
+		t.Fatalf("repeated id: %v", err)
+	}
+	res1, err := s1.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res2, err := s2.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.ReusedFiles == 0 {
+		t.Fatal("snapshot 2 re-uploaded everything snapshot 1 uploaded")
+	}
+	if err := b.NotifyAborted(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	// Snapshot 1's manifest is gone, snapshot 2 still restores.
+	if _, err := store.Stat(context.Background(), res1.Handle); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("aborted manifest: %v", err)
+	}
+	r := restoreTest(t, testConfig(t, store, t.TempDir()), res2.Handle)
+	if got := dump(t, r); !maps.Equal(got, want) {
+		t.Fatal("snapshot 2 lost files when 1 was aborted")
+	}
+	_ = want1
+	// Completing 2 leaves nothing of 1 behind: every object belongs to 2.
+	if err := b.NotifyComplete(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	referenced := map[string]bool{res2.Handle: true}
+	for _, f := range res2.Manifest.Files {
+		referenced[f.Key] = true
+	}
+	for _, k := range listKeys(t, store, "") {
+		if !referenced[k] {
+			t.Errorf("object %s belongs to no snapshot", k)
+		}
+	}
+	_ = fb
+}
+
+// Cancelling the asynchronous part fails the snapshot and deletes what it
+// uploaded.
+func TestSnapshotCancel(t *testing.T) {
+	store, fb := newStore(t)
+	b := openTest(t, testConfig(t, store, t.TempDir()))
+	kv, _ := NewValueState(b, "kv", StringCodec{})
+	mutate(t, rand.New(rand.NewPCG(9, 9)), kv, model{}, 3000)
+	_ = b.DB().Flush()
+	s, _ := b.Snapshot(1, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	fb.onPut = func(string) {
+		n++
+		if n == 2 {
+			cancel()
+		}
+	}
+	if _, err := s.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled run: %v", err)
+	}
+	if keys := listKeys(t, store, ""); len(keys) != 0 {
+		t.Fatalf("cancelled snapshot left %q", keys)
+	}
+	// The next snapshot works.
+	fb.onPut = nil
+	res := snapshotNow(t, b, 2, "")
+	if res.ReusedFiles != 0 {
+		t.Fatal("reused a file of the cancelled snapshot")
+	}
+	// Abort before Run: Run refuses.
+	s3, _ := b.Snapshot(3, nil)
+	if err := b.NotifyAborted(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s3.Run(context.Background()); err == nil {
+		t.Fatal("aborted snapshot ran")
+	}
+}
