@@ -1,0 +1,196 @@
+package kafkaio_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio"
+)
+
+// srcDecodeInput writes the decode tests' input to partition p of topic:
+// valid JSON, two undecodable values and a tombstone, with headers.
+// It returns the values a JSON source delivers and the undecodable records.
+func srcDecodeInput(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topic string, p int32) (good []string, bad []*kgo.Record) {
+	t.Helper()
+	var recs []*kgo.Record
+	for i, v := range []string{`{"a":1}`, `not json`, `{"b":2}`, `{"c":`, ``, `[3]`} {
+		r := &kgo.Record{Topic: topic, Partition: p, Key: []byte(fmt.Sprintf("key-%d", i)), Value: []byte(v),
+			Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte(fmt.Sprintf("t%d", i))}}}
+		switch {
+		case v == "":
+			r.Value = nil // a tombstone is valid under format: json
+			good = append(good, "")
+		case v == "not json" || v == `{"c":`:
+			bad = append(bad, r)
+		default:
+			good = append(good, v)
+		}
+		recs = append(recs, r)
+	}
+	srcProduce(t, ctx, srcProducer(t, c), recs...)
+	return good, bad
+}
+
+func TestSourceDecodeFail(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := srcCtx(t)
+		topic := kafkatest.Name(t, "src")
+		c.CreateTopic(t, topic, 1, nil)
+		_, bad := srcDecodeInput(t, ctx, c, topic, 0)
+		reg := prometheus.NewRegistry()
+		src := srcOpen(t, ctx, c, kafkaio.SourceConfig{Topics: []string{topic}, Decoder: kafkaio.DecodeJSON{},
+			DecodeErrors: kafkaio.DecodeFail, Registerer: reg})
+		var err error
+		for err == nil {
+			_, err = src.Next(ctx)
+		}
+		var de *kafkaio.SourceDecodeError
+		if !errors.As(err, &de) || de.Topic != topic || de.Partition != 0 || de.Offset != bad[0].Offset ||
+			!errors.Is(err, kafkaio.ErrDecodeInvalidJSON) {
+			t.Fatalf("Next = %v, want a SourceDecodeError at %s/0@%d wrapping ErrDecodeInvalidJSON", err, topic, bad[0].Offset)
+		}
+		if !strings.Contains(err.Error(), fmt.Sprintf("topic %s partition 0 offset %d", topic, bad[0].Offset)) {
+			t.Fatalf("error %q does not name the record", err)
+		}
+		if _, err2 := src.Next(ctx); !errors.Is(err2, err) {
+			t.Fatalf("second Next = %v, want the same error", err2)
+		}
+		if n := srcMetric(t, reg, kafkaio.SourceMetricDecodeErrs, map[string]string{"topic": topic, "policy": "fail"}); n != 1 {
+			t.Fatalf("decode errors counted %v, want 1", n)
+		}
+	})
+}
+
+func TestSourceDecodeSkip(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := srcCtx(t)
+		topic := kafkatest.Name(t, "src")
+		c.CreateTopic(t, topic, 1, nil)
+		good, _ := srcDecodeInput(t, ctx, c, topic, 0)
+		reg := prometheus.NewRegistry()
+		src := srcOpen(t, ctx, c, kafkaio.SourceConfig{Topics: []string{topic}, Decoder: kafkaio.DecodeJSON{},
+			DecodeErrors: kafkaio.DecodeSkip, Registerer: reg})
+		recs, _ := srcRead(t, ctx, src, len(good))
+		srcWantValues(t, "skip", recs, good)
+		srcWaitCaughtUp(t, ctx, src)
+		for name, want := range map[string]float64{
+			kafkaio.SourceMetricDecodeErrs:  2,
+			kafkaio.SourceMetricRecordsRead: 6,
+			kafkaio.SourceMetricLag:         0,
+		} {
+			if got := srcMetric(t, reg, name, map[string]string{"topic": topic}); got != want {
+				t.Errorf("%s = %v, want %v", name, got, want)
+			}
+		}
+	})
+}
+
+// TestSourceDeadLetterRouting: undecodable records go to the dead-letter
+// topic with their key, value and headers unchanged plus headers naming
+// their origin and the error; they are durable before the barrier that
+// follows them is emitted; both the errors and the dead letters are counted.
+func TestSourceDeadLetterRouting(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := srcCtx(t)
+		topic, dlq := kafkatest.Name(t, "src"), kafkatest.Name(t, "dlq")
+		c.CreateTopic(t, topic, 2, nil)
+		c.CreateTopic(t, dlq, 1, nil)
+		good, bad := srcDecodeInput(t, ctx, c, topic, 1)
+		reg := prometheus.NewRegistry()
+		src := srcOpen(t, ctx, c, kafkaio.SourceConfig{Topics: []string{topic}, Partition: 1, Decoder: kafkaio.DecodeJSON{},
+			DecodeErrors: kafkaio.DecodeDeadLetter, DeadLetterTopic: dlq, Registerer: reg})
+		recs, _ := srcRead(t, ctx, src, len(good))
+		srcWantValues(t, "dead-letter", recs, good)
+		if err := src.InjectBarrier(1); err != nil {
+			t.Fatal(err)
+		}
+		bar := srcNextBarrier(t, ctx, src)
+		if off, _ := bar.Offsets.Lookup(topic, 1); off != 6 {
+			t.Fatalf("barrier offsets %v, want %s/1 at 6: dead-lettered records count as read", bar.Offsets, topic)
+		}
+
+		// Flushed before the barrier: the dead letters are in the log now.
+		ends, err := c.Admin(t).ListEndOffsets(ctx, dlq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end, _ := ends.Lookup(dlq, 0); end.Offset != int64(len(bad)) {
+			t.Fatalf("dead-letter topic ends at %d right after the barrier, want %d", end.Offset, len(bad))
+		}
+
+		cl := c.Client(t, kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{dlq: {0: kgo.NewOffset().AtStart()}}))
+		var letters []*kgo.Record
+		for len(letters) < len(bad) {
+			fs := cl.PollFetches(ctx)
+			if err := fs.Err0(); err != nil {
+				t.Fatalf("consume %s: %v", dlq, err)
+			}
+			letters = append(letters, fs.Records()...)
+		}
+		for i, l := range letters {
+			b := bad[i]
+			h := map[string]string{}
+			for _, kv := range l.Headers {
+				h[kv.Key] = string(kv.Value)
+			}
+			want := map[string]string{
+				"trace":                           string(b.Headers[0].Value),
+				kafkaio.DeadLetterHeaderTopic:     topic,
+				kafkaio.DeadLetterHeaderPartition: "1",
+				kafkaio.DeadLetterHeaderOffset:    fmt.Sprint(b.Offset),
+			}
+			for k, v := range want {
+				if h[k] != v {
+					t.Errorf("dead letter %d: header %s = %q, want %q (headers %v)", i, k, h[k], v, h)
+				}
+			}
+			if !strings.Contains(h[kafkaio.DeadLetterHeaderError], "not valid JSON") {
+				t.Errorf("dead letter %d: error header %q", i, h[kafkaio.DeadLetterHeaderError])
+			}
+			if string(l.Key) != string(b.Key) || string(l.Value) != string(b.Value) {
+				t.Errorf("dead letter %d: key %q value %q, want %q %q", i, l.Key, l.Value, b.Key, b.Value)
+			}
+		}
+
+		// prometheus/testutil would need a module go.mod does not list
+		// (kylelemons/godebug); the registry's Gather reads the same values.
+		for _, m := range []struct {
+			name   string
+			labels map[string]string
+			want   float64
+		}{
+			{kafkaio.SourceMetricDeadLetters, map[string]string{"topic": topic}, 2},
+			{kafkaio.SourceMetricDecodeErrs, map[string]string{"topic": topic, "policy": "dead-letter"}, 2},
+			{kafkaio.SourceMetricRecordsRead, map[string]string{"topic": topic}, 6},
+			{kafkaio.SourceMetricLag, map[string]string{"topic": topic, "partition": "1"}, 0},
+		} {
+			if got := srcMetric(t, reg, m.name, m.labels); got != m.want {
+				t.Errorf("%s%v = %v, want %v", m.name, m.labels, got, m.want)
+			}
+		}
+	})
+}
+
+// TestSourceDeadLetterTopicMissing: a missing dead-letter topic is found at
+// start, not at the first bad record.
+func TestSourceDeadLetterTopicMissing(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := srcCtx(t)
+		topic := kafkatest.Name(t, "src")
+		c.CreateTopic(t, topic, 1, nil)
+		missing := kafkatest.Name(t, "nodlq")
+		_, err := kafkaio.NewSource(ctx, kafkaio.SourceConfig{ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
+			Topics: []string{topic}, DecodeErrors: kafkaio.DecodeDeadLetter, DeadLetterTopic: missing})
+		if err == nil || !strings.Contains(err.Error(), missing) {
+			t.Fatalf("NewSource = %v, want an error naming %s", err, missing)
+		}
+	})
+}
