@@ -288,8 +288,8 @@ func (b *Backend) resetDir() error {
 			return fmt.Errorf("state: remove %s: %w", d, err)
 		}
 	}
-	if err := b.fs.MkdirAll(b.snapDir, 0o755); err != nil {
-		return fmt.Errorf("state: mkdir %s: %w", b.snapDir, err)
+	if err := mkdirAllSync(b.fs, b.snapDir); err != nil {
+		return fmt.Errorf("state: %w", err)
 	}
 	return nil
 }

@@ -124,3 +124,32 @@ func exists(fs vfs.FS, name string) bool {
 	_, err := fs.Stat(name)
 	return err == nil
 }
+
+// mkdirAllSync creates dir and its missing parents and syncs every parent
+// whose entries changed, so that the new directories survive a crash.
+func mkdirAllSync(fs vfs.FS, dir string) error {
+	var created []string
+	for d := dir; ; {
+		if _, err := fs.Stat(d); err == nil {
+			break
+		}
+		created = append(created, d)
+		parent := fs.PathDir(d)
+		if parent == d {
+			break
+		}
+		d = parent
+	}
+	if len(created) == 0 {
+		return nil
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("mkdir %s: %w", dir, err)
+	}
+	for _, d := range created {
+		if err := syncDir(fs, fs.PathDir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

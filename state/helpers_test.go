@@ -27,6 +27,7 @@ type faultyBucket struct {
 	uploads []string // keys of successful uploads, in order
 	deletes []string
 	onPut   func(key string) // called before each upload
+	onRead  func(key string) // called before each read
 }
 
 type fault struct {
@@ -87,6 +88,9 @@ func (f *faultyBucket) Upload(ctx context.Context, key string, r io.Reader, opts
 }
 
 func (f *faultyBucket) NewReader(ctx context.Context, key string) (io.ReadCloser, error) {
+	if f.onRead != nil {
+		f.onRead(key)
+	}
 	if err := f.check("read", key); err != nil {
 		return nil, err
 	}

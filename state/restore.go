@@ -113,8 +113,8 @@ func (b *Backend) restoreFiles(ctx context.Context, m *Manifest) (RestoreInfo, e
 	if err := fs.RemoveAll(tmp); err != nil {
 		return RestoreInfo{}, fmt.Errorf("state: remove %s: %w", tmp, err)
 	}
-	if err := fs.MkdirAll(b.snapDir, 0o755); err != nil {
-		return RestoreInfo{}, fmt.Errorf("state: mkdir %s: %w", b.snapDir, err)
+	if err := mkdirAllSync(fs, b.snapDir); err != nil {
+		return RestoreInfo{}, fmt.Errorf("state: %w", err)
 	}
 	var info RestoreInfo
 	keepLocal := int64(-1)

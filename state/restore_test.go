@@ -1,0 +1,207 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weir-stream/weir/state/objstore"
+)
+
+func oneCheckpoint(t *testing.T, store *objstore.Store, dir string) (*Backend, *SnapshotResult, model) {
+	t.Helper()
+	cfg := testConfig(t, store, dir)
+	b := openTest(t, cfg)
+	kv, _ := NewValueState(b, "kv", StringCodec{})
+	want := model{}
+	mutate(t, rand.New(rand.NewPCG(21, 22)), kv, want, 3000)
+	_ = b.DB().Flush()
+	mutate(t, rand.New(rand.NewPCG(23, 24)), kv, want, 300) // some in the WAL only
+	res := snapshotNow(t, b, 1, "ops")
+	if err := b.NotifyComplete(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	return b, res, want
+}
+
+// A missing or corrupt file fails the restore with an error that names the
+// file and the checkpoint; nothing half-restored is left to open.
+func TestRestoreMissingOrCorruptFile(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		damage func(store *objstore.Store, key string)
+		want   error
+	}{
+		{"missing", func(s *objstore.Store, k string) { _ = s.Delete(ctx, k) }, ErrMissingFile},
+		{"truncated", func(s *objstore.Store, k string) {
+			d, _ := s.Get(ctx, k)
+			_ = s.Put(ctx, k, d[:len(d)-1])
+		}, ErrCorruptFile},
+		{"bit flip", func(s *objstore.Store, k string) {
+			d, _ := s.Get(ctx, k)
+			d[len(d)/2] ^= 1
+			_ = s.Put(ctx, k, d)
+		}, ErrCorruptFile},
+	} {
+		for _, shared := range []bool{true, false} {
+			t.Run(tc.name+map[bool]string{true: " sst", false: " wal"}[shared], func(t *testing.T) {
+				store, _ := newStore(t)
+				_, res, _ := oneCheckpoint(t, store, t.TempDir())
+				var victim FileEntry
+				for _, f := range res.Manifest.Files {
+					if f.Shared == shared && (shared || strings.HasSuffix(f.Name, ".log")) {
+						victim = f
+					}
+				}
+				if victim.Name == "" {
+					t.Fatal("no file to damage")
+				}
+				tc.damage(store, victim.Key)
+				dir := t.TempDir()
+				_, err := Restore(ctx, testConfig(t, store, dir), res.Handle)
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("restore error %v, want %v", err, tc.want)
+				}
+				var fe *FileError
+				if !errors.As(err, &fe) || fe.File != victim.Name || fe.Checkpoint != 1 {
+					t.Fatalf("error does not name the file and checkpoint: %v", err)
+				}
+				if !strings.Contains(err.Error(), victim.Name) || !strings.Contains(err.Error(), "checkpoint 1") {
+					t.Fatalf("message lacks file or checkpoint: %v", err)
+				}
+				if exists(vfs.Default, dir+"/db") || exists(vfs.Default, dir+"/restore.tmp") {
+					t.Fatal("failed restore left a database directory")
+				}
+			})
+		}
+	}
+	t.Run("missing manifest", func(t *testing.T) {
+		store, _ := newStore(t)
+		_, err := Restore(ctx, testConfig(t, store, t.TempDir()), objstore.TaskManifestKey(9, "t0"))
+		if !errors.Is(err, objstore.ErrNotFound) || !strings.Contains(err.Error(), "chk-9/t0.manifest") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("corrupt manifest", func(t *testing.T) {
+		store, _ := newStore(t)
+		_, res, _ := oneCheckpoint(t, store, t.TempDir())
+		_ = store.Put(ctx, res.Handle, []byte(`{"v":1,"task":"t0","checkpoint":1,"files":[{"name":"x"}]}`))
+		_, err := Restore(ctx, testConfig(t, store, t.TempDir()), res.Handle)
+		if !errors.Is(err, ErrManifest) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("other task", func(t *testing.T) {
+		store, _ := newStore(t)
+		_, res, _ := oneCheckpoint(t, store, t.TempDir())
+		cfg := testConfig(t, store, t.TempDir())
+		cfg.Task = "t1"
+		if _, err := Restore(ctx, cfg, res.Handle); !errors.Is(err, ErrManifest) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+// Restore reuses the local copy when it is exactly the snapshot, and
+// downloads otherwise.
+func TestLocalRecovery(t *testing.T) {
+	ctx := context.Background()
+	store, fb := newStore(t)
+	dir := t.TempDir()
+	b, res, want := oneCheckpoint(t, store, dir)
+	// Changes after the checkpoint must not leak into the restore.
+	kv, _ := NewValueState(b, "kv", StringCodec{})
+	put(t, kv, "after", "checkpoint")
+	_ = b.DB().Flush()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, store, dir)
+	// Local recovery reads nothing from the store but the manifest.
+	fb.fail("read", "shared/", -1, false)
+	fb.fail("read", "/t0/", -1, false)
+	r := restoreTest(t, cfg, res.Handle)
+	fb.clear()
+	if !r.RestoreInfo().Local || r.RestoreInfo().DownloadedBytes != 0 {
+		t.Fatalf("restore info %+v, want local recovery", r.RestoreInfo())
+	}
+	if !maps.Equal(dump(t, r), want) {
+		t.Fatal("local recovery restored wrong state")
+	}
+	// Writing on and restoring locally again still gives the checkpoint.
+	kv2, _ := NewValueState(r, "kv", StringCodec{})
+	put(t, kv2, "x", "y")
+	_ = r.DB().Flush()
+	_ = r.Close(ctx)
+	r = restoreTest(t, cfg, res.Handle)
+	if !r.RestoreInfo().Local || !maps.Equal(dump(t, r), want) {
+		t.Fatal("second local recovery wrong")
+	}
+	_ = r.Close(ctx)
+
+	// A damaged local copy (wrong size) is not used.
+	snap := dir + "/snap/1"
+	names, _ := vfs.Default.List(snap)
+	for _, n := range names {
+		if strings.HasSuffix(n, ".sst") {
+			f, _ := vfs.Default.OpenReadWrite(snap+"/"+n, vfs.WriteCategoryUnspecified)
+			fi, _ := f.Stat()
+			_, _ = f.WriteAt([]byte("garbage!"), fi.Size())
+			_ = f.Close()
+			break
+		}
+	}
+	r = restoreTest(t, cfg, res.Handle)
+	if r.RestoreInfo().Local || !maps.Equal(dump(t, r), want) {
+		t.Fatalf("damaged local copy: %+v", r.RestoreInfo())
+	}
+	_ = r.Close(ctx)
+
+	// Same size, different content: only found with VerifyLocalChecksums.
+	b2, res2, want2 := oneCheckpoint(t, store, t.TempDir())
+	dir2 := b2.cfg.Dir
+	_ = b2.Close(ctx)
+	names, _ = vfs.Default.List(dir2 + "/snap/1")
+	for _, n := range names {
+		if strings.HasSuffix(n, ".sst") {
+			f, _ := vfs.Default.OpenReadWrite(dir2+"/snap/1/"+n, vfs.WriteCategoryUnspecified)
+			_, _ = f.WriteAt([]byte{0xff}, 100)
+			_ = f.Close()
+		}
+	}
+	cfg2 := testConfig(t, store, dir2)
+	cfg2.VerifyLocalChecksums = true
+	r = restoreTest(t, cfg2, res2.Handle)
+	if r.RestoreInfo().Local || !maps.Equal(dump(t, r), want2) {
+		t.Fatalf("corrupt local copy used: %+v", r.RestoreInfo())
+	}
+	_ = r.Close(ctx)
+
+	// DisableLocalRecovery always downloads.
+	cfg.DisableLocalRecovery = true
+	r = restoreTest(t, cfg, res.Handle)
+	if r.RestoreInfo().Local || r.RestoreInfo().DownloadedBytes == 0 {
+		t.Fatalf("DisableLocalRecovery: %+v", r.RestoreInfo())
+	}
+}
+
+// Open discards whatever the directory held.
+func TestOpenStartsEmpty(t *testing.T) {
+	store, _ := newStore(t)
+	dir := t.TempDir()
+	b, _, _ := oneCheckpoint(t, store, dir)
+	_ = b.Close(context.Background())
+	b2 := openTest(t, testConfig(t, store, dir))
+	if got := dump(t, b2); len(got) != 0 {
+		t.Fatalf("Open kept %d keys", len(got))
+	}
+	if b2.Restored() != nil {
+		t.Fatal("Restored() of an empty backend")
+	}
+}
