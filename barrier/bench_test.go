@@ -1,0 +1,76 @@
+package barrier
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+var sink int
+
+// BenchmarkRecord measures the per-record path: one Record call for a
+// record of input i%n, in exactly-once mode while no alignment runs. It
+// must not allocate.
+func BenchmarkRecord(b *testing.B) {
+	for _, n := range []int{1, 4, 64} {
+		b.Run(fmt.Sprintf("inputs=%d", n), func(b *testing.B) {
+			a, err := New(n, ExactlyOnce)
+			if err != nil {
+				b.Fatal(err)
+			}
+			delivered := 0
+			b.ReportAllocs()
+			i := 0
+			for range b.N {
+				if a.Record(i) {
+					delivered++
+				}
+				if i++; i == n {
+					i = 0
+				}
+			}
+			sink = delivered
+		})
+	}
+}
+
+// BenchmarkRecordWithBarriers measures records with a checkpoint every
+// 1 000 records per input: every input delivers barrier k in turn (all but
+// the last are held; records of held inputs are refused), then the
+// alignment completes. The cost per record includes the barrier work; it
+// must not allocate either.
+func BenchmarkRecordWithBarriers(b *testing.B) {
+	for _, mode := range []Mode{ExactlyOnce, AtLeastOnce} {
+		for _, n := range []int{1, 4, 64} {
+			b.Run(fmt.Sprintf("%s/inputs=%d", mode, n), func(b *testing.B) {
+				a, err := New(n, mode)
+				if err != nil {
+					b.Fatal(err)
+				}
+				every := 1000 * n
+				now := time.Unix(0, 0)
+				var id uint64
+				delivered, i, k := 0, 0, 0
+				b.ReportAllocs()
+				for range b.N {
+					if a.Record(i) {
+						delivered++
+					}
+					if i++; i == n {
+						i = 0
+					}
+					if k++; k == every {
+						k = 0
+						id++
+						for in := range n {
+							if _, err := a.Barrier(in, id, now); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+				}
+				sink = delivered
+			})
+		}
+	}
+}
