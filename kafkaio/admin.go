@@ -1,0 +1,192 @@
+package kafkaio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrTxnNotInJob is returned by TxnAdmin for a transactional ID outside the
+// job's prefix: the tools act on the job's own transactions only.
+var ErrTxnNotInJob = errors.New("kafkaio: transactional ID does not belong to the job")
+
+// TxnAdmin lists, aborts and commits a job's Kafka transactions: the
+// operator's tools for a lingering transaction, which blocks every
+// read_committed consumer of the partitions it wrote to (they cannot read
+// past its first record until it ends). docs/sinks.md says when each action
+// is safe.
+type TxnAdmin struct {
+	opts   []kgo.Opt
+	prefix string
+	cl     *kgo.Client
+	adm    *kadm.Client
+	log    *slog.Logger
+}
+
+// TxnInfo describes one transactional ID of the job.
+type TxnInfo struct {
+	TransactionalID string `json:"transactional_id"`
+	// State is the broker's: Empty, Ongoing, PrepareCommit, PrepareAbort,
+	// CompleteCommit, CompleteAbort, Dead, PrepareEpochFence.
+	State         string `json:"state"`
+	ProducerID    int64  `json:"producer_id"`
+	ProducerEpoch int16  `json:"epoch"`
+	// Timeout is the transaction timeout the producer asked for.
+	Timeout time.Duration `json:"timeout"`
+	// Start is when the open transaction began (zero when none is open);
+	// Age is how long it had been open when it was listed.
+	Start time.Time     `json:"start,omitzero"`
+	Age   time.Duration `json:"age,omitempty"`
+	// Partitions are the partitions the open transaction wrote to.
+	Partitions []TxnPartitions `json:"partitions,omitempty"`
+	// Coordinator is the broker that coordinates the transaction.
+	Coordinator int32 `json:"coordinator"`
+}
+
+// TxnPartitions are the partitions of one topic in a transaction.
+type TxnPartitions struct {
+	Topic      string  `json:"topic"`
+	Partitions []int32 `json:"partitions"`
+}
+
+// Open reports whether the transaction holds records back from
+// read_committed consumers.
+func (i TxnInfo) Open() bool { return txnOpen(i.State) }
+
+// Handle returns the handle that commits the transaction as it is now
+// (checkpoint unknown: 0).
+func (i TxnInfo) Handle() SinkTxnHandle {
+	return SinkTxnHandle{TransactionalID: i.TransactionalID, ProducerID: i.ProducerID, ProducerEpoch: i.ProducerEpoch}
+}
+
+// NewTxnAdmin returns the tools for the transactions whose IDs start with
+// prefix (the job's transactional-ID prefix). opts are the client options
+// (seed brokers, TLS, SASL).
+func NewTxnAdmin(opts []kgo.Opt, prefix string, log *slog.Logger) (*TxnAdmin, error) {
+	if prefix == "" {
+		return nil, errors.New("kafkaio: transaction admin needs the job's transactional-ID prefix")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafkaio: transaction admin client: %w", err)
+	}
+	return &TxnAdmin{opts: opts, prefix: prefix, cl: cl, adm: kadm.NewClient(cl), log: log}, nil
+}
+
+// Close closes the admin's client.
+func (a *TxnAdmin) Close() { a.cl.Close() }
+
+// ListTxns lists the job's transactional IDs, with the state and partitions
+// of their transactions, sorted by ID. With openOnly, only those holding an
+// open transaction (Ongoing or ending) are listed. Every broker is asked;
+// on brokers before Kafka 4.1 the prefix is filtered here.
+func (a *TxnAdmin) ListTxns(ctx context.Context, openOnly bool) ([]TxnInfo, error) {
+	listed, err := a.adm.ListTransactionsByTxPattern(ctx, nil, nil, "^"+regexp.QuoteMeta(a.prefix))
+	if err != nil {
+		return nil, fmt.Errorf("kafkaio: list transactions: %w", err)
+	}
+	var ids []string
+	for _, id := range listed.TransactionalIDs() {
+		if strings.HasPrefix(id, a.prefix) && (!openOnly || txnOpen(listed[id].State)) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	described, err := a.adm.DescribeTransactions(ctx, ids...)
+	if err != nil {
+		return nil, fmt.Errorf("kafkaio: describe transactions: %w", err)
+	}
+	now := time.Now()
+	infos := make([]TxnInfo, 0, len(described))
+	for _, d := range described.Sorted() {
+		if d.Err != nil {
+			return nil, fmt.Errorf("kafkaio: describe transaction %s: %w", d.TxnID, d.Err)
+		}
+		if openOnly && !txnOpen(d.State) {
+			continue // ended between the listing and the description
+		}
+		info := TxnInfo{
+			TransactionalID: d.TxnID, State: d.State, ProducerID: d.ProducerID, ProducerEpoch: d.ProducerEpoch,
+			Timeout: time.Duration(d.TimeoutMillis) * time.Millisecond, Coordinator: d.Coordinator,
+		}
+		if d.StartTimestamp > 0 && txnOpen(d.State) {
+			info.Start = time.UnixMilli(d.StartTimestamp).UTC()
+			info.Age = now.Sub(info.Start)
+		}
+		for _, tp := range d.Topics.Sorted() {
+			ps := slices.Clone(tp.Partitions)
+			slices.Sort(ps)
+			info.Partitions = append(info.Partitions, TxnPartitions{Topic: tp.Topic, Partitions: ps})
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}
+
+// AbortTxn aborts whatever transaction the transactional ID holds open by
+// fencing it: an InitProducerID with that ID bumps its epoch, which aborts
+// the open transaction and makes its producer's next write or commit fail.
+// It works without knowing the producer ID or epoch. The fencing producer
+// asks for timeout (at most the brokers' transaction.max.timeout.ms; 0 means
+// one minute). Aborting a transaction that a completed checkpoint recorded
+// loses its output; see docs/sinks.md.
+func (a *TxnAdmin) AbortTxn(ctx context.Context, txnID string, timeout time.Duration) error {
+	if !strings.HasPrefix(txnID, a.prefix) {
+		return fmt.Errorf("%w: %s (prefix %s)", ErrTxnNotInJob, txnID, a.prefix)
+	}
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	before, derr := describeTxn(ctx, a.cl, txnID)
+	opts := append(slices.Clip(a.opts), kgo.TransactionalID(txnID), kgo.TransactionTimeout(timeout))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafkaio: abort transaction %s: %w", txnID, err)
+	}
+	defer cl.Close()
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		return fmt.Errorf("kafkaio: abort transaction %s: fence: %w", txnID, err)
+	}
+	if derr == nil {
+		a.log.Warn("fenced transactional ID; its open transaction, if any, is aborted", "transactional_id", txnID,
+			"state_before", before.State, "producer_id", before.ProducerID, "producer_epoch", before.ProducerEpoch,
+			"partitions", before.Topics.Sorted(), "new_producer_epoch", epoch, "new_producer_id", pid)
+	} else {
+		a.log.Warn("fenced transactional ID; its open transaction, if any, is aborted", "transactional_id", txnID,
+			"new_producer_id", pid, "new_producer_epoch", epoch)
+	}
+	return nil
+}
+
+// CommitTxn commits the transaction h names with a raw EndTxn carrying its
+// producer ID and epoch (from the checkpoint's task manifest, or from
+// ListTxns for the transaction open now), as the sink's recovery does. A
+// transaction already committed is not an error; one the broker aborted is a
+// *SinkTxnAbortedError. Committing a transaction that no completed checkpoint
+// recorded duplicates output; see docs/sinks.md.
+func (a *TxnAdmin) CommitTxn(ctx context.Context, h SinkTxnHandle) error {
+	if !strings.HasPrefix(h.TransactionalID, a.prefix) {
+		return fmt.Errorf("%w: %s (prefix %s)", ErrTxnNotInJob, h.TransactionalID, a.prefix)
+	}
+	outcome, err := commitTxnHandle(ctx, a.cl, h, 0, a.log)
+	if err != nil {
+		return err
+	}
+	a.log.Warn("committed transaction by hand", "transactional_id", h.TransactionalID, "producer_id", h.ProducerID,
+		"producer_epoch", h.ProducerEpoch, "outcome", outcome.String())
+	return nil
+}

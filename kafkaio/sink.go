@@ -1,0 +1,810 @@
+package kafkaio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// SinkMode selects the delivery guarantee of a Kafka sink.
+type SinkMode int
+
+const (
+	// SinkExactlyOnce is the two-phase-commit sink over Kafka transactions
+	// (DESIGN.md sections 5, 6 and 8).
+	SinkExactlyOnce SinkMode = iota
+	// SinkAtLeastOnce writes with an idempotent producer and flushes at
+	// each barrier: nothing is lost, records after the last completed
+	// checkpoint are written again after a restore.
+	SinkAtLeastOnce
+)
+
+// String returns the configuration name of the mode.
+func (m SinkMode) String() string {
+	switch m {
+	case SinkExactlyOnce:
+		return "exactly_once"
+	case SinkAtLeastOnce:
+		return "at_least_once"
+	}
+	return "SinkMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// DefaultSinkTransactionTimeout is the transaction timeout when the
+// configuration sets none: the brokers' default transaction.max.timeout.ms,
+// the longest outage a pre-committed transaction survives without raising it.
+const DefaultSinkTransactionTimeout = 15 * time.Minute
+
+// DefaultSinkPoolSize is the number of transactional producers of a sink
+// task for a checkpoint max_concurrent: one transaction per pending
+// checkpoint, one for the open epoch, and one because a barrier n+1 can
+// arrive before the sink has read complete n (DESIGN.md section 8).
+func DefaultSinkPoolSize(maxConcurrent int) int { return max(maxConcurrent, 1) + 2 }
+
+// SinkTxnID returns the transactional ID of one pool slot of a sink task:
+// <prefix><stage>-<partition>-<slot>.
+func SinkTxnID(prefix, stage string, partition int32, slot int) string {
+	return prefix + stage + "-" + strconv.Itoa(int(partition)) + "-" + strconv.Itoa(slot)
+}
+
+// SinkConfig configures the sink of one task (stage, partition).
+type SinkConfig struct {
+	// ClientOpts are the kgo options every client of the sink starts from:
+	// seed brokers, TLS, SASL, and the producer settings the job wants
+	// (DefaultProduceTopic, a partitioner, linger, compression). The sink
+	// adds the transactional ID and timeout of each pool slot itself.
+	ClientOpts []kgo.Opt
+	// TransactionalIDPrefix is the job's prefix (DESIGN.md section 4,
+	// default "_weir.<job>."). Required in exactly-once mode.
+	TransactionalIDPrefix string
+	// Stage and Partition name the task.
+	Stage     string
+	Partition int32
+	// Mode is exactly-once (default) or at-least-once.
+	Mode SinkMode
+	// PoolSize is the number of transactional producers; 0 means
+	// DefaultSinkPoolSize(MaxConcurrentCheckpoints).
+	PoolSize int
+	// MaxConcurrentCheckpoints is checkpoint.max_concurrent; it sizes the
+	// default pool. 0 means 1.
+	MaxConcurrentCheckpoints int
+	// TransactionTimeout is sink.transaction_timeout; 0 means
+	// DefaultSinkTransactionTimeout. SinkCheckTimeouts checks it at start.
+	TransactionTimeout time.Duration
+	// Logger receives the sink's logs; nil discards them.
+	Logger *slog.Logger
+	// Metrics are shared by the replica's sinks; nil keeps them
+	// unregistered.
+	Metrics *SinkMetrics
+}
+
+func (c *SinkConfig) setDefaults() {
+	if c.PoolSize == 0 {
+		c.PoolSize = DefaultSinkPoolSize(c.MaxConcurrentCheckpoints)
+	}
+	if c.TransactionTimeout == 0 {
+		c.TransactionTimeout = DefaultSinkTransactionTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *SinkConfig) validate() error {
+	var errs []error
+	if c.Stage == "" {
+		errs = append(errs, errors.New("stage is empty"))
+	}
+	if c.Partition < 0 {
+		errs = append(errs, fmt.Errorf("partition %d is negative", c.Partition))
+	}
+	switch c.Mode {
+	case SinkExactlyOnce:
+		if c.TransactionalIDPrefix == "" {
+			errs = append(errs, errors.New("transactional ID prefix is empty"))
+		}
+	case SinkAtLeastOnce:
+	default:
+		errs = append(errs, fmt.Errorf("unknown mode %d", c.Mode))
+	}
+	if c.PoolSize < 1 {
+		errs = append(errs, fmt.Errorf("pool size %d must be at least 1", c.PoolSize))
+	}
+	if c.TransactionTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("%s %v must be at least 1s", SinkTransactionTimeoutKey, c.TransactionTimeout))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("kafkaio: sink config: %w", err)
+	}
+	return nil
+}
+
+// Sink is the Kafka sink of one task. In exactly-once mode it is the
+// two-phase-commit sink of DESIGN.md sections 5, 6 and 8: the records of
+// epoch n (between barriers n-1 and n) go into one transaction of a pool of
+// transactional producers; PreCommit(n) flushes it and hands its
+// SinkTxnHandle to the task's snapshot while the next epoch opens in another
+// slot; NotifyComplete(n) commits every pre-committed transaction of epoch
+// <= n; Recover commits the transactions a restored snapshot names and
+// fences every other slot.
+//
+// A task drives it so:
+//
+//	s, _ := NewSink(cfg)
+//	s.Recover(ctx, handlesFromSnapshot) // nil on a fresh start; always first
+//	s.Write(ctx, r)                     // per record, task goroutine
+//	pc, _ := s.PreCommit(ctx, n)        // at barrier n, synchronous part: cheap
+//	hs, err := pc.Wait(ctx)             // asynchronous part: store hs in the snapshot, then ack
+//	s.NotifyComplete(ctx, n)            // on complete n, any goroutine
+//	s.Abort(n)                          // on abort n: the data stays pre-committed
+//	s.Close(ctx)
+//
+// Concurrency: Write, WriteBatch, PreCommit and Close belong to one goroutine
+// (the task's). NotifyComplete, Abort and Err may be called from any
+// goroutine, concurrently with the task goroutine; they must be, for a Write
+// that waits for a free producer to make progress: only a commit frees one.
+// The pool state (free slots, pre-committed transactions, the failure) sits
+// under mu; the open transaction (cur) is the task goroutine's alone, so a
+// record is produced without a lock.
+//
+// Slot life: free → open (cur, the epoch's records go there) → pre-committed
+// (flushing, then flushed; in pending) → committed → free. A pre-committed
+// slot is never reused, fenced or aborted by the sink until it is committed,
+// which is what lets recovery tell a committed transaction from a lost one.
+//
+// Any failure that could lose or duplicate output (a record the broker
+// refused, a flush or commit that failed, a fence) fails the sink for good:
+// every later call returns an error wrapping ErrSinkFailed, and the task must
+// be restored from its last completed checkpoint, whose recovery commits
+// what that checkpoint recorded.
+type Sink struct {
+	cfg  SinkConfig
+	log  *slog.Logger
+	met  sinkTaskMetrics
+	ctx  context.Context // lives until Close: flushes run under it
+	stop context.CancelFunc
+	wg   sync.WaitGroup // flush goroutines
+
+	// Owned by the task goroutine.
+	cur         *sinkSlot // the open transaction of the current epoch; nil if the epoch is empty so far
+	curOpened   time.Time
+	lastBarrier int64
+	alo         *kgo.Client // the idempotent producer of at-least-once mode
+	aloErr      atomic.Pointer[error]
+	aloPromise  func(*kgo.Record, error)
+
+	// admin is a plain client: raw EndTxn, DescribeTransactions. Set by
+	// Recover before anything reads it.
+	admin *kgo.Client
+
+	commitMu sync.Mutex // serialises NotifyComplete
+
+	mu        sync.Mutex
+	recovered bool
+	closed    bool
+	failed    error
+	slots     []*sinkSlot
+	free      []*sinkSlot // FIFO
+	pending   []*sinkTxn  // pre-committed, by checkpoint
+	freed     chan struct{}
+}
+
+// sinkSlot is one transactional producer of the pool.
+type sinkSlot struct {
+	index   int
+	txnID   string
+	cl      *kgo.Client
+	err     atomic.Pointer[error] // first record error of the open transaction
+	promise func(*kgo.Record, error)
+	met     *sinkTaskMetrics
+}
+
+// done is the produce promise of the slot: built once, so producing does
+// not allocate a closure per record.
+func (sl *sinkSlot) done(r *kgo.Record, err error) {
+	if err != nil {
+		sl.err.CompareAndSwap(nil, &err)
+		return
+	}
+	sl.met.records.Inc()
+	sl.met.bytes.Add(float64(recordBytes(r)))
+}
+
+func recordBytes(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// sinkTxn is a pre-committed transaction.
+type sinkTxn struct {
+	slot       *sinkSlot
+	checkpoint int64
+	opened     time.Time
+	done       chan struct{} // closed when the flush ended; then handle or err is set
+	handle     SinkTxnHandle
+	err        error
+}
+
+// NewSink validates cfg and builds a sink. It does no I/O: Recover, which
+// must come next, talks to the brokers.
+func NewSink(cfg SinkConfig) (*Sink, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	met := cfg.Metrics
+	if met == nil {
+		met, _ = NewSinkMetrics(nil)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s := &Sink{
+		cfg:   cfg,
+		log:   cfg.Logger.With("stage", cfg.Stage, "partition", cfg.Partition),
+		met:   met.forTask(cfg.Stage, cfg.Partition),
+		ctx:   ctx,
+		stop:  stop,
+		freed: make(chan struct{}, 1),
+	}
+	s.aloPromise = s.aloDone
+	return s, nil
+}
+
+// Recover prepares the sink from the task's restored snapshot and must be
+// called once, before anything else; handles is nil on a fresh start.
+//
+// It first commits every handle with a raw EndTxn carrying the stored
+// producer ID and epoch, before any client of the pool exists (a
+// transactional client's InitProducerID would abort the transaction). A
+// transaction that is already committed is fine; one the broker aborted
+// stops recovery with a *SinkTxnAbortedError naming the checkpoint and
+// SinkTransactionTimeoutKey. Then, in exactly-once mode, it fences every
+// slot of the pool and every transactional ID of the handles
+// (InitProducerID), which aborts what an earlier instance left open and
+// makes any zombie instance's later write or commit fail. The commit alone
+// would not fence a zombie: the broker answers an EndTxn at the old epoch as
+// a successful retry and hands out the new one.
+//
+// If Recover fails it may be called again.
+func (s *Sink) Recover(ctx context.Context, handles []SinkTxnHandle) error {
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return ErrSinkClosed
+	case s.recovered:
+		s.mu.Unlock()
+		return errors.New("kafkaio: sink recovered twice")
+	}
+	s.mu.Unlock()
+
+	if s.admin == nil {
+		admin, err := kgo.NewClient(s.cfg.ClientOpts...)
+		if err != nil {
+			return fmt.Errorf("kafkaio: sink client: %w", err)
+		}
+		s.admin = admin
+	}
+	handles = slices.Clone(handles)
+	slices.SortStableFunc(handles, func(a, b SinkTxnHandle) int { return int(a.Checkpoint - b.Checkpoint) })
+	for _, h := range handles {
+		outcome, err := commitTxnHandle(ctx, s.admin, h, s.cfg.TransactionTimeout, s.log)
+		if err != nil {
+			if errors.Is(err, ErrSinkTxnAborted) {
+				s.met.aborted.Inc()
+			}
+			return fmt.Errorf("kafkaio: recover sink %s-%d: %w", s.cfg.Stage, s.cfg.Partition, err)
+		}
+		if outcome == txnCommitted {
+			s.met.committed.Inc()
+		}
+		s.log.Info("recovered pre-committed transaction", "transactional_id", h.TransactionalID,
+			"producer_id", h.ProducerID, "producer_epoch", h.ProducerEpoch, "checkpoint", h.Checkpoint, "outcome", outcome.String())
+	}
+
+	if s.cfg.Mode == SinkAtLeastOnce {
+		cl, err := kgo.NewClient(s.cfg.ClientOpts...)
+		if err != nil {
+			return fmt.Errorf("kafkaio: sink producer: %w", err)
+		}
+		s.alo = cl
+		s.mu.Lock()
+		s.recovered = true
+		s.mu.Unlock()
+		return nil
+	}
+
+	slots, err := s.fence(ctx, handles)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		for _, sl := range slots {
+			sl.cl.Close()
+		}
+		return ErrSinkClosed
+	}
+	s.slots = slots
+	s.free = slices.Clone(slots)
+	s.recovered = true
+	return nil
+}
+
+// fence creates the pool's clients and initialises every one of them, and
+// of the handles' transactional IDs outside the pool, with InitProducerID:
+// whatever transaction those IDs hold open is aborted, and older producers of
+// them are fenced.
+func (s *Sink) fence(ctx context.Context, handles []SinkTxnHandle) ([]*sinkSlot, error) {
+	ids := make([]string, 0, s.cfg.PoolSize+len(handles))
+	for i := range s.cfg.PoolSize {
+		ids = append(ids, SinkTxnID(s.cfg.TransactionalIDPrefix, s.cfg.Stage, s.cfg.Partition, i))
+	}
+	extra := 0
+	for _, h := range handles {
+		if !slices.Contains(ids, h.TransactionalID) {
+			ids = append(ids, h.TransactionalID)
+			extra++
+		}
+	}
+
+	// For the logs and the aborted counter: which of them hold an open
+	// transaction that the fence will abort.
+	if ds, err := kadm.NewClient(s.admin).DescribeTransactions(ctx, ids...); err != nil {
+		s.log.Warn("could not describe the pool's transactions before fencing", "err", err)
+	} else {
+		for _, d := range ds.Sorted() {
+			if d.Err == nil && txnOpen(d.State) {
+				s.met.aborted.Inc()
+				s.log.Info("fencing aborts an open transaction left by an earlier instance", "transactional_id", d.TxnID,
+					"state", d.State, "producer_id", d.ProducerID, "producer_epoch", d.ProducerEpoch,
+					"started", time.UnixMilli(d.StartTimestamp).UTC(), "partitions", d.Topics.Sorted())
+			}
+		}
+	}
+
+	clients := make([]*kgo.Client, len(ids))
+	closeAll := func() {
+		for _, cl := range clients {
+			if cl != nil {
+				cl.Close()
+			}
+		}
+	}
+	for i, id := range ids {
+		opts := append(slices.Clip(s.cfg.ClientOpts), kgo.TransactionalID(id), kgo.TransactionTimeout(s.cfg.TransactionTimeout))
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("kafkaio: sink producer %s: %w", id, err)
+		}
+		clients[i] = cl
+	}
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, cl := range clients {
+		wg.Go(func() {
+			pid, epoch, err := cl.ProducerID(ctx)
+			if err != nil {
+				err = fmt.Errorf("kafkaio: fence transactional ID %s: %w", ids[i], err)
+				if errors.Is(err, kerr.InvalidTransactionTimeout) {
+					err = fmt.Errorf("%w: %s %v exceeds the brokers' %s; lower it or raise the broker setting",
+						err, SinkTransactionTimeoutKey, s.cfg.TransactionTimeout, BrokerTransactionMaxTimeoutKey)
+				}
+				errs[i] = err
+				return
+			}
+			s.log.Debug("fenced transactional ID", "transactional_id", ids[i], "producer_id", pid, "producer_epoch", epoch)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		closeAll()
+		return nil, err
+	}
+	for _, cl := range clients[len(clients)-extra:] {
+		cl.Close()
+	}
+	slots := make([]*sinkSlot, s.cfg.PoolSize)
+	for i := range slots {
+		sl := &sinkSlot{index: i, txnID: ids[i], cl: clients[i], met: &s.met}
+		sl.promise = sl.done
+		slots[i] = sl
+	}
+	s.log.Info("sink recovered", "pool_size", s.cfg.PoolSize, "fenced", len(ids), "recovered_transactions", len(handles))
+	return slots, nil
+}
+
+// Write adds r to the current epoch. The sink owns r until the epoch's
+// transaction is flushed; do not reuse it before. In exactly-once mode, the
+// first record of an epoch takes a producer from the pool and waits, as long
+// as ctx allows, if none is free (the wait is the weir_sink_pool_wait_seconds
+// metric). Errors of individual records surface at PreCommit. Write takes no
+// lock and allocates nothing beyond what kgo's Produce does.
+func (s *Sink) Write(ctx context.Context, r *kgo.Record) error {
+	if s.cfg.Mode == SinkAtLeastOnce {
+		if s.alo == nil {
+			return s.unusable()
+		}
+		s.alo.Produce(ctx, r, s.aloPromise)
+		return nil
+	}
+	if s.cur == nil {
+		if err := s.begin(ctx); err != nil {
+			return err
+		}
+	}
+	s.cur.cl.Produce(ctx, r, s.cur.promise)
+	return nil
+}
+
+// WriteBatch writes every record of rs, as Write.
+func (s *Sink) WriteBatch(ctx context.Context, rs []*kgo.Record) error {
+	for _, r := range rs {
+		if err := s.Write(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unusable returns why the sink cannot be used now, or nil.
+func (s *Sink) unusable() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unusableLocked()
+}
+
+func (s *Sink) unusableLocked() error {
+	switch {
+	case s.failed != nil:
+		return s.failed
+	case s.closed:
+		return ErrSinkClosed
+	case !s.recovered:
+		return ErrSinkNotRecovered
+	}
+	return nil
+}
+
+// fail records the sink's first failure and wakes a waiting Write.
+func (s *Sink) fail(err error) error {
+	s.mu.Lock()
+	if s.failed == nil {
+		s.failed = fmt.Errorf("%w: %w", ErrSinkFailed, err)
+		s.log.Error("sink failed: the task must be restored from its last completed checkpoint", "err", err)
+	}
+	err = s.failed
+	s.mu.Unlock()
+	s.signalFreed()
+	return err
+}
+
+func (s *Sink) signalFreed() {
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
+}
+
+// begin opens the current epoch's transaction in a free slot, waiting for
+// one if the pool is exhausted.
+func (s *Sink) begin(ctx context.Context) error {
+	start := time.Now()
+	var sl *sinkSlot
+	for waited := false; ; waited = true {
+		s.mu.Lock()
+		if err := s.unusableLocked(); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		if len(s.free) > 0 {
+			sl = s.free[0]
+			s.free = s.free[1:]
+			s.mu.Unlock()
+			break
+		}
+		pending := len(s.pending)
+		s.mu.Unlock()
+		if !waited {
+			s.log.Debug("transactional producer pool exhausted; waiting for a commit", "pool_size", len(s.slots), "pre_committed", pending)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kafkaio: sink %s-%d waiting for a free transactional producer: %w", s.cfg.Stage, s.cfg.Partition, ctx.Err())
+		case <-s.ctx.Done():
+			return ErrSinkClosed
+		case <-s.freed:
+		}
+	}
+	waited := time.Since(start)
+	s.met.poolWait.Observe(waited.Seconds())
+	if waited > time.Second {
+		s.log.Warn("waited for a free transactional producer", "wait", waited, "pool_size", len(s.slots))
+	}
+	sl.err.Store(nil)
+	if err := sl.cl.BeginTransaction(); err != nil {
+		return s.fail(fmt.Errorf("begin transaction %s: %w", sl.txnID, err))
+	}
+	s.cur = sl
+	s.curOpened = time.Now()
+	return nil
+}
+
+// SinkPreCommit is the result of PreCommit: the transactions the task's
+// snapshot for the checkpoint must record, some still flushing.
+type SinkPreCommit struct {
+	checkpoint int64
+	txns       []*sinkTxn
+	err        error
+}
+
+// Checkpoint is the checkpoint the pre-commit belongs to.
+func (p *SinkPreCommit) Checkpoint() int64 { return p.checkpoint }
+
+// Wait waits until every transaction of the pre-commit is flushed and returns
+// their handles, for the task's snapshot: the transaction of the checkpoint's
+// epoch (if the epoch had records) and every older one not committed yet when
+// the barrier passed (of aborted checkpoints, or whose completion the sink
+// has not been notified of). The task acknowledges the checkpoint only after
+// Wait returned without error; an error means the checkpoint must be
+// declined and the sink has failed.
+func (p *SinkPreCommit) Wait(ctx context.Context) ([]SinkTxnHandle, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	hs := make([]SinkTxnHandle, 0, len(p.txns))
+	for _, t := range p.txns {
+		select {
+		case <-t.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("kafkaio: wait for the pre-commit of checkpoint %d: %w", p.checkpoint, ctx.Err())
+		}
+		if t.err != nil {
+			return nil, t.err
+		}
+		hs = append(hs, t.handle)
+	}
+	return hs, nil
+}
+
+// PreCommit is the sink's part of barrier checkpoint (DESIGN.md section 5
+// step 6). In exactly-once mode it closes the epoch: the open transaction, if
+// the epoch wrote anything, becomes pre-committed and its flush starts in the
+// background, and the next record opens a new transaction in another slot.
+// An empty epoch produces no transaction. PreCommit does not wait for Kafka;
+// the returned SinkPreCommit's Wait does.
+//
+// In at-least-once mode it flushes the producer synchronously: every record
+// written before the barrier is acknowledged when it returns, and Wait
+// returns no handles.
+//
+// Checkpoint IDs must increase from call to call.
+func (s *Sink) PreCommit(ctx context.Context, checkpoint int64) (*SinkPreCommit, error) {
+	if checkpoint <= s.lastBarrier {
+		return nil, fmt.Errorf("kafkaio: sink pre-commit of checkpoint %d after checkpoint %d", checkpoint, s.lastBarrier)
+	}
+	if err := s.unusable(); err != nil {
+		return nil, err
+	}
+	s.lastBarrier = checkpoint
+	if s.cfg.Mode == SinkAtLeastOnce {
+		err := s.alo.Flush(ctx)
+		if err == nil {
+			if p := s.aloErr.Load(); p != nil {
+				err = s.fail(fmt.Errorf("write: %w", *p))
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kafkaio: flush sink at checkpoint %d: %w", checkpoint, err)
+		}
+		return &SinkPreCommit{checkpoint: checkpoint}, nil
+	}
+
+	var txn *sinkTxn
+	s.mu.Lock()
+	if s.cur != nil {
+		txn = &sinkTxn{slot: s.cur, checkpoint: checkpoint, opened: s.curOpened, done: make(chan struct{})}
+		s.pending = append(s.pending, txn)
+		s.cur = nil
+	}
+	txns := slices.Clone(s.pending)
+	s.mu.Unlock()
+	if txn != nil {
+		s.wg.Go(func() { s.flush(txn) })
+	}
+	return &SinkPreCommit{checkpoint: checkpoint, txns: txns}, nil
+}
+
+// flush waits until every record of txn is acknowledged and records its
+// handle.
+func (s *Sink) flush(txn *sinkTxn) {
+	defer close(txn.done)
+	sl := txn.slot
+	err := sl.cl.Flush(s.ctx)
+	if err == nil {
+		if p := sl.err.Load(); p != nil {
+			err = fmt.Errorf("write: %w", *p)
+		}
+	}
+	var pid int64
+	var epoch int16
+	if err == nil {
+		pid, epoch, err = sl.cl.ProducerID(s.ctx)
+	}
+	if err != nil {
+		if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+			err = fmt.Errorf("%w: %w", ErrSinkFenced, err)
+		}
+		txn.err = s.fail(fmt.Errorf("pre-commit transaction %s of checkpoint %d: %w", sl.txnID, txn.checkpoint, err))
+		return
+	}
+	txn.handle = SinkTxnHandle{TransactionalID: sl.txnID, ProducerID: pid, ProducerEpoch: epoch, Checkpoint: txn.checkpoint}
+	s.log.Debug("pre-committed transaction", "transactional_id", sl.txnID, "producer_id", pid, "producer_epoch", epoch,
+		"checkpoint", txn.checkpoint, "open_for", time.Since(txn.opened))
+}
+
+// NotifyComplete is the sink's part of complete checkpoint (DESIGN.md
+// section 5 step 8): it commits every pre-committed transaction of a
+// checkpoint <= checkpoint, in order, and returns their producers to the
+// pool. It waits for a transaction whose flush has not finished. A commit the
+// broker refuses fails the sink: with a *SinkTxnAbortedError if the broker
+// aborted the transaction (its timeout expired), with ErrSinkFenced if a
+// newer instance of the task took over. It may run concurrently with the
+// task goroutine; calls are serialised.
+func (s *Sink) NotifyComplete(ctx context.Context, checkpoint int64) error {
+	if s.cfg.Mode == SinkAtLeastOnce {
+		return nil
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	for {
+		s.mu.Lock()
+		if err := s.unusableLocked(); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		if len(s.pending) == 0 || s.pending[0].checkpoint > checkpoint {
+			s.mu.Unlock()
+			return nil
+		}
+		txn := s.pending[0]
+		s.mu.Unlock()
+
+		select {
+		case <-txn.done:
+		case <-ctx.Done():
+			return fmt.Errorf("kafkaio: commit of checkpoint %d waits for a flush: %w", checkpoint, ctx.Err())
+		}
+		if txn.err != nil {
+			return txn.err
+		}
+		if err := s.commit(ctx, txn); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.pending = s.pending[1:]
+		s.free = append(s.free, txn.slot)
+		s.mu.Unlock()
+		s.signalFreed()
+	}
+}
+
+// commit commits one flushed transaction with its own producer.
+func (s *Sink) commit(ctx context.Context, txn *sinkTxn) error {
+	sl := txn.slot
+	start := time.Now()
+	err := sl.cl.EndTransaction(ctx, kgo.TryCommit)
+	if err == nil {
+		d := time.Since(start)
+		s.met.commitLatency.Observe(d.Seconds())
+		s.met.committed.Inc()
+		s.log.Debug("committed transaction", "transactional_id", sl.txnID, "checkpoint", txn.checkpoint,
+			"producer_id", txn.handle.ProducerID, "producer_epoch", txn.handle.ProducerEpoch, "latency", d)
+		return nil
+	}
+	switch {
+	case errors.Is(err, kerr.InvalidTxnState), errors.Is(err, kerr.InvalidProducerIDMapping), errors.Is(err, kerr.TransactionalIDNotFound):
+		s.met.aborted.Inc()
+		err = txnAborted(ctx, s.admin, txn.handle, s.cfg.TransactionTimeout, err)
+	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
+		err = fmt.Errorf("%w: %w", ErrSinkFenced, err)
+	}
+	return s.fail(fmt.Errorf("commit transaction %s of checkpoint %d: %w", sl.txnID, txn.checkpoint, err))
+}
+
+// Abort is the sink's part of abort checkpoint (DESIGN.md section 5 step 9).
+// The sink keeps the data: a transaction pre-committed for the aborted
+// checkpoint stays pre-committed, belongs to the next checkpoint that
+// completes, and is committed by its NotifyComplete. Its producer stays out
+// of the pool until then, so a run of aborted checkpoints can exhaust the
+// pool, and a transaction kept open longer than the transaction timeout is
+// lost (reported when it is committed). Abort logs a warning when the oldest
+// pre-committed transaction has used half of the timeout.
+func (s *Sink) Abort(checkpoint int64) {
+	s.mu.Lock()
+	pending := len(s.pending)
+	var oldest time.Time
+	if pending > 0 {
+		oldest = s.pending[0].opened
+	}
+	s.mu.Unlock()
+	s.log.Info("checkpoint aborted; its data stays pre-committed for the next completed checkpoint", "checkpoint", checkpoint, "pre_committed", pending)
+	if age := time.Since(oldest); pending > 0 && age > s.cfg.TransactionTimeout/2 {
+		s.log.Warn("a pre-committed transaction is close to its transaction timeout; it is lost if no checkpoint completes in time",
+			"age", age, "transaction_timeout", s.cfg.TransactionTimeout, "setting", SinkTransactionTimeoutKey)
+	}
+}
+
+// Err returns the sink's failure, if it failed.
+func (s *Sink) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+// Close stops the sink. It aborts the open transaction of the current epoch
+// (its records will be written again after the restore), and leaves every
+// pre-committed transaction as it is: a checkpoint that recorded it may
+// complete, and the next Recover commits or fences it. It waits for running
+// flushes and commits, and closes every client. Close belongs to the task
+// goroutine.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+
+	var err error
+	if sl := s.cur; sl != nil {
+		s.cur = nil
+		if err = sl.cl.AbortBufferedRecords(ctx); err == nil {
+			err = sl.cl.EndTransaction(ctx, kgo.TryAbort)
+		}
+		if err != nil {
+			err = fmt.Errorf("kafkaio: abort the open transaction %s: %w", sl.txnID, err)
+		} else {
+			s.met.aborted.Inc()
+		}
+	}
+	s.stop()
+	s.commitMu.Lock() // wait for a running NotifyComplete
+	s.commitMu.Unlock()
+	s.wg.Wait()
+	for _, sl := range s.slots {
+		sl.cl.Close()
+	}
+	if s.alo != nil {
+		s.alo.Close()
+	}
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	return err
+}
+
+// aloDone is the produce promise of at-least-once mode.
+func (s *Sink) aloDone(r *kgo.Record, err error) {
+	if err != nil {
+		s.aloErr.CompareAndSwap(nil, &err)
+		return
+	}
+	s.met.records.Inc()
+	s.met.bytes.Add(float64(recordBytes(r)))
+}
