@@ -602,3 +602,35 @@ func TestParseSourceStart(t *testing.T) {
 		}
 	}
 }
+
+// TestSourceBarrierWakesIdleNext: a barrier triggered while Next waits on an
+// idle partition is emitted at once, and Close unblocks a waiting Next.
+func TestSourceBarrierWakesIdleNext(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := srcCtx(t)
+		topic := kafkatest.Name(t, "src")
+		c.CreateTopic(t, topic, 1, nil)
+		src := srcOpen(t, ctx, c, kafkaio.SourceConfig{Topics: []string{topic}})
+		time.AfterFunc(100*time.Millisecond, func() {
+			if err := src.InjectBarrier(7); err != nil {
+				t.Errorf("InjectBarrier: %v", err)
+			}
+		})
+		t0 := time.Now()
+		bar := srcNextBarrier(t, ctx, src)
+		if waited := time.Since(t0); bar.Checkpoint != 7 || waited > 5*time.Second {
+			t.Fatalf("barrier %d after %v, want 7 soon after the trigger", bar.Checkpoint, waited)
+		}
+		if want := (kafkaio.SourceOffsets{topic: {0: 0}}); fmt.Sprint(bar.Offsets) != fmt.Sprint(want) {
+			t.Fatalf("barrier offsets %v, want %v", bar.Offsets, want)
+		}
+
+		time.AfterFunc(100*time.Millisecond, src.Close)
+		if e, err := src.Next(ctx); !errors.Is(err, kafkaio.ErrSourceClosed) {
+			t.Fatalf("Next across Close = %v, %v; want ErrSourceClosed", srcElem(e), err)
+		}
+		if err := src.InjectBarrier(8); !errors.Is(err, kafkaio.ErrSourceClosed) {
+			t.Fatalf("InjectBarrier after Close = %v, want ErrSourceClosed", err)
+		}
+	})
+}

@@ -1,0 +1,140 @@
+package kafkaio_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio"
+)
+
+// BenchmarkSource compares, on the real broker and in one run, the records
+// per second of a raw franz-go consumer (PollRecords, read_committed) with
+// those of the source reading the same topic, with a barrier every N
+// records. Each iteration reads the whole preloaded topic from the start,
+// client creation included.
+//
+//	eval $(bash scripts/kafka.sh env)
+//	go test ./kafkaio/ -run '^$' -bench BenchmarkSource -benchtime 3x
+//
+// WEIR_SOURCE_BENCH_RECORDS sets the topic's size (default 500000).
+func BenchmarkSource(b *testing.B) {
+	if os.Getenv(kafkatest.EnvBrokers) == "" {
+		b.Skipf("benchmark needs the real broker: %s unset", kafkatest.EnvBrokers)
+	}
+	c := kafkatest.NewReal(b)
+	n := 500_000
+	if v := os.Getenv("WEIR_SOURCE_BENCH_RECORDS"); v != "" {
+		if _, err := fmt.Sscan(v, &n); err != nil {
+			b.Fatalf("WEIR_SOURCE_BENCH_RECORDS=%q: %v", v, err)
+		}
+	}
+	ctx := context.Background()
+	topic := kafkatest.Name(b, "srcbench")
+	c.CreateTopic(b, topic, 1, nil)
+	b.Cleanup(func() { _, _ = kadm.NewClient(c.Client(b)).DeleteTopic(context.Background(), topic) })
+
+	// Preload n JSON records of about 100 bytes.
+	prod := c.Client(b, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
+	pad := strings.Repeat("x", 72)
+	start := time.Now()
+	errc := make(chan error, 1)
+	for i := range n {
+		r := &kgo.Record{Key: fmt.Appendf(nil, "k%07d", i), Value: fmt.Appendf(nil, `{"i":%d,"pad":%q}`, i, pad)}
+		prod.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		})
+	}
+	if err := prod.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		b.Fatal(err)
+	default:
+	}
+	b.Logf("preloaded %d records of ~%d bytes in %v", n, len(pad)+30, time.Since(start).Round(time.Millisecond))
+
+	report := func(b *testing.B, elapsed time.Duration) {
+		b.ReportMetric(float64(n)*float64(b.N)/elapsed.Seconds(), "records/s")
+		b.ReportMetric(0, "ns/op") // one op is one pass over the topic: not comparable
+	}
+
+	b.Run("kgo", func(b *testing.B) {
+		t0 := time.Now()
+		for range b.N {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+				kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			got := 0
+			for got < n {
+				fs := cl.PollRecords(ctx, kafkaio.SourceDefaultMaxBatchRecords)
+				if err := fs.Err0(); err != nil {
+					b.Fatal(err)
+				}
+				fs.EachRecord(func(*kgo.Record) { got++ })
+			}
+			cl.Close()
+		}
+		report(b, time.Since(t0))
+	})
+
+	for _, bc := range []struct {
+		name    string
+		every   int // records between barriers; 0: none
+		decoder kafkaio.Decoder
+	}{
+		{"source/no-barriers", 0, nil},
+		{"source/barrier-every-10000", 10_000, nil},
+		{"source/barrier-every-1000", 1_000, nil},
+		{"source/json/barrier-every-10000", 10_000, kafkaio.DecodeJSON{}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			t0 := time.Now()
+			for range b.N {
+				src, err := kafkaio.NewSource(ctx, kafkaio.SourceConfig{
+					ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
+					Topics:     []string{topic}, Decoder: bc.decoder,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				got, barriers, injected, next := 0, 0, 0, bc.every
+				for got < n || barriers < injected {
+					e, err := src.Next(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if e.Barrier != nil {
+						barriers++
+						continue
+					}
+					got += len(e.Records)
+					for bc.every > 0 && got >= next {
+						injected++
+						if err := src.InjectBarrier(int64(injected)); err != nil {
+							b.Fatal(err)
+						}
+						next += bc.every
+					}
+				}
+				src.Close()
+			}
+			report(b, time.Since(t0))
+		})
+	}
+}
