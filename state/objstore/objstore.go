@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	neturl "net/url"
 	"strings"
 	"time"
 
@@ -152,6 +153,7 @@ type Store struct {
 // any scheme registered with gocloud.dev/blob) and returns the Store of job.
 // The Store owns the bucket: Close closes it.
 func Open(ctx context.Context, url, job string, opts Options) (*Store, error) {
+	url = fileURLDefaults(url)
 	b, err := blob.OpenBucket(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("state/objstore: open %s: %w", url, err)
@@ -162,6 +164,24 @@ func Open(ctx context.Context, url, job string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// fileURLDefaults makes fileblob write its temporary files next to their
+// final names (no_tmp_dir) unless the URL says otherwise: by default it
+// writes them to os.TempDir, from which the final rename fails when the
+// bucket directory is on another filesystem (a mounted volume).
+func fileURLDefaults(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil || u.Scheme != "file" {
+		return raw
+	}
+	q := u.Query()
+	if q.Has("no_tmp_dir") {
+		return raw
+	}
+	q.Set("no_tmp_dir", "true")
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // New returns the Store of job on b. The Store owns b: Close closes it.
