@@ -650,8 +650,10 @@ func (s *Source) fetchError(ctx context.Context, topic string, fp *kgo.FetchPart
 	case errors.As(err, &loss):
 		return &SourceDataLossError{Topic: topic, Partition: fp.Partition, Offset: offset, Err: err}
 	case errors.Is(err, kerr.OffsetOutOfRange):
-		return &SourceOffsetOutOfRangeError{Topic: topic, Partition: fp.Partition, Offset: offset,
+		e := &SourceOffsetOutOfRangeError{Topic: topic, Partition: fp.Partition, Offset: offset,
 			LogStartOffset: fp.LogStartOffset, HighWatermark: fp.HighWatermark, Err: err}
+		s.describeRange(ctx, e)
+		return e
 	case errors.Is(err, kerr.UnknownTopicID):
 		// kgo passes this on only once it persists: the topic was
 		// deleted and recreated, and its offsets mean nothing any more.
@@ -661,6 +663,27 @@ func (s *Source) fetchError(ctx context.Context, topic string, fp *kgo.FetchPart
 		return nil
 	}
 	return &SourceFetchError{Topic: topic, Partition: fp.Partition, Offset: offset, Err: err}
+}
+
+// describeRange fills in the partition's bounds of e when the fetch did not
+// report them (Kafka sends -1 with OffsetOutOfRange), so the error can say
+// whether the records were deleted. Best effort: e stays valid without.
+func (s *Source) describeRange(ctx context.Context, e *SourceOffsetOutOfRangeError) {
+	if e.LogStartOffset >= 0 && e.HighWatermark >= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if starts, err := s.adm.ListStartOffsets(ctx, e.Topic); err == nil {
+		if lo, ok := starts.Lookup(e.Topic, e.Partition); ok && lo.Err == nil {
+			e.LogStartOffset = lo.Offset
+		}
+	}
+	if ends, err := s.adm.ListEndOffsets(ctx, e.Topic); err == nil {
+		if lo, ok := ends.Lookup(e.Topic, e.Partition); ok && lo.Err == nil {
+			e.HighWatermark = lo.Offset
+		}
+	}
 }
 
 // barrier emits barrier n: it flushes the dead letters of the records before

@@ -36,7 +36,7 @@ type SourceOffsetOutOfRangeError struct {
 	// Offset is the offset the source asked for.
 	Offset int64
 	// LogStartOffset and HighWatermark are the partition's bounds as the
-	// broker last reported them, or -1 when unknown.
+	// broker reported them when the error was found, or -1 when unknown.
 	LogStartOffset, HighWatermark int64
 	// Err is the broker's error (kerr.OffsetOutOfRange).
 	Err error
@@ -50,7 +50,8 @@ func (e *SourceOffsetOutOfRangeError) Error() string {
 	case e.HighWatermark >= 0 && e.Offset > e.HighWatermark:
 		hint = fmt.Sprintf(" (above the high watermark %d: was the topic recreated?)", e.HighWatermark)
 	}
-	return fmt.Sprintf("kafkaio: source topic %s partition %d: offset %d out of range%s; not resetting: restore from an older checkpoint or start the job afresh: %v",
+	return fmt.Sprintf("kafkaio: source topic %s partition %d: offset %d out of range%s; not resetting, which would skip or repeat records: "+
+		"raise the topic's retention so checkpoints stay readable, or start the job without this checkpoint: %v",
 		e.Topic, e.Partition, e.Offset, hint, e.Err)
 }
 

@@ -552,8 +552,8 @@ func TestSourceOffsetOutOfRangeOnRestore(t *testing.T) {
 		if !errors.As(err, &oor) {
 			t.Fatalf("Next = %v, %v; want a *SourceOffsetOutOfRangeError", srcElem(e), err)
 		}
-		if oor.Topic != topic || oor.Partition != 0 || oor.Offset != 2 || !errors.Is(err, kafkaio.ErrSourceOffsetLost) {
-			t.Fatalf("error %+v, want topic %s partition 0 offset 2, matching ErrSourceOffsetLost", oor, topic)
+		if oor.Topic != topic || oor.Partition != 0 || oor.Offset != 2 || oor.LogStartOffset != 6 || !errors.Is(err, kafkaio.ErrSourceOffsetLost) {
+			t.Fatalf("error %+v, want topic %s partition 0 offset 2 log start 6, matching ErrSourceOffsetLost", oor, topic)
 		}
 		t.Logf("error: %v", err)
 		// The error is final: no silent reset on a second call.
