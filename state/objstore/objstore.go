@@ -25,6 +25,7 @@ import (
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file:// URLs, the default checkpoint.storage
 	_ "gocloud.dev/blob/memblob"  // mem:// URLs, for tests
+	_ "gocloud.dev/blob/s3blob"   // s3:// URLs (AWS S3 and S3-compatible servers)
 	"gocloud.dev/gcerrors"
 )
 
