@@ -18,8 +18,9 @@ import (
 // BenchmarkSource compares, on the real broker and in one run, the records
 // per second of a raw franz-go consumer (PollRecords, read_committed) with
 // those of the source reading the same topic, with a barrier every N
-// records. Each iteration reads the whole preloaded topic from the start,
-// client creation included.
+// records. Each iteration reads the whole preloaded topic from the start
+// once with each, client creation included, and reports both rates and
+// their ratio (source / kgo).
 //
 //	eval $(bash scripts/kafka.sh env)
 //	go test ./kafkaio/ -run '^$' -bench BenchmarkSource -benchtime 3x
@@ -67,74 +68,87 @@ func BenchmarkSource(b *testing.B) {
 	}
 	b.Logf("preloaded %d records of ~%d bytes in %v", n, len(pad)+30, time.Since(start).Round(time.Millisecond))
 
-	report := func(b *testing.B, elapsed time.Duration) {
-		b.ReportMetric(float64(n)*float64(b.N)/elapsed.Seconds(), "records/s")
-		b.ReportMetric(0, "ns/op") // one op is one pass over the topic: not comparable
-	}
-
-	b.Run("kgo", func(b *testing.B) {
+	// One pass of a raw kgo consumer over the topic.
+	passKgo := func(b *testing.B) time.Duration {
 		t0 := time.Now()
-		for range b.N {
-			cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-				kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cl.Close()
+		got := 0
+		for got < n {
+			fs := cl.PollRecords(ctx, kafkaio.SourceDefaultMaxBatchRecords)
+			if err := fs.Err0(); err != nil {
+				b.Fatal(err)
+			}
+			fs.EachRecord(func(*kgo.Record) { got++ })
+		}
+		return time.Since(t0)
+	}
+	// One pass of a source over the topic, with a barrier every `every`
+	// records (none if 0), waiting for every barrier it triggered.
+	passSource := func(b *testing.B, every int, decoder kafkaio.Decoder) time.Duration {
+		t0 := time.Now()
+		src, err := kafkaio.NewSource(ctx, kafkaio.SourceConfig{
+			ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
+			Topics:     []string{topic}, Decoder: decoder,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer src.Close()
+		got, barriers, injected, next := 0, 0, 0, every
+		for got < n || barriers < injected {
+			e, err := src.Next(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
-			got := 0
-			for got < n {
-				fs := cl.PollRecords(ctx, kafkaio.SourceDefaultMaxBatchRecords)
-				if err := fs.Err0(); err != nil {
+			if e.Barrier != nil {
+				barriers++
+				continue
+			}
+			got += len(e.Records)
+			for every > 0 && got >= next {
+				injected++
+				if err := src.InjectBarrier(int64(injected)); err != nil {
 					b.Fatal(err)
 				}
-				fs.EachRecord(func(*kgo.Record) { got++ })
+				next += every
 			}
-			cl.Close()
 		}
-		report(b, time.Since(t0))
-	})
+		return time.Since(t0)
+	}
 
+	// Each iteration runs the kgo pass and the source pass back to back, so
+	// that load from elsewhere on the machine hits both alike.
 	for _, bc := range []struct {
 		name    string
-		every   int // records between barriers; 0: none
+		every   int
 		decoder kafkaio.Decoder
 	}{
-		{"source/no-barriers", 0, nil},
-		{"source/barrier-every-10000", 10_000, nil},
-		{"source/barrier-every-1000", 1_000, nil},
-		{"source/json/barrier-every-10000", 10_000, kafkaio.DecodeJSON{}},
+		{"no-barriers", 0, nil},
+		{"barrier-every-10000", 10_000, nil},
+		{"barrier-every-1000", 1_000, nil},
+		{"json/barrier-every-10000", 10_000, kafkaio.DecodeJSON{}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			t0 := time.Now()
-			for range b.N {
-				src, err := kafkaio.NewSource(ctx, kafkaio.SourceConfig{
-					ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
-					Topics:     []string{topic}, Decoder: bc.decoder,
-				})
-				if err != nil {
-					b.Fatal(err)
+			var kgoTime, srcTime time.Duration
+			for i := range b.N {
+				if i%2 == 0 {
+					kgoTime += passKgo(b)
+					srcTime += passSource(b, bc.every, bc.decoder)
+				} else {
+					srcTime += passSource(b, bc.every, bc.decoder)
+					kgoTime += passKgo(b)
 				}
-				got, barriers, injected, next := 0, 0, 0, bc.every
-				for got < n || barriers < injected {
-					e, err := src.Next(ctx)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if e.Barrier != nil {
-						barriers++
-						continue
-					}
-					got += len(e.Records)
-					for bc.every > 0 && got >= next {
-						injected++
-						if err := src.InjectBarrier(int64(injected)); err != nil {
-							b.Fatal(err)
-						}
-						next += bc.every
-					}
-				}
-				src.Close()
 			}
-			report(b, time.Since(t0))
+			total := float64(n) * float64(b.N)
+			b.ReportMetric(total/kgoTime.Seconds(), "kgo-records/s")
+			b.ReportMetric(total/srcTime.Seconds(), "source-records/s")
+			b.ReportMetric(kgoTime.Seconds()/srcTime.Seconds(), "ratio")
+			b.ReportMetric(0, "ns/op") // an op is two passes over the topic
 		})
 	}
 }
