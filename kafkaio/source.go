@@ -204,6 +204,13 @@ func (c *SourceConfig) validate() error {
 	if c.Start.Kind < SourceStartEarliest || c.Start.Kind > SourceStartTimestamp {
 		bad("start: unknown kind %d", int(c.Start.Kind))
 	}
+	for t, ps := range c.Restored {
+		for p, off := range ps {
+			if off < 0 {
+				bad("restored: topic %s partition %d: offset %d is negative", t, p, off)
+			}
+		}
+	}
 	if c.MaxBatchRecords < 0 {
 		bad("max_batch_records: %d is negative", c.MaxBatchRecords)
 	}

@@ -571,6 +571,7 @@ func TestSourceConfigInvalid(t *testing.T) {
 		{"no topics", kafkaio.SourceConfig{}},
 		{"duplicate topic", kafkaio.SourceConfig{Topics: []string{"a", "a"}}},
 		{"negative partition", kafkaio.SourceConfig{Topics: []string{"a"}, Partition: -1}},
+		{"negative restored offset", kafkaio.SourceConfig{Topics: []string{"a"}, Restored: kafkaio.SourceOffsets{"a": {0: -1}}}},
 		{"unknown policy", kafkaio.SourceConfig{Topics: []string{"a"}, DecodeErrors: "drop"}},
 		{"dead letter without topic", kafkaio.SourceConfig{Topics: []string{"a"}, DecodeErrors: kafkaio.DecodeDeadLetter}},
 		{"dead letter to input", kafkaio.SourceConfig{Topics: []string{"a"}, DecodeErrors: kafkaio.DecodeDeadLetter, DeadLetterTopic: "a"}},
