@@ -1,0 +1,52 @@
+// Package membership makes processor replicas members of the job's Kafka
+// consumer group `<prefix>members` (DESIGN.md section 6) and tells each
+// replica, after every rebalance, the group's view: which replicas are
+// members, what local state each says it holds, and which one holds the
+// coordinator role. It also provides Place, the pure function the
+// coordinator replica uses to spread tasks over a view's members.
+//
+// It owns: the group's liveness (session timeout, heartbeats, leaving), the
+// choice of the coordinator replica (sticky: it stays where it is while that
+// replica is a member), and the detection of duplicate replica IDs.
+//
+// It must not: place tasks itself (the coordinator does, with Place, from a
+// view and the job's durable history in the commit topic), start or stop
+// tasks, write any control topic, or consume records: the group subscribes to
+// one topic only because Kafka requires it, and is assigned no partitions, so
+// kgo never fetches (membership_test.go checks that no Fetch, OffsetFetch or
+// ListOffsets request is ever sent).
+//
+// # How it works
+//
+// The group uses kgo's classic consumer-group machinery with this package's
+// kgo.GroupBalancer, protocol type "weir" and protocol "membership-v1". Each
+// member sends in its JoinGroup metadata a versioned JSON object: its replica
+// ID, whether its newest view made it coordinator (and that view's
+// generation), an incarnation count, and its local tasks. The group leader's
+// balancer computes one view for everybody and sends it, as JSON, as every
+// member's assignment; each member decodes it in ParseSyncAssignment, which
+// returns no partitions, and publishes it when kgo calls OnPartitionsAssigned.
+// A member that loses its session publishes a Lost view and rejoins with a
+// new incarnation, which changes its metadata and so always forces a new
+// group generation.
+//
+// # Goroutines
+//
+//   - kgo's group management goroutine calls the balancer (JoinGroupMetadata,
+//     MemberBalancer, Balance, ParseSyncAssignment) and the group-error hook;
+//     a goroutine kgo starts per session calls OnPartitionsAssigned. They
+//     never run at the same time as each other, but run concurrently with the
+//     caller's goroutines.
+//   - Member.mu guards everything they share with the caller: the view
+//     waiting to be published, the newest published view, the coordinator
+//     claim, the incarnation, and whether Views is closed. Only
+//     publishLocked sends on Views, under mu, and never blocks: the channel
+//     holds one view, and a newer view replaces an unread one.
+//   - One goroutine per Member (drain) polls the client until it is closed,
+//     so that errors kgo queues for polling do not pile up.
+//   - Leave may be called from any goroutine; it closes Views, leaves the
+//     group, closes the client and waits for drain.
+//
+// There is no package-level mutable state: metrics go to the injected
+// prometheus.Registerer and logs to the injected *slog.Logger.
+package membership

@@ -1,0 +1,429 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// GroupName returns the membership group of a job whose control topics and
+// groups use prefix (DESIGN.md section 6): "<prefix>members".
+func GroupName(prefix string) string { return prefix + "members" }
+
+// Defaults of the timing options.
+const (
+	DefaultSessionTimeout = 10 * time.Second
+	// maxHeartbeatInterval caps the default heartbeat interval: a member
+	// learns that a rebalance started only at its next heartbeat.
+	maxHeartbeatInterval = 3 * time.Second
+)
+
+// Options configure a Member.
+type Options struct {
+	// Kafka are the client options: seed brokers, TLS, SASL, dialer,
+	// logger. Join adds the group options itself; Kafka must not set
+	// kgo.InstanceID (static members would not produce a new view when a
+	// replica restarts, and a duplicate would fence instead of being
+	// reported) or kgo.Rack (kgo would rewrite the member metadata).
+	Kafka []kgo.Opt
+	// Group is the consumer group, GroupName(prefix). Required.
+	Group string
+	// Topic is an existing topic the group subscribes to, because Kafka
+	// requires one; for example the job's commit topic. The group never
+	// fetches from it. Required.
+	Topic string
+	// ReplicaID is this replica's stable identity (a pod name, a host
+	// name). Required, and unique among the replicas of the job.
+	ReplicaID string
+	// LocalTasks, if not nil, returns the task IDs this replica holds
+	// local state for. It is called from kgo's group goroutine at every
+	// join: it must be safe for concurrent use and must not block.
+	LocalTasks func() []string
+	// SessionTimeout is how long the group waits for a silent member
+	// before removing it (default DefaultSessionTimeout). It must lie
+	// within the broker's group.min.session.timeout.ms (6s by default)
+	// and group.max.session.timeout.ms.
+	SessionTimeout time.Duration
+	// HeartbeatInterval (default SessionTimeout/5, at most 3s) bounds how
+	// long a member takes to notice that a rebalance began.
+	HeartbeatInterval time.Duration
+	// RebalanceTimeout (default SessionTimeout) is how long the group
+	// waits for its members to rejoin once a rebalance began.
+	RebalanceTimeout time.Duration
+	// Logger receives the package's logs (default: discarded).
+	Logger *slog.Logger
+	// Registerer receives the package's metrics (default: a private
+	// registry nobody reads).
+	Registerer prometheus.Registerer
+}
+
+// validate reports every problem, each named by its field.
+func (o Options) validate() error {
+	var errs []error
+	if o.Group == "" {
+		errs = append(errs, errors.New("Group is empty"))
+	}
+	if o.Topic == "" {
+		errs = append(errs, errors.New("Topic is empty"))
+	}
+	if o.ReplicaID == "" {
+		errs = append(errs, errors.New("ReplicaID is empty"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"SessionTimeout", o.SessionTimeout}, {"HeartbeatInterval", o.HeartbeatInterval}, {"RebalanceTimeout", o.RebalanceTimeout}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %v is negative", d.name, d.v))
+		}
+		if d.v%time.Millisecond != 0 {
+			errs = append(errs, fmt.Errorf("%s %v is not a whole number of milliseconds (Kafka counts in ms)", d.name, d.v))
+		}
+	}
+	if o.SessionTimeout > 0 && o.HeartbeatInterval >= o.SessionTimeout {
+		errs = append(errs, fmt.Errorf("HeartbeatInterval %v is not shorter than SessionTimeout %v", o.HeartbeatInterval, o.SessionTimeout))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("membership: invalid options: %w", err)
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.SessionTimeout == 0 {
+		o.SessionTimeout = DefaultSessionTimeout
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = min((o.SessionTimeout / 5).Truncate(time.Millisecond), maxHeartbeatInterval)
+	}
+	if o.RebalanceTimeout == 0 {
+		o.RebalanceTimeout = o.SessionTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
+	}
+	return o
+}
+
+// Member is this replica's membership of the group. See the package comment
+// for which goroutine owns what.
+type Member struct {
+	opts  Options
+	log   *slog.Logger
+	met   *metrics
+	cl    *kgo.Client
+	views chan View // capacity 1; only publishLocked sends, under mu
+
+	pollDone chan struct{}
+
+	leaveOnce sync.Once
+	leaveErr  error
+
+	mu sync.Mutex
+	// Guarded by mu:
+	pending     *View // decoded by ParseSyncAssignment, published by onAssigned
+	last        View  // newest published view
+	published   bool  // whether last is set
+	wasCoord    bool  // last named us coordinator (cleared by a loss)
+	coordGen    int32 // last's generation when wasCoord
+	incarnation int   // number of losses, sent in the join metadata
+	closed      bool  // views is closed
+}
+
+// Join makes this replica a member of the group and returns at once; views
+// arrive on Views. ctx bounds only the start (the check that Topic exists),
+// not the membership, which lasts until Leave.
+func Join(ctx context.Context, opts Options) (*Member, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	met, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("membership: register metrics: %w", err)
+	}
+	m := &Member{
+		opts:     opts,
+		log:      opts.Logger.With("group", opts.Group, "replica_id", opts.ReplicaID),
+		met:      met,
+		views:    make(chan View, 1),
+		pollDone: make(chan struct{}),
+	}
+	kopts := append(slices.Clone(opts.Kafka),
+		kgo.ConsumerGroup(opts.Group),
+		kgo.ConsumeTopics(opts.Topic),
+		kgo.GroupProtocol(protocolType),
+		kgo.Balancers(&balancer{m: m}),
+		kgo.SessionTimeout(opts.SessionTimeout),
+		kgo.HeartbeatInterval(opts.HeartbeatInterval),
+		kgo.RebalanceTimeout(opts.RebalanceTimeout),
+		kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(m.onAssigned),
+		kgo.OnPartitionsRevoked(m.onRevoked),
+		kgo.OnPartitionsLost(func(context.Context, *kgo.Client, map[string][]int32) {}), // see manageErrorHook
+		kgo.WithHooks(manageErrorHook{m}),
+	)
+	// The balancer reads only m.opts and m.mu fields, never m.cl, so kgo
+	// may call it before NewClient returns.
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("membership: kafka client: %w", err)
+	}
+	if cl.OptValue(kgo.InstanceID) != nil || cl.OptValue(kgo.Rack) != "" {
+		cl.Close()
+		return nil, errors.New("membership: the Kafka options must not set kgo.InstanceID or kgo.Rack")
+	}
+	m.cl = cl
+	if err := m.checkTopic(ctx); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	go m.drain()
+	m.log.Info("joining membership group", "topic", opts.Topic, "session_timeout", opts.SessionTimeout,
+		"heartbeat_interval", opts.HeartbeatInterval, "rebalance_timeout", opts.RebalanceTimeout)
+	return m, nil
+}
+
+// checkTopic fails Join when Topic does not exist: kgo joins the group only
+// once it has seen the topic's partitions, so it would wait forever.
+func (m *Member) checkTopic(ctx context.Context) error {
+	tds, err := kadm.NewClient(m.cl).ListTopics(ctx, m.opts.Topic)
+	if err != nil {
+		return fmt.Errorf("membership: look up topic %s: %w", m.opts.Topic, err)
+	}
+	td, ok := tds[m.opts.Topic]
+	if !ok || td.Err != nil || len(td.Partitions) == 0 {
+		cause := errors.New("not listed")
+		if td.Err != nil {
+			cause = td.Err
+		}
+		return fmt.Errorf("membership: topic %s, which the group subscribes to, must exist: %w", m.opts.Topic, cause)
+	}
+	return nil
+}
+
+// drain polls the client so that errors kgo queues for polling do not pile
+// up. The group is assigned no partitions, so a poll never returns records;
+// drain logs it loudly if one ever does.
+func (m *Member) drain() {
+	defer close(m.pollDone)
+	for {
+		fs := m.cl.PollFetches(context.Background())
+		if fs.IsClientClosed() {
+			return
+		}
+		if n := fs.NumRecords(); n > 0 {
+			m.log.Error("the membership group fetched records; it must consume nothing", "records", n)
+		}
+		fs.EachError(func(topic string, partition int32, err error) {
+			m.log.Debug("membership client poll error", "topic", topic, "partition", partition, "err", err)
+		})
+	}
+}
+
+// Views returns the channel of views. A new view arrives after every
+// completed rebalance, and a view with Lost when the membership is lost. The
+// channel holds only the newest view: a reader that falls behind misses
+// intermediate views, which is harmless because every view supersedes all
+// earlier ones. Leave closes the channel.
+func (m *Member) Views() <-chan View { return m.views }
+
+// Leave leaves the group at once, so that the others rebalance without
+// waiting for the session timeout, and closes the client and Views. ctx
+// bounds the wait for the broker; when it expires, Leave returns ctx's error
+// and the group notices the departure at the session timeout instead. Leave
+// is idempotent; later calls return the first result.
+//
+// Do not call Leave from a goroutine kgo is waiting on (none of this
+// package's callers is one).
+func (m *Member) Leave(ctx context.Context) error {
+	m.leaveOnce.Do(func() {
+		m.mu.Lock()
+		m.closed = true
+		close(m.views)
+		m.mu.Unlock()
+		m.met.members.Set(0)
+		m.met.isCoordinator.Set(0)
+
+		start := time.Now()
+		m.leaveErr = m.cl.LeaveGroupContext(ctx)
+		m.cl.Close() // quick: the group is left, or the leave was abandoned with ctx
+		<-m.pollDone
+		if m.leaveErr != nil {
+			m.leaveErr = fmt.Errorf("membership: leave group %s: %w", m.opts.Group, m.leaveErr)
+			m.log.Warn("leaving the membership group failed; the group will notice at the session timeout", "err", m.leaveErr)
+			return
+		}
+		m.log.Info("left membership group", "duration", time.Since(start))
+	})
+	return m.leaveErr
+}
+
+// joinMeta is this member's join metadata; the balancer calls it at every
+// join.
+func (m *Member) joinMeta() joinMeta {
+	var local []string
+	if m.opts.LocalTasks != nil {
+		local = slices.Clone(m.opts.LocalTasks())
+		slices.Sort(local)
+		local = slices.Compact(local)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	meta := joinMeta{ReplicaID: m.opts.ReplicaID, Incarnation: m.incarnation, LocalTasks: local}
+	if m.wasCoord {
+		meta.WasCoordinator, meta.CoordinatorGeneration = true, m.coordGen
+	}
+	return meta
+}
+
+// synced keeps the view ParseSyncAssignment decoded until onAssigned
+// publishes it.
+func (m *Member) synced(v View) {
+	m.mu.Lock()
+	m.pending = &v
+	m.mu.Unlock()
+}
+
+// balanced logs the leader's decision.
+func (m *Member) balanced(gen int32, members []joined, views map[string]wireView) {
+	for _, j := range members {
+		if j.Err != nil {
+			m.log.Error("membership group member sent metadata this replica cannot read", "member_id", j.MemberID, "err", j.Err)
+		}
+	}
+	for _, v := range views {
+		m.log.Info("balanced membership group as leader", "group_generation", gen, "members", len(v.Members),
+			"coordinator", v.Coordinator, "rejected", v.Rejected)
+		break
+	}
+}
+
+// onAssigned runs after every completed join and sync (kgo calls it even when
+// no partition is assigned, as here) and publishes the view that sync
+// delivered.
+func (m *Member) onAssigned(context.Context, *kgo.Client, map[string][]int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := m.pending
+	m.pending = nil
+	if v == nil {
+		return
+	}
+	if m.published && !m.last.Lost && m.last.Err == nil && v.Err == nil && m.last.GroupGeneration == v.GroupGeneration {
+		// A rejoin the broker answered without a rebalance: nothing
+		// changed.
+		return
+	}
+	m.wasCoord = v.IsCoordinator()
+	if m.wasCoord {
+		m.coordGen = v.GroupGeneration
+	}
+	m.met.rebalances.Inc()
+	m.met.generation.Set(float64(v.GroupGeneration))
+	m.met.members.Set(float64(len(v.Members)))
+	m.met.isCoordinator.Set(b2f(m.wasCoord))
+	if v.Err != nil {
+		m.log.Error("membership view places this replica nowhere; it must run no task until the next view",
+			"group_generation", v.GroupGeneration, "err", v.Err)
+	} else {
+		m.log.Info("membership view", "group_generation", v.GroupGeneration, "members", memberIDs(v.Members),
+			"coordinator", v.Coordinator, "is_coordinator", m.wasCoord, "rejected", v.Rejected)
+	}
+	m.publishLocked(*v)
+}
+
+func (m *Member) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]int32) {
+	m.log.Debug("membership group rebalancing or leaving")
+}
+
+// lost handles the end of a group session by an error: the member may no
+// longer be in the group (session expired, fenced) or cannot tell (the
+// coordinator is unreachable). kgo rejoins after a backoff.
+func (m *Member) lost(cause error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.incarnation++
+	m.wasCoord = false
+	m.met.lost.Inc()
+	m.met.members.Set(0)
+	m.met.isCoordinator.Set(0)
+	m.log.Warn("membership lost; rejoining", "err", cause, "incarnation", m.incarnation)
+	if m.published && m.last.Lost {
+		return
+	}
+	m.publishLocked(View{GroupGeneration: m.last.GroupGeneration, Self: m.opts.ReplicaID, Lost: true, Err: &LostError{Cause: cause}})
+}
+
+// publishLocked replaces any unread view with v. It never blocks: it is the
+// only sender, and it holds mu.
+func (m *Member) publishLocked(v View) {
+	m.last, m.published = v, true
+	if m.closed {
+		return
+	}
+	select {
+	case <-m.views:
+	default:
+	}
+	m.views <- v
+}
+
+// manageErrorHook learns why kgo's group session ended. kgo calls
+// OnGroupManageError right after OnPartitionsLost, for every error except the
+// member's own leaving.
+type manageErrorHook struct{ m *Member }
+
+var _ kgo.HookGroupManageError = manageErrorHook{}
+
+func (h manageErrorHook) OnGroupManageError(err error) { h.m.lost(err) }
+
+func memberIDs(ms []MemberInfo) []string {
+	ids := make([]string, len(ms))
+	for i, mi := range ms {
+		ids[i] = mi.ReplicaID
+	}
+	return ids
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+type metrics struct {
+	rebalances, lost                   prometheus.Counter
+	members, isCoordinator, generation prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	o := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: "weir", Subsystem: "membership", Name: name, Help: help}
+	}
+	m := &metrics{
+		rebalances:    prometheus.NewCounter(prometheus.CounterOpts(o("rebalances_total", "Completed rebalances of the membership group this replica took part in (views received)."))),
+		lost:          prometheus.NewCounter(prometheus.CounterOpts(o("lost_total", "Times this replica lost its membership (session expired, fenced, coordinator unreachable)."))),
+		members:       prometheus.NewGauge(prometheus.GaugeOpts(o("members", "Placeable members in this replica's newest view; 0 while not a member."))),
+		isCoordinator: prometheus.NewGauge(prometheus.GaugeOpts(o("is_coordinator", "1 while this replica's newest view gives it the coordinator role."))),
+		generation:    prometheus.NewGauge(prometheus.GaugeOpts(o("group_generation", "Kafka group generation of this replica's newest view."))),
+	}
+	for _, c := range []prometheus.Collector{m.rebalances, m.lost, m.members, m.isCoordinator, m.generation} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

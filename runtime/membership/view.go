@@ -1,0 +1,199 @@
+package membership
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// MemberInfo is one member of the group as the view lists it.
+type MemberInfo struct {
+	// ReplicaID is the member's stable, configured identity.
+	ReplicaID string `json:"replica_id"`
+	// LocalTasks are the task IDs the replica said, when it joined, that it
+	// holds local state for. They are a hint for placement (Place), never
+	// a promise.
+	LocalTasks []string `json:"local_tasks,omitempty"`
+}
+
+// View is the group as one completed rebalance left it: the same for every
+// member of that rebalance, except Self and Err.
+//
+// A view with Err != nil places nothing: the runtime stops every task and
+// waits for the next view. That covers Lost views too.
+type View struct {
+	// GroupGeneration is the Kafka group generation the view belongs to.
+	// It grows with every rebalance; it is not the job's generation,
+	// which the coordinator keeps in the commit topic.
+	GroupGeneration int32
+	// Members are the placeable members, sorted by ReplicaID.
+	Members []MemberInfo
+	// Coordinator is the ReplicaID of the member that holds the
+	// coordinator role, or "" when no member can hold it.
+	Coordinator string
+	// Self is this member's ReplicaID.
+	Self string
+	// Rejected lists replica IDs that joined but were left out of
+	// Members, for example because two members claimed the same ID.
+	Rejected []string
+	// Err says why this member is not placed in this view:
+	// a *DuplicateReplicaError, a *PlacementError, or, with Lost, a
+	// *LostError. It is nil in a view the runtime may run.
+	Err error
+	// Lost says the member lost its membership (session expired, fenced,
+	// coordinator unreachable): another member may already run what this
+	// one ran. Stop every task at once. The member keeps trying to rejoin;
+	// a new view follows when it has.
+	Lost bool
+}
+
+// IsCoordinator reports whether this member holds the coordinator role in v.
+func (v View) IsCoordinator() bool {
+	return v.Err == nil && !v.Lost && v.Coordinator != "" && v.Coordinator == v.Self
+}
+
+// Sentinels for errors.Is on View.Err.
+var (
+	// ErrDuplicateReplicaID: another member of the group uses the same
+	// replica ID. Neither is placed until one of them leaves.
+	ErrDuplicateReplicaID = errors.New("membership: duplicate replica id")
+	// ErrLost: the member lost its membership.
+	ErrLost = errors.New("membership: membership lost")
+	// ErrNotPlaced: the leader could not place the member (bad metadata,
+	// or a view that does not list it).
+	ErrNotPlaced = errors.New("membership: member not placed")
+)
+
+// DuplicateReplicaError is View.Err when two or more members of the group
+// claim the same replica ID.
+type DuplicateReplicaError struct {
+	ReplicaID string
+}
+
+func (e *DuplicateReplicaError) Error() string {
+	return fmt.Sprintf("membership: replica id %q is used by more than one member of the group; give every replica its own id", e.ReplicaID)
+}
+
+// Unwrap makes errors.Is(err, ErrDuplicateReplicaID) true.
+func (e *DuplicateReplicaError) Unwrap() error { return ErrDuplicateReplicaID }
+
+// PlacementError is View.Err when the leader could not place this member for
+// another reason than a duplicate ID.
+type PlacementError struct {
+	Code    string
+	Message string
+}
+
+func (e *PlacementError) Error() string {
+	return fmt.Sprintf("membership: not placed (%s): %s", e.Code, e.Message)
+}
+
+// Unwrap makes errors.Is(err, ErrNotPlaced) true.
+func (e *PlacementError) Unwrap() error { return ErrNotPlaced }
+
+// LostError is View.Err of a Lost view.
+type LostError struct {
+	// Cause is what kgo's group management loop failed with, for example
+	// UNKNOWN_MEMBER_ID after the session expired.
+	Cause error
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("membership: membership lost: %v", e.Cause)
+}
+
+// Is makes errors.Is(err, ErrLost) true; Unwrap exposes the cause.
+func (e *LostError) Is(target error) bool { return target == ErrLost }
+
+// Unwrap returns the cause.
+func (e *LostError) Unwrap() error { return e.Cause }
+
+// joined is one member of a JoinGroup response, as the leader sees it.
+type joined struct {
+	MemberID string
+	Meta     joinMeta
+	Err      error // metadata could not be decoded
+}
+
+// computeViews is the leader's balancing: given every member that joined and
+// the generation being formed, it returns each member's assignment, by member
+// ID. It is pure: the same input (in any order) gives the same output.
+//
+// Members with undecodable metadata and every member of a duplicated replica
+// ID get an error view; the others get a view that lists only them. The
+// coordinator is sticky: among members that were coordinator, the one with the
+// newest coordinator generation (then the smallest replica ID) keeps it;
+// without any, the smallest replica ID takes it.
+func computeViews(gen int32, members []joined) map[string]wireView {
+	byReplica := make(map[string]int)
+	for _, m := range members {
+		if m.Err == nil {
+			byReplica[m.Meta.ReplicaID]++
+		}
+	}
+	var valid []joinMeta
+	var rejected []string
+	for id, n := range byReplica {
+		if n > 1 {
+			rejected = append(rejected, id)
+		}
+	}
+	slices.Sort(rejected)
+	for _, m := range members {
+		if m.Err == nil && byReplica[m.Meta.ReplicaID] == 1 {
+			valid = append(valid, m.Meta)
+		}
+	}
+	slices.SortFunc(valid, func(a, b joinMeta) int { return cmp.Compare(a.ReplicaID, b.ReplicaID) })
+
+	infos := make([]MemberInfo, len(valid))
+	var coord *joinMeta
+	for i := range valid {
+		m := &valid[i]
+		local := slices.Clone(m.LocalTasks)
+		slices.Sort(local)
+		infos[i] = MemberInfo{ReplicaID: m.ReplicaID, LocalTasks: slices.Compact(local)}
+		if m.WasCoordinator && (coord == nil || m.CoordinatorGeneration > coord.CoordinatorGeneration) {
+			coord = m // valid is sorted, so ties keep the smallest ID
+		}
+	}
+	coordinator := ""
+	switch {
+	case coord != nil:
+		coordinator = coord.ReplicaID
+	case len(valid) > 0:
+		coordinator = valid[0].ReplicaID
+	}
+
+	base := wireView{GroupGeneration: gen, Members: infos, Coordinator: coordinator, Rejected: rejected}
+	out := make(map[string]wireView, len(members))
+	for _, m := range members {
+		v := base
+		switch {
+		case m.Err != nil:
+			v.Error = &wireError{Code: codeInvalidMetadata, Message: m.Err.Error()}
+		case byReplica[m.Meta.ReplicaID] > 1:
+			v.Error = &wireError{Code: codeDuplicate, ReplicaID: m.Meta.ReplicaID,
+				Message: fmt.Sprintf("%d members claim replica id %q", byReplica[m.Meta.ReplicaID], m.Meta.ReplicaID)}
+		}
+		out[m.MemberID] = v
+	}
+	return out
+}
+
+// viewFor turns the assignment this member received into its View.
+func viewFor(self string, w wireView) View {
+	v := View{
+		GroupGeneration: w.GroupGeneration,
+		Members:         w.Members,
+		Coordinator:     w.Coordinator,
+		Self:            self,
+		Rejected:        w.Rejected,
+		Err:             w.Error.err(),
+	}
+	if v.Err == nil && !slices.ContainsFunc(w.Members, func(m MemberInfo) bool { return m.ReplicaID == self }) {
+		v.Err = &PlacementError{Code: "not_listed", Message: fmt.Sprintf("the view of generation %d does not list replica %q", w.GroupGeneration, self)}
+	}
+	return v
+}
