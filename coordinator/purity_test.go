@@ -14,7 +14,7 @@ import (
 
 // The pure packages: the coordinator core, the barrier aligner and the
 // control messages. The Kafka runtime loop of the coordinator will live in
-// the subpackage coordinator/runtime, which this check does not cover.
+// the subpackage coordinator/runner, which this check does not cover.
 var purePackages = []string{".", "../barrier", "../control"}
 
 // forbiddenImports are import path fragments no pure package may use.
@@ -100,8 +100,8 @@ func TestPurePackages(t *testing.T) {
 	if checked < 8 {
 		t.Fatalf("checked only %d files: wrong directories?", checked)
 	}
-	if _, err := os.Stat("runtime"); err == nil {
-		t.Log("coordinator/runtime exists: it may do I/O and is not checked here")
+	if _, err := os.Stat("runner"); err == nil {
+		t.Log("coordinator/runner exists: it may do I/O and is not checked here")
 	}
 }
 
