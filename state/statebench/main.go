@@ -1,0 +1,508 @@
+// Command statebench measures the state backend (package state): the cost
+// of incremental checkpoints, the duration of a snapshot's synchronous part,
+// restore throughput, and keyed get/put throughput against raw Pebble. It
+// prints one line per figure:
+//
+//	result: <name> = <value> <unit>
+//
+// Run it with `make bench-state` (1 GiB of state, several minutes) or
+// `make bench-state-short` (small sizes, well under a minute, for CI). It
+// owns nothing but its temporary directory.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/weir-stream/weir/state"
+	"github.com/weir-stream/weir/state/objstore"
+)
+
+type config struct {
+	size, smallSize int64
+	valueSize       int
+	rounds          int
+	syncRounds      int
+	syncUpdates     int
+	opsKeys         int
+	ops             int
+	dir             string
+	keep            bool
+}
+
+func main() {
+	var c config
+	var size, small string
+	short := flag.Bool("short", false, "small sizes, for CI (overrides -size and -small)")
+	flag.StringVar(&size, "size", envOr("WEIR_BENCH_STATE_SIZE", "1GiB"), "state size for the incremental and large synchronous-part benchmarks (env WEIR_BENCH_STATE_SIZE)")
+	flag.StringVar(&small, "small", "100MiB", "state size of the small synchronous-part benchmark")
+	flag.IntVar(&c.valueSize, "value", 512, "value size in bytes (random, incompressible)")
+	flag.IntVar(&c.rounds, "rounds", 10, "incremental checkpoints, each after updating 1% of the keys")
+	flag.IntVar(&c.syncRounds, "sync-rounds", 100, "snapshots per synchronous-part measurement")
+	flag.IntVar(&c.syncUpdates, "sync-updates", 1000, "keys updated between those snapshots (the same at every state size)")
+	flag.IntVar(&c.opsKeys, "ops-keys", 1_000_000, "keys loaded for the get/put comparison")
+	flag.IntVar(&c.ops, "ops", 1_000_000, "operations per get/put measurement")
+	flag.StringVar(&c.dir, "dir", "", "work directory (default: a new temporary directory, removed at the end)")
+	flag.BoolVar(&c.keep, "keep", false, "keep the work directory")
+	flag.Parse()
+	if *short {
+		size, small = "48MiB", "8MiB"
+		c.rounds, c.syncRounds, c.opsKeys, c.ops = 5, 30, 100_000, 200_000
+	}
+	var err error
+	if c.size, err = parseSize(size); err != nil {
+		fatal(err)
+	}
+	if c.smallSize, err = parseSize(small); err != nil {
+		fatal(err)
+	}
+	if c.dir == "" {
+		if c.dir, err = os.MkdirTemp("", "statebench-"); err != nil {
+			fatal(err)
+		}
+		if !c.keep {
+			defer os.RemoveAll(c.dir)
+		}
+	}
+	if err := run(c); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "statebench:", err)
+	os.Exit(1)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}, {"", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(num, 64)
+			if err != nil {
+				return 0, fmt.Errorf("size %q: %w", s, err)
+			}
+			return int64(f * float64(u.mult)), nil
+		}
+	}
+	return 0, fmt.Errorf("size %q", s)
+}
+
+func sizeLabel(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMiB", n>>20)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+func result(name string, value float64, unit string) {
+	fmt.Printf("result: %s = %.4g %s\n", name, value, unit)
+}
+
+func info(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "# "+format+"\n", args...)
+}
+
+// bench is one backend with its store, key space and random values.
+type bench struct {
+	c      config
+	store  *objstore.Store
+	cfg    state.Config
+	b      *state.Backend
+	kv     *state.ValueState[[]byte]
+	keys   int
+	rng    *rand.Rand
+	val    []byte
+	key    []byte
+	nextID int64
+}
+
+func newBench(c config, cache *pebble.Cache, name string) (*bench, error) {
+	root := filepath.Join(c.dir, name)
+	if err := os.MkdirAll(filepath.Join(root, "bucket"), 0o755); err != nil {
+		return nil, err
+	}
+	store, err := objstore.Open(context.Background(), "file://"+filepath.Join(root, "bucket"), "bench", objstore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	cfg := state.Config{
+		Dir:    filepath.Join(root, "state"),
+		Task:   "t0",
+		Store:  store,
+		Cache:  cache,
+		Logger: slog.New(slog.DiscardHandler),
+	}
+	b, err := state.Open(context.Background(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := state.NewValueState(b, "kv", state.BytesCodec{})
+	if err != nil {
+		return nil, err
+	}
+	return &bench{c: c, store: store, cfg: cfg, b: b, kv: kv, rng: rand.New(rand.NewPCG(1, uint64(len(name)))), val: make([]byte, c.valueSize), nextID: 1}, nil
+}
+
+func (x *bench) setKey(i int) {
+	x.key = fmt.Appendf(x.key[:0], "user-%012d", i)
+	x.b.SetCurrentKey(x.key)
+}
+
+func (x *bench) putRandom(i int) error {
+	x.setKey(i)
+	for j := 0; j+8 <= len(x.val); j += 8 {
+		v := x.rng.Uint64()
+		x.val[j], x.val[j+1], x.val[j+2], x.val[j+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+		x.val[j+4], x.val[j+5], x.val[j+6], x.val[j+7] = byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56)
+	}
+	return x.kv.Put(x.val)
+}
+
+// load writes keys until the state holds about size bytes.
+func (x *bench) load(size int64) error {
+	n := int(size / int64(x.c.valueSize+24))
+	start := time.Now()
+	for i := x.keys; i < n; i++ {
+		if err := x.putRandom(i); err != nil {
+			return err
+		}
+	}
+	x.keys = max(x.keys, n)
+	if err := x.b.DB().Flush(); err != nil {
+		return err
+	}
+	info("loaded %d keys (%s) in %v", n, sizeLabel(size), time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func (x *bench) updateRandom(n int) error {
+	for range n {
+		if err := x.putRandom(x.rng.IntN(x.keys)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkpoint takes a snapshot, uploads it and confirms it.
+func (x *bench) checkpoint() (*state.SnapshotResult, error) {
+	s, err := x.b.Snapshot(x.nextID, []byte("offsets"))
+	if err != nil {
+		return nil, err
+	}
+	x.nextID++
+	res, err := s.Run(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	return res, x.b.NotifyComplete(context.Background(), res.Checkpoint)
+}
+
+func (x *bench) close() {
+	_ = x.b.Close(context.Background())
+	_ = x.store.Close()
+}
+
+func run(c config) error {
+	cache := pebble.NewCache(256 << 20)
+	defer cache.Unref()
+	info("work directory %s; state %s, small %s, values %d bytes", c.dir, sizeLabel(c.size), sizeLabel(c.smallSize), c.valueSize)
+
+	// 1. Incremental checkpoint cost.
+	big, err := newBench(c, cache, "big")
+	if err != nil {
+		return err
+	}
+	defer big.close()
+	if err := big.load(c.size); err != nil {
+		return err
+	}
+	first, err := big.checkpoint()
+	if err != nil {
+		return err
+	}
+	info("first (full) checkpoint: %d files, %d bytes, %v", len(first.Manifest.Files), first.StateBytes, first.AsyncDuration.Round(time.Millisecond))
+	var ratios []float64
+	var last *state.SnapshotResult
+	for r := range c.rounds {
+		if err := big.updateRandom(big.keys / 100); err != nil {
+			return err
+		}
+		res, err := big.checkpoint()
+		if err != nil {
+			return err
+		}
+		ratio := float64(res.UploadedBytes) / float64(res.StateBytes)
+		ratios = append(ratios, ratio)
+		info("checkpoint %d: state %d bytes, uploaded %d bytes in %d files (ratio %.4f), reused %d files, sync %v, async %v",
+			r+1, res.StateBytes, res.UploadedBytes, res.UploadedFiles, ratio, res.ReusedFiles, res.SyncDuration, res.AsyncDuration.Round(time.Millisecond))
+		last = res
+	}
+	result("incremental_upload_ratio", mean(ratios), "ratio")
+	result("incremental_upload_ratio_max", slices.Max(ratios), "ratio")
+	sp, err := big.b.Savepoint(big.nextID, "full", nil)
+	if err != nil {
+		return err
+	}
+	big.nextID++
+	spRes, err := sp.Run(context.Background())
+	if err != nil {
+		return err
+	}
+	_ = big.b.NotifyAborted(context.Background(), spRes.Checkpoint)
+	result("full_upload_ratio", float64(spRes.UploadedBytes)/float64(spRes.StateBytes), "ratio")
+	result("state_size", float64(last.StateBytes)/(1<<20), "MiB")
+
+	// 2. Synchronous part at the large size (this backend) and the small one.
+	large, err := syncPart(big)
+	if err != nil {
+		return err
+	}
+	small, err := newBench(c, cache, "small")
+	if err != nil {
+		return err
+	}
+	if err := small.load(c.smallSize); err != nil {
+		small.close()
+		return err
+	}
+	if _, err := small.checkpoint(); err != nil {
+		small.close()
+		return err
+	}
+	smallDur, err := syncPart(small)
+	small.close()
+	if err != nil {
+		return err
+	}
+	for _, m := range []struct {
+		size int64
+		d    []time.Duration
+	}{{c.smallSize, smallDur}, {c.size, large}} {
+		result("sync_part_p50_"+sizeLabel(m.size), ms(percentile(m.d, 50)), "ms")
+		result("sync_part_p99_"+sizeLabel(m.size), ms(percentile(m.d, 99)), "ms")
+	}
+
+	// 3. Restore: download from file://, then local recovery.
+	final, err := big.checkpoint()
+	if err != nil {
+		return err
+	}
+	big.b.Close(context.Background())
+	dl := big.cfg
+	dl.Dir = filepath.Join(c.dir, "restored")
+	dl.DisableLocalRecovery = true
+	r, err := state.Restore(context.Background(), dl, final.Handle)
+	if err != nil {
+		return err
+	}
+	ri := r.RestoreInfo()
+	_ = r.Close(context.Background())
+	if ri.Local {
+		return errors.New("download restore used the local copy")
+	}
+	result("restore_download_throughput", float64(ri.DownloadedBytes)/1e6/ri.Duration.Seconds(), "MB/s")
+	_ = os.RemoveAll(dl.Dir)
+	r, err = state.Restore(context.Background(), big.cfg, final.Handle)
+	if err != nil {
+		return err
+	}
+	ri = r.RestoreInfo()
+	big.b = r
+	if !ri.Local {
+		return errors.New("local recovery did not happen")
+	}
+	result("restore_local_duration", ri.Duration.Seconds(), "s")
+	big.close()
+	_ = os.RemoveAll(filepath.Join(c.dir, "big"))
+
+	// 4. Keyed get/put through the state API versus raw Pebble.
+	return getPut(c, cache)
+}
+
+// syncPart measures the synchronous part of snapshots taken after a fixed
+// number of updates, whatever the state size.
+func syncPart(x *bench) ([]time.Duration, error) {
+	var out []time.Duration
+	for range x.c.syncRounds {
+		if err := x.updateRandom(x.c.syncUpdates); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		s, err := x.b.Snapshot(x.nextID, []byte("offsets"))
+		d := time.Since(start)
+		if err != nil {
+			return nil, err
+		}
+		x.nextID++
+		out = append(out, d)
+		res, err := s.Run(context.Background())
+		if err != nil {
+			return nil, err
+		}
+		if err := x.b.NotifyComplete(context.Background(), res.Checkpoint); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func getPut(c config, cache *pebble.Cache) error {
+	api, err := newBench(c, cache, "api")
+	if err != nil {
+		return err
+	}
+	defer api.close()
+	raw, err := newBench(c, cache, "raw")
+	if err != nil {
+		return err
+	}
+	defer raw.close()
+	wo := pebble.NoSync
+	db := raw.b.DB()
+	val := make([]byte, c.valueSize)
+	for i := range val {
+		val[i] = byte(i * 7)
+	}
+	rawKey := func(i int) []byte { raw.key = fmt.Appendf(raw.key[:0], "user-%012d", i); return raw.key }
+	rng := rand.New(rand.NewPCG(9, 9))
+	// Load both with the same keys and values.
+	for i := range c.opsKeys {
+		api.setKey(i)
+		if err := api.kv.Put(val); err != nil {
+			return err
+		}
+		if err := db.Set(rawKey(i), val, wo); err != nil {
+			return err
+		}
+	}
+	_ = api.b.DB().Flush()
+	_ = db.Flush()
+	order := make([]int, c.ops)
+	for i := range order {
+		order[i] = rng.IntN(c.opsKeys)
+	}
+	apiPut := func() error {
+		for _, i := range order {
+			api.setKey(i)
+			if err := api.kv.Put(val); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	rawPut := func() error {
+		for _, i := range order {
+			if err := db.Set(rawKey(i), val, wo); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var sink int
+	apiGet := func() error {
+		for _, i := range order {
+			api.setKey(i)
+			v, ok, err := api.kv.Get()
+			if err != nil || !ok {
+				return fmt.Errorf("get %d: ok=%v err=%v", i, ok, err)
+			}
+			sink += len(v)
+		}
+		return nil
+	}
+	rawGet := func() error {
+		for _, i := range order {
+			v, closer, err := db.Get(rawKey(i))
+			if err != nil {
+				return fmt.Errorf("raw get %d: %w", i, err)
+			}
+			sink += len(append([]byte(nil), v...)) // the API hands out a copy too
+			_ = closer.Close()
+		}
+		return nil
+	}
+	// Alternate the two, three times each, and keep the best of each: the
+	// machine's noise (compactions, page cache) hits both alike.
+	measure := func(f func() error) (float64, error) {
+		start := time.Now()
+		if err := f(); err != nil {
+			return 0, err
+		}
+		return float64(len(order)) / time.Since(start).Seconds(), nil
+	}
+	best := func(a, b func() error) (float64, float64, error) {
+		var ba, bb float64
+		for range 3 {
+			x, err := measure(a)
+			if err != nil {
+				return 0, 0, err
+			}
+			y, err := measure(b)
+			if err != nil {
+				return 0, 0, err
+			}
+			ba, bb = max(ba, x), max(bb, y)
+		}
+		return ba, bb, nil
+	}
+	ap, rp, err := best(apiPut, rawPut)
+	if err != nil {
+		return err
+	}
+	ag, rg, err := best(apiGet, rawGet)
+	if err != nil {
+		return err
+	}
+	_ = sink
+	result("keyed_put_ops", ap, "ops/s")
+	result("raw_put_ops", rp, "ops/s")
+	result("keyed_put_ratio", ap/rp, "ratio")
+	result("keyed_get_ops", ag, "ops/s")
+	result("raw_get_ops", rg, "ops/s")
+	result("keyed_get_ratio", ag/rg, "ratio")
+	return nil
+}
+
+func mean(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
