@@ -167,3 +167,44 @@ func TestRestoreNeverReusesIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestLateAckBeyondRecentWindow: the core remembers the outcome of the last
+// 16 checkpoints. An ack for an older one that completed is a DUPLICATE
+// while the checkpoint is retained, and DISCARDED (its state deleted) once
+// it is released: nothing can need it then.
+func TestLateAckBeyondRecentWindow(t *testing.T) {
+	for _, retained := range []int{1, 30} {
+		cfg := testConfig()
+		cfg.Retained = retained
+		c := runningCore(t, cfg, a0)
+		now := t0
+		for id := uint64(1); id <= 20; id++ {
+			now = now.Add(10 * time.Second)
+			c.Tick(now)
+			if err := c.Step(Acknowledge{control.Ack{ID: id, Gen: 1, Task: a0, Handle: "h"}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Step(MetadataWritten{ID: id, Location: "m"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(c.recent) != recentSize {
+			t.Fatalf("recent holds %d", len(c.recent))
+		}
+		c.Advance(c.Ready())
+		if err := c.Step(Acknowledge{control.Ack{ID: 1, Gen: 1, Task: a0, Handle: "late"}}); err != nil {
+			t.Fatal(err)
+		}
+		rd := c.Ready()
+		want := AckDiscarded
+		if retained == 30 {
+			want = AckDuplicate
+		}
+		if got := rd.Outcomes[0].Result; got != want {
+			t.Errorf("retained=%d: late ack for 1 is %s, want %s", retained, got, want)
+		}
+		if discarded := len(rd.Discards) == 1; discarded != (want == AckDiscarded) {
+			t.Errorf("retained=%d: discards %v", retained, rd.Discards)
+		}
+	}
+}

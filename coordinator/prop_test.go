@@ -406,6 +406,18 @@ func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
 				_ = r.c.Step(Acknowledge{a})
 				advance(t, "ack")
 			},
+			"ackAll": func(t *rapid.T) {
+				if len(r.c.pending) == 0 {
+					return
+				}
+				p := rapid.SampledFrom(r.c.pending).Draw(t, "pending")
+				for _, task := range universe {
+					a := control.Ack{ID: p.id, Gen: p.gen, Task: task, Handle: "h"}
+					acksAfter = append(acksAfter, a)
+					_ = r.c.Step(Acknowledge{a})
+				}
+				advance(t, "ackAll")
+			},
 			"metadata": func(t *rapid.T) {
 				for _, p := range r.c.pending {
 					if p.finalizing {
