@@ -92,7 +92,8 @@ func (a *TxnAdmin) Close() { a.cl.Close() }
 // open transaction (Ongoing or ending) are listed. Every broker is asked;
 // on brokers before Kafka 4.1 the prefix is filtered here.
 func (a *TxnAdmin) ListTxns(ctx context.Context, openOnly bool) ([]TxnInfo, error) {
-	listed, err := a.adm.ListTransactionsByTxPattern(ctx, nil, nil, "^"+regexp.QuoteMeta(a.prefix))
+	// The broker matches the whole ID (Java's Pattern.matches): hence ".*".
+	listed, err := a.adm.ListTransactionsByTxPattern(ctx, nil, nil, "^"+regexp.QuoteMeta(a.prefix)+".*")
 	if err != nil {
 		return nil, fmt.Errorf("kafkaio: list transactions: %w", err)
 	}

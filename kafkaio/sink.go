@@ -213,11 +213,18 @@ type sinkSlot struct {
 // not allocate a closure per record.
 func (sl *sinkSlot) done(r *kgo.Record, err error) {
 	if err != nil {
-		sl.err.CompareAndSwap(nil, &err)
+		firstErr(&sl.err, err)
 		return
 	}
 	sl.met.records.Inc()
 	sl.met.bytes.Add(float64(recordBytes(r)))
+}
+
+// firstErr keeps the first error in p. It is a function of its own so that
+// the promises' err parameter does not escape: taking its address there
+// would allocate on every record.
+func firstErr(p *atomic.Pointer[error], err error) {
+	p.CompareAndSwap(nil, &err)
 }
 
 func recordBytes(r *kgo.Record) int {
@@ -802,7 +809,7 @@ func (s *Sink) Close(ctx context.Context) error {
 // aloDone is the produce promise of at-least-once mode.
 func (s *Sink) aloDone(r *kgo.Record, err error) {
 	if err != nil {
-		s.aloErr.CompareAndSwap(nil, &err)
+		firstErr(&s.aloErr, err)
 		return
 	}
 	s.met.records.Inc()

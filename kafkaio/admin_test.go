@@ -1,0 +1,117 @@
+package kafkaio_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio"
+)
+
+// adminLinger leaves a transaction open on txnID: records written and
+// flushed, never ended, as a crashed producer leaves it.
+func adminLinger(t *testing.T, ctx context.Context, e *sinkEnv, txnID string, values ...string) *kgo.Client {
+	t.Helper()
+	cl := e.c.Client(t, kgo.SeedBrokers(e.c.Brokers...), kgo.DefaultProduceTopic(e.topic),
+		kgo.TransactionalID(txnID), kgo.TransactionTimeout(time.Minute))
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range values {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatalf("produce %s: %v", v, err)
+		}
+	}
+	return cl
+}
+
+// TestTxnAdminLingering: a lingering transaction blocks read_committed
+// consumers of its partition; the admin lists it, commits one and aborts
+// another, and each unblocks the partition.
+func TestTxnAdminLingering(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := sinkCtx(t)
+		e := newSinkEnv(t, c, 1)
+		admin, err := kafkaio.NewTxnAdmin(e.opts(), e.prefix, sinkLog())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+
+		idA := kafkaio.SinkTxnID(e.prefix, "out", 0, 0)
+		idB := kafkaio.SinkTxnID(e.prefix, "out", 0, 1)
+		lingerA := adminLinger(t, ctx, e, idA, "a1", "a2")
+		other := adminLinger(t, ctx, e, kafkatest.Name(t, "other"), "x1") // another job's: not listed
+		plain := c.Client(t, kgo.DefaultProduceTopic(e.topic))
+		if err := plain.ProduceSync(ctx, &kgo.Record{Value: []byte("after-a")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		// Blocked: the plain record sits behind the open transaction.
+		sinkWantValues(t, "behind a lingering transaction", sinkCommitted(t, ctx, c, e.topic, 0, 300*time.Millisecond), nil)
+
+		open, err := admin.ListTxns(ctx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(open) != 1 {
+			t.Fatalf("open transactions %+v, want %s only", open, idA)
+		}
+		a := open[0]
+		pid, epoch, _ := lingerA.ProducerID(ctx)
+		if a.TransactionalID != idA || a.State != "Ongoing" || !a.Open() || a.ProducerID != pid || a.ProducerEpoch != epoch ||
+			a.Start.IsZero() || a.Age < 0 || a.Timeout != time.Minute ||
+			len(a.Partitions) != 1 || a.Partitions[0].Topic != e.topic || !slices.Equal(a.Partitions[0].Partitions, []int32{0}) {
+			t.Fatalf("listed %+v, want %s Ongoing at producer id %d epoch %d on %s[0]", a, idA, pid, epoch, e.topic)
+		}
+		t.Logf("lingering: %+v", a)
+		if err := other.EndTransaction(ctx, kgo.TryAbort); err != nil {
+			t.Fatal(err)
+		}
+
+		if err := admin.CommitTxn(ctx, a.Handle()); err != nil {
+			t.Fatalf("commit %s: %v", idA, err)
+		}
+		// Committing again is harmless.
+		if err := admin.CommitTxn(ctx, a.Handle()); err != nil {
+			t.Fatalf("commit %s again: %v", idA, err)
+		}
+		want := []string{"a1", "a2", "after-a"}
+		sinkWantValues(t, "after the commit", sinkCommitted(t, ctx, c, e.topic, len(want), 300*time.Millisecond), want)
+		all, err := admin.ListTxns(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != 1 || all[0].TransactionalID != idA || all[0].Open() {
+			t.Fatalf("all transactions of the job %+v, want %s ended", all, idA)
+		}
+
+		// Abort: fences the transactional ID.
+		lingerB := adminLinger(t, ctx, e, idB, "b1")
+		if err := admin.AbortTxn(ctx, idB, 0); err != nil {
+			t.Fatalf("abort %s: %v", idB, err)
+		}
+		open, err = admin.ListTxns(ctx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(open) != 0 {
+			t.Fatalf("open transactions after the abort: %+v", open)
+		}
+		if err := lingerB.EndTransaction(ctx, kgo.TryCommit); err == nil {
+			t.Fatal("the fenced producer committed its aborted transaction")
+		}
+		sinkWantValues(t, "after the abort", sinkCommitted(t, ctx, c, e.topic, len(want), 300*time.Millisecond), want)
+
+		if err := admin.AbortTxn(ctx, "someone-else-0", 0); !errors.Is(err, kafkaio.ErrTxnNotInJob) {
+			t.Fatalf("abort outside the job: %v", err)
+		}
+		if err := admin.CommitTxn(ctx, kafkaio.SinkTxnHandle{TransactionalID: "someone-else-0"}); !errors.Is(err, kafkaio.ErrTxnNotInJob) {
+			t.Fatalf("commit outside the job: %v", err)
+		}
+	})
+}
