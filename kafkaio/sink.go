@@ -374,7 +374,9 @@ func (s *Sink) fence(ctx context.Context, handles []SinkTxnHandle) ([]*sinkSlot,
 		s.log.Warn("could not describe the pool's transactions before fencing", "err", err)
 	} else {
 		for _, d := range ds.Sorted() {
-			if d.Err == nil && txnOpen(d.State) {
+			// Ongoing only: a handle just committed may still be
+			// PrepareCommit, which the fence waits for and keeps.
+			if d.Err == nil && d.State == "Ongoing" {
 				s.met.aborted.Inc()
 				s.log.Info("fencing aborts an open transaction left by an earlier instance", "transactional_id", d.TxnID,
 					"state", d.State, "producer_id", d.ProducerID, "producer_epoch", d.ProducerEpoch,
@@ -653,6 +655,12 @@ func (s *Sink) flush(txn *sinkTxn) {
 		pid, epoch, err = sl.cl.ProducerID(s.ctx)
 	}
 	if err != nil {
+		if s.ctx.Err() != nil {
+			// Closed while flushing: not a failure of the sink. The
+			// transaction stays as it is for the next Recover.
+			txn.err = fmt.Errorf("kafkaio: pre-commit of checkpoint %d: %w", txn.checkpoint, ErrSinkClosed)
+			return
+		}
 		if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
 			err = fmt.Errorf("%w: %w", ErrSinkFenced, err)
 		}

@@ -348,6 +348,35 @@ func TestSinkCrashRecovery(t *testing.T) {
 	})
 }
 
+// TestSinkClosedWithoutCommit: a sink closed between pre-commit and commit
+// aborts its open epoch and leaves the pre-committed transaction to the next
+// instance, whose recovery commits it exactly once.
+func TestSinkClosedWithoutCommit(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := sinkCtx(t)
+		e := newSinkEnv(t, c, 2)
+		old := e.sink(t, ctx, nil, nil)
+		v1 := sinkWrite(t, ctx, old, "e1", 30, 2)
+		handles := sinkPreCommit(t, ctx, old, 1)
+		sinkWrite(t, ctx, old, "e2", 30, 2)
+		if err := old.Close(ctx); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		open := sinkOpenTxns(t, ctx, e)
+		if len(open) != 1 || open[0].TransactionalID != handles[0].TransactionalID {
+			t.Fatalf("open transactions after close: %+v, want the pre-committed %s only", open, handles[0].TransactionalID)
+		}
+		if err := old.Write(ctx, &kgo.Record{Value: []byte("late")}); !errors.Is(err, kafkaio.ErrSinkClosed) {
+			t.Fatalf("write after close: %v", err)
+		}
+		e.sink(t, ctx, handles, nil)
+		sinkWantValues(t, "after recovery", sinkCommitted(t, ctx, c, e.topic, len(v1), 500*time.Millisecond), v1)
+		if got := sinkMetric(t, e.reg, "weir_sink_transactions_aborted_total"); got != 1 {
+			t.Errorf("transactions aborted %v, want 1 (the open epoch at close)", got)
+		}
+	})
+}
+
 // TestSinkZombieWritesFenced: after a new instance recovered, the old one's
 // writes into a new epoch fail at its pre-commit and never become visible.
 func TestSinkZombieWritesFenced(t *testing.T) {
