@@ -174,15 +174,21 @@ func Join(ctx context.Context, opts Options) (*Member, error) {
 		kgo.OnPartitionsLost(func(context.Context, *kgo.Client, map[string][]int32) {}), // see manageErrorHook
 		kgo.WithHooks(manageErrorHook{m}),
 	)
-	// The balancer reads only m.opts and m.mu fields, never m.cl, so kgo
-	// may call it before NewClient returns.
-	cl, err := kgo.NewClient(kopts...)
+	// Inspect the caller's options on a client that joins nothing.
+	probe, err := kgo.NewClient(opts.Kafka...)
 	if err != nil {
 		return nil, fmt.Errorf("membership: kafka client: %w", err)
 	}
-	if cl.OptValue(kgo.InstanceID) != nil || cl.OptValue(kgo.Rack) != "" {
-		cl.Close()
+	static, rack := probe.OptValues(kgo.InstanceID)[1].(bool), probe.OptValue(kgo.Rack).(string)
+	probe.Close()
+	if static || rack != "" {
 		return nil, errors.New("membership: the Kafka options must not set kgo.InstanceID or kgo.Rack")
+	}
+	// The balancer reads only m.opts, m.log and the fields under m.mu,
+	// never m.cl, so kgo may call it before NewClient returns.
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("membership: kafka client: %w", err)
 	}
 	m.cl = cl
 	if err := m.checkTopic(ctx); err != nil {
