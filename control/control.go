@@ -42,6 +42,7 @@ const (
 	TypeAbort      Type = "abort"
 	TypeAck        Type = "ack"
 	TypeDecline    Type = "decline"
+	TypeRunning    Type = "running"
 	TypeGeneration Type = "generation"
 	TypeComplete   Type = "complete"
 	TypeMetadata   Type = "metadata"
@@ -206,7 +207,7 @@ func TopicOf(m Message) (Topic, bool) {
 	switch m.Type() {
 	case TypeTrigger, TypeAbort:
 		return TopicTrigger, true
-	case TypeAck, TypeDecline:
+	case TypeAck, TypeDecline, TypeRunning:
 		return TopicAck, true
 	case TypeGeneration, TypeComplete:
 		return TopicCommit, true
@@ -278,6 +279,16 @@ type Decline struct {
 	Reason string `json:"reason"`
 }
 
+// Running reports that Task restored the state of generation Gen and runs:
+// when every task of a generation has reported it, the coordinator starts
+// triggering checkpoints (the core's TaskRunning event). Written by the task
+// to the ack topic. (An addition to DESIGN.md section 4: the design leaves
+// open how the coordinator learns that a generation change is over.)
+type Running struct {
+	Gen  uint64 `json:"gen"`
+	Task TaskID `json:"task"`
+}
+
 // Assignment maps a replica name to the tasks it runs.
 type Assignment map[string][]TaskID
 
@@ -286,7 +297,13 @@ type Assignment map[string][]TaskID
 func (a Assignment) Tasks() ([]TaskID, error) {
 	seen := make(map[TaskID]string)
 	var out []TaskID
-	for r, ts := range a {
+	replicas := make([]string, 0, len(a))
+	for r := range a {
+		replicas = append(replicas, r)
+	}
+	slices.Sort(replicas) // deterministic errors: the same input, the same message
+	for _, r := range replicas {
+		ts := a[r]
 		for _, t := range ts {
 			if prev, dup := seen[t]; dup {
 				return nil, fmt.Errorf("%w: task %s assigned to both %q and %q", ErrInvalid, t, prev, r)
@@ -357,6 +374,9 @@ func (Ack) Type() Type { return TypeAck }
 func (Decline) Type() Type { return TypeDecline }
 
 // Type implements Message.
+func (Running) Type() Type { return TypeRunning }
+
+// Type implements Message.
 func (Generation) Type() Type { return TypeGeneration }
 
 // Type implements Message.
@@ -424,6 +444,16 @@ func (m Ack) validate() error {
 func (m Decline) validate() error {
 	if err := checkIDGen(m.ID, m.Gen); err != nil {
 		return err
+	}
+	if !m.Task.Valid() {
+		return fmt.Errorf("%w: task %q", ErrInvalid, m.Task.String())
+	}
+	return nil
+}
+
+func (m Running) validate() error {
+	if m.Gen == 0 {
+		return fmt.Errorf("%w: generation 0", ErrInvalid)
 	}
 	if !m.Task.Valid() {
 		return fmt.Errorf("%w: task %q", ErrInvalid, m.Task.String())
@@ -562,6 +592,8 @@ func Decode(b []byte) (Message, error) {
 		return decodeAs[Ack](t, body)
 	case TypeDecline:
 		return decodeAs[Decline](t, body)
+	case TypeRunning:
+		return decodeAs[Running](t, body)
 	case TypeGeneration:
 		return decodeAs[Generation](t, body)
 	case TypeComplete:

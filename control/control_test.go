@@ -19,6 +19,7 @@ func examples() []Message {
 		Ack{ID: 7, Gen: 2, Task: task("enrich", 3), Handle: "chk-7/enrich-3.manifest",
 			Metrics: AckMetrics{SyncMS: 1, AsyncMS: 250, AlignMS: 4, StateBytes: 1 << 20, UploadedBytes: 4096}},
 		Decline{ID: 7, Gen: 2, Task: task("enrich", 3), Reason: "upload failed: timeout"},
+		Running{Gen: 3, Task: task("enrich", 0)},
 		Generation{Gen: 3, RestoreFrom: 6, Assignment: Assignment{
 			"processor-0": {task("enrich", 0), task("enrich", 1)},
 			"processor-1": {task("enrich", 2), task("sink", 0)},
@@ -63,6 +64,8 @@ func TestGoldenEncoding(t *testing.T) {
 			`{"v":1,"type":"ack","id":7,"gen":2,"task":"map/0","handle":"h","metrics":{"sync_ms":0,"async_ms":0,"align_ms":0,"state_bytes":0,"uploaded_bytes":0}}`},
 		{Decline{ID: 7, Gen: 2, Task: task("map", 10), Reason: "x"},
 			`{"v":1,"type":"decline","id":7,"gen":2,"task":"map/10","reason":"x"}`},
+		{Running{Gen: 4, Task: task("map", 1)},
+			`{"v":1,"type":"running","gen":4,"task":"map/1"}`},
 		{Generation{Gen: 1, Assignment: Assignment{"r1": {task("map", 0)}}},
 			`{"v":1,"type":"generation","gen":1,"assignment":{"r1":["map/0"]},"restore_from":0}`},
 		{Complete{ID: 7, Gen: 2, TS: 9, Kind: KindStop, Target: "t", Metadata: "m"},
@@ -156,7 +159,7 @@ func TestTaskID(t *testing.T) {
 
 func TestTopicOf(t *testing.T) {
 	want := map[Type]Topic{TypeTrigger: TopicTrigger, TypeAbort: TopicTrigger, TypeAck: TopicAck,
-		TypeDecline: TopicAck, TypeGeneration: TopicCommit, TypeComplete: TopicCommit}
+		TypeDecline: TopicAck, TypeRunning: TopicAck, TypeGeneration: TopicCommit, TypeComplete: TopicCommit}
 	for _, m := range examples() {
 		got, ok := TopicOf(m)
 		if w, isRecord := want[m.Type()]; got != w || ok != isRecord {

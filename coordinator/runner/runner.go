@@ -254,6 +254,8 @@ func (r *Runner) stepAck(core *coordinator.Core, m control.Message) {
 		err = core.Step(coordinator.Acknowledge{Ack: a})
 	case control.Decline:
 		err = core.Step(coordinator.Decline{Decline: a})
+	case control.Running:
+		err = core.Step(coordinator.TaskRunning{Gen: a.Gen, Task: a.Task})
 	default:
 		return // another record type on the ack topic is no business of ours
 	}
