@@ -119,58 +119,86 @@ func (a *TxnAdmin) ListTxns(ctx context.Context, openOnly bool) ([]TxnInfo, erro
 		if openOnly && !txnOpen(d.State) {
 			continue // ended between the listing and the description
 		}
-		info := TxnInfo{
-			TransactionalID: d.TxnID, State: d.State, ProducerID: d.ProducerID, ProducerEpoch: d.ProducerEpoch,
-			Timeout: time.Duration(d.TimeoutMillis) * time.Millisecond, Coordinator: d.Coordinator,
-		}
-		if d.StartTimestamp > 0 && txnOpen(d.State) {
-			info.Start = time.UnixMilli(d.StartTimestamp).UTC()
-			info.Age = now.Sub(info.Start)
-		}
-		for _, tp := range d.Topics.Sorted() {
-			ps := slices.Clone(tp.Partitions)
-			slices.Sort(ps)
-			info.Partitions = append(info.Partitions, TxnPartitions{Topic: tp.Topic, Partitions: ps})
-		}
-		infos = append(infos, info)
+		infos = append(infos, txnInfo(d, now))
 	}
 	return infos, nil
 }
 
-// AbortTxn aborts whatever transaction the transactional ID holds open by
-// fencing it: an InitProducerID with that ID bumps its epoch, which aborts
-// the open transaction and makes its producer's next write or commit fail.
-// It works without knowing the producer ID or epoch. The fencing producer
-// asks for timeout (at most the brokers' transaction.max.timeout.ms; 0 means
-// one minute). Aborting a transaction that a completed checkpoint recorded
-// loses its output; see docs/sinks.md.
-func (a *TxnAdmin) AbortTxn(ctx context.Context, txnID string, timeout time.Duration) error {
+// AbortTxn aborts the transaction open on the transactional ID now, with a
+// raw EndTxn(abort) at the producer ID and epoch DescribeTransactions
+// reports: exactly that transaction, and nothing if the ID has moved on in
+// between (an error then). The abort bumps the epoch, so its producer's next
+// write fails and its commit is refused. A later recovery from a checkpoint
+// that recorded the transaction reports it as lost (*SinkTxnAbortedError),
+// on kfake and on Apache Kafka alike; see docs/sinks.md for when aborting is
+// right. It returns the transaction as it was described.
+func (a *TxnAdmin) AbortTxn(ctx context.Context, txnID string) (TxnInfo, error) {
+	if !strings.HasPrefix(txnID, a.prefix) {
+		return TxnInfo{}, fmt.Errorf("%w: %s (prefix %s)", ErrTxnNotInJob, txnID, a.prefix)
+	}
+	d, err := describeTxn(ctx, a.cl, txnID)
+	if err != nil {
+		return TxnInfo{}, err
+	}
+	info := txnInfo(d, time.Now())
+	if d.State != "Ongoing" {
+		return info, fmt.Errorf("kafkaio: abort transaction %s: no transaction is open (state %s)", txnID, d.State)
+	}
+	if err := endTxn(ctx, a.cl, info.Handle(), false); err != nil {
+		return info, fmt.Errorf("kafkaio: abort transaction %s at producer id %d epoch %d: %w", txnID, d.ProducerID, d.ProducerEpoch, err)
+	}
+	a.log.Warn("aborted transaction by hand", "transactional_id", txnID, "producer_id", d.ProducerID,
+		"producer_epoch", d.ProducerEpoch, "started", info.Start, "partitions", info.Partitions)
+	return info, nil
+}
+
+// FenceTxn fences the transactional ID with InitProducerID, as a new
+// producer of it would: whatever transaction it holds open is aborted and
+// every older producer of it is fenced, without knowing its producer ID or
+// epoch. The fencing producer asks for timeout (at most the brokers'
+// transaction.max.timeout.ms; 0 means one minute). Unlike AbortTxn, on
+// Apache Kafka the fence moves an open transaction's epoch on by two, which
+// a later recovery cannot tell from a committed, reused slot: aborting a
+// transaction that the newest completed checkpoint recorded this way loses
+// its output silently. Prefer AbortTxn.
+func (a *TxnAdmin) FenceTxn(ctx context.Context, txnID string, timeout time.Duration) error {
 	if !strings.HasPrefix(txnID, a.prefix) {
 		return fmt.Errorf("%w: %s (prefix %s)", ErrTxnNotInJob, txnID, a.prefix)
 	}
 	if timeout <= 0 {
 		timeout = time.Minute
 	}
-	before, derr := describeTxn(ctx, a.cl, txnID)
 	opts := append(slices.Clip(a.opts), kgo.TransactionalID(txnID), kgo.TransactionTimeout(timeout))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return fmt.Errorf("kafkaio: abort transaction %s: %w", txnID, err)
+		return fmt.Errorf("kafkaio: fence transactional ID %s: %w", txnID, err)
 	}
 	defer cl.Close()
 	pid, epoch, err := cl.ProducerID(ctx)
 	if err != nil {
-		return fmt.Errorf("kafkaio: abort transaction %s: fence: %w", txnID, err)
+		return fmt.Errorf("kafkaio: fence transactional ID %s: %w", txnID, err)
 	}
-	if derr == nil {
-		a.log.Warn("fenced transactional ID; its open transaction, if any, is aborted", "transactional_id", txnID,
-			"state_before", before.State, "producer_id", before.ProducerID, "producer_epoch", before.ProducerEpoch,
-			"partitions", before.Topics.Sorted(), "new_producer_epoch", epoch, "new_producer_id", pid)
-	} else {
-		a.log.Warn("fenced transactional ID; its open transaction, if any, is aborted", "transactional_id", txnID,
-			"new_producer_id", pid, "new_producer_epoch", epoch)
-	}
+	a.log.Warn("fenced transactional ID; its open transaction, if any, is aborted", "transactional_id", txnID,
+		"producer_id", pid, "producer_epoch", epoch)
 	return nil
+}
+
+// txnInfo converts a description, ages counted at now.
+func txnInfo(d kadm.DescribedTransaction, now time.Time) TxnInfo {
+	info := TxnInfo{
+		TransactionalID: d.TxnID, State: d.State, ProducerID: d.ProducerID, ProducerEpoch: d.ProducerEpoch,
+		Timeout: time.Duration(d.TimeoutMillis) * time.Millisecond, Coordinator: d.Coordinator,
+	}
+	if d.StartTimestamp > 0 && txnOpen(d.State) {
+		info.Start = time.UnixMilli(d.StartTimestamp).UTC()
+		info.Age = now.Sub(info.Start)
+	}
+	for _, tp := range d.Topics.Sorted() {
+		ps := slices.Clone(tp.Partitions)
+		slices.Sort(ps)
+		info.Partitions = append(info.Partitions, TxnPartitions{Topic: tp.Topic, Partitions: ps})
+	}
+	return info
 }
 
 // CommitTxn commits the transaction h names with a raw EndTxn carrying its

@@ -90,10 +90,13 @@ func TestTxnAdminLingering(t *testing.T) {
 			t.Fatalf("all transactions of the job %+v, want %s ended", all, idA)
 		}
 
-		// Abort: fences the transactional ID.
+		// Abort: ends exactly the open transaction.
 		lingerB := adminLinger(t, ctx, e, idB, "b1")
-		if err := admin.AbortTxn(ctx, idB, 0); err != nil {
-			t.Fatalf("abort %s: %v", idB, err)
+		if info, err := admin.AbortTxn(ctx, idB); err != nil || info.State != "Ongoing" {
+			t.Fatalf("abort %s: %+v, %v", idB, info, err)
+		}
+		if _, err := admin.AbortTxn(ctx, idB); err == nil {
+			t.Fatalf("aborting %s twice succeeded", idB)
 		}
 		open, err = admin.ListTxns(ctx, true)
 		if err != nil {
@@ -107,11 +110,59 @@ func TestTxnAdminLingering(t *testing.T) {
 		}
 		sinkWantValues(t, "after the abort", sinkCommitted(t, ctx, c, e.topic, len(want), 300*time.Millisecond), want)
 
-		if err := admin.AbortTxn(ctx, "someone-else-0", 0); !errors.Is(err, kafkaio.ErrTxnNotInJob) {
+		// Fence: without knowing the producer.
+		idC := kafkaio.SinkTxnID(e.prefix, "out", 0, 2)
+		lingerC := adminLinger(t, ctx, e, idC, "c1")
+		if err := admin.FenceTxn(ctx, idC, 0); err != nil {
+			t.Fatalf("fence %s: %v", idC, err)
+		}
+		if open, err := admin.ListTxns(ctx, true); err != nil || len(open) != 0 {
+			t.Fatalf("open transactions after the fence: %+v, %v", open, err)
+		}
+		if err := lingerC.EndTransaction(ctx, kgo.TryCommit); err == nil {
+			t.Fatal("the fenced producer committed")
+		}
+		sinkWantValues(t, "after the fence", sinkCommitted(t, ctx, c, e.topic, len(want), 300*time.Millisecond), want)
+
+		if _, err := admin.AbortTxn(ctx, "someone-else-0"); !errors.Is(err, kafkaio.ErrTxnNotInJob) {
 			t.Fatalf("abort outside the job: %v", err)
 		}
 		if err := admin.CommitTxn(ctx, kafkaio.SinkTxnHandle{TransactionalID: "someone-else-0"}); !errors.Is(err, kafkaio.ErrTxnNotInJob) {
 			t.Fatalf("commit outside the job: %v", err)
+		}
+	})
+}
+
+// TestTxnAdminAbortRecorded: aborting by hand a transaction that a
+// checkpoint recorded is not mistaken for a commit by the next recovery: it
+// reports the output as lost.
+func TestTxnAdminAbortRecorded(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := sinkCtx(t)
+		e := newSinkEnv(t, c, 1)
+		s := e.sink(t, ctx, nil, nil)
+		sinkWrite(t, ctx, s, "e1", 5, 1)
+		handles := sinkPreCommit(t, ctx, s, 3)
+
+		admin, err := kafkaio.NewTxnAdmin(e.opts(), e.prefix, sinkLog())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		if _, err := admin.AbortTxn(ctx, handles[0].TransactionalID); err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := kafkaio.NewSink(e.config(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fresh.Close(ctx)
+		var aborted *kafkaio.SinkTxnAbortedError
+		if err := fresh.Recover(ctx, handles); !errors.As(err, &aborted) || aborted.Checkpoint != 3 {
+			t.Fatalf("recovery after a manual abort: %v, want a *SinkTxnAbortedError of checkpoint 3", err)
+		}
+		if err := admin.CommitTxn(ctx, handles[0]); !errors.Is(err, kafkaio.ErrSinkTxnAborted) {
+			t.Fatalf("commit after the abort: %v, want ErrSinkTxnAborted", err)
 		}
 	})
 }

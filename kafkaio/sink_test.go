@@ -498,8 +498,8 @@ func TestSinkPoolExhaustion(t *testing.T) {
 		if err := <-wrote; err != nil {
 			t.Fatalf("write after a slot was freed: %v", err)
 		}
-		if waited := sinkHistogramSum(t, e.reg, "weir_sink_pool_wait_seconds"); waited < hold.Seconds() {
-			t.Errorf("measured pool wait %.3fs, want at least %v", waited, hold)
+		if waited := sinkHistogramSum(t, e.reg, "weir_sink_pool_wait_seconds"); waited < hold.Seconds()/2 {
+			t.Errorf("measured pool wait %.3fs, want about %v", waited, hold)
 		}
 		sinkPreCommit(t, ctx, s, 3)
 		if err := s.NotifyComplete(ctx, 3); err != nil {

@@ -110,8 +110,8 @@ func (e *SinkTxnAbortedError) Error() string {
 		timeout = " (" + e.TransactionTimeout.String() + ")"
 	}
 	return fmt.Sprintf("kafkaio: transaction %s (producer id %d, epoch %d) cannot be committed, %s is lost: the broker aborted it (%v%s), "+
-		"most likely because its transaction timeout%s expired before the checkpoint was committed; raise %s "+
-		"(within the brokers' %s) so that it outlasts an outage, or keep checkpoints from failing for that long",
+		"most likely because its transaction timeout%s expired before the checkpoint was committed (or someone aborted it by hand); "+
+		"raise %s (within the brokers' %s) so that it outlasts an outage, or keep checkpoints from failing for that long",
 		e.TransactionalID, e.ProducerID, e.ProducerEpoch, what, e.Err, state, timeout, e.Setting, BrokerTransactionMaxTimeoutKey)
 }
 
@@ -164,56 +164,67 @@ func (o txnCommitOutcome) String() string {
 //     forgot the ID (transactional.id.expiration.ms); the outcome cannot be
 //     proven, so it is reported as lost, loudly.
 func commitTxnHandle(ctx context.Context, cl *kgo.Client, h SinkTxnHandle, timeout time.Duration, log *slog.Logger) (txnCommitOutcome, error) {
+	err := endTxn(ctx, cl, h, true)
+	if _, ok := errors.AsType[*kerr.Error](err); err != nil && !ok {
+		return 0, fmt.Errorf("kafkaio: EndTxn(commit) of %s: %w", h, err)
+	}
+	switch {
+	case err == nil:
+		return txnCommitted, nil
+	case errors.Is(err, kerr.InvalidTxnState),
+		errors.Is(err, kerr.InvalidProducerIDMapping),
+		errors.Is(err, kerr.TransactionalIDNotFound):
+		return 0, txnAborted(ctx, cl, h, timeout, err)
+	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
+		d, derr := describeTxn(ctx, cl, h.TransactionalID)
+		if derr == nil && d.ProducerID == h.ProducerID && d.ProducerEpoch == h.ProducerEpoch+1 &&
+			(d.State == "CompleteAbort" || d.State == "PrepareAbort") {
+			return 0, &SinkTxnAbortedError{
+				Checkpoint: h.Checkpoint, TransactionalID: h.TransactionalID,
+				ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch,
+				Setting: SinkTransactionTimeoutKey, TransactionTimeout: timeout,
+				BrokerState: d.State, Err: err,
+			}
+		}
+		state := "unknown"
+		if derr == nil {
+			state = fmt.Sprintf("%s at producer id %d epoch %d", d.State, d.ProducerID, d.ProducerEpoch)
+		}
+		log.Info("transaction was committed before; its transactional ID has moved on since",
+			"transactional_id", h.TransactionalID, "producer_id", h.ProducerID, "producer_epoch", h.ProducerEpoch,
+			"checkpoint", h.Checkpoint, "broker_state", state, "broker_answer", err)
+		return txnCommittedBefore, nil
+	default:
+		return 0, fmt.Errorf("kafkaio: EndTxn(commit) of %s: %w", h, err)
+	}
+}
+
+// endTxn sends a raw EndTxn for the transaction h names, retrying while the
+// broker answers CONCURRENT_TRANSACTIONS (markers of the previous end still
+// being written) or a retriable error. It returns the broker's error as a
+// *kerr.Error, or a request error.
+func endTxn(ctx context.Context, cl *kgo.Client, h SinkTxnHandle, commit bool) error {
 	backoff := 20 * time.Millisecond
 	for {
 		req := kmsg.NewPtrEndTxnRequest()
 		req.TransactionalID = h.TransactionalID
 		req.ProducerID = h.ProducerID
 		req.ProducerEpoch = h.ProducerEpoch
-		req.Commit = true
+		req.Commit = commit
 		resp, err := req.RequestWith(ctx, cl)
 		if err != nil {
-			return 0, fmt.Errorf("kafkaio: EndTxn(commit) of %s: %w", h, err)
+			return err
 		}
 		err = kerr.ErrorForCode(resp.ErrorCode)
-		switch {
-		case err == nil:
-			return txnCommitted, nil
-		case kerr.IsRetriable(err), errors.Is(err, kerr.ConcurrentTransactions):
-			log.Debug("commit of transaction retried", "transactional_id", h.TransactionalID, "err", err)
-			select {
-			case <-ctx.Done():
-				return 0, fmt.Errorf("kafkaio: EndTxn(commit) of %s: %w (last broker answer: %w)", h, ctx.Err(), err)
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, time.Second)
-			continue
-		case errors.Is(err, kerr.InvalidTxnState),
-			errors.Is(err, kerr.InvalidProducerIDMapping),
-			errors.Is(err, kerr.TransactionalIDNotFound):
-			return 0, txnAborted(ctx, cl, h, timeout, err)
-		case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
-			d, derr := describeTxn(ctx, cl, h.TransactionalID)
-			if derr == nil && d.ProducerID == h.ProducerID && d.ProducerEpoch == h.ProducerEpoch+1 &&
-				(d.State == "CompleteAbort" || d.State == "PrepareAbort") {
-				return 0, &SinkTxnAbortedError{
-					Checkpoint: h.Checkpoint, TransactionalID: h.TransactionalID,
-					ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch,
-					Setting: SinkTransactionTimeoutKey, TransactionTimeout: timeout,
-					BrokerState: d.State, Err: err,
-				}
-			}
-			state := "unknown"
-			if derr == nil {
-				state = fmt.Sprintf("%s at producer id %d epoch %d", d.State, d.ProducerID, d.ProducerEpoch)
-			}
-			log.Info("transaction was committed before; its transactional ID has moved on since",
-				"transactional_id", h.TransactionalID, "producer_id", h.ProducerID, "producer_epoch", h.ProducerEpoch,
-				"checkpoint", h.Checkpoint, "broker_state", state, "broker_answer", err)
-			return txnCommittedBefore, nil
-		default:
-			return 0, fmt.Errorf("kafkaio: EndTxn(commit) of %s: %w", h, err)
+		if err == nil || !(kerr.IsRetriable(err) || errors.Is(err, kerr.ConcurrentTransactions)) {
+			return err
 		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last broker answer: %w)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
 	}
 }
 
