@@ -1,6 +1,7 @@
 package kafkaio
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -201,7 +202,6 @@ type Sink struct {
 
 // sinkSlot is one transactional producer of the pool.
 type sinkSlot struct {
-	index   int
 	txnID   string
 	cl      *kgo.Client
 	err     atomic.Pointer[error] // first record error of the open transaction
@@ -305,7 +305,7 @@ func (s *Sink) Recover(ctx context.Context, handles []SinkTxnHandle) error {
 		s.admin = admin
 	}
 	handles = slices.Clone(handles)
-	slices.SortStableFunc(handles, func(a, b SinkTxnHandle) int { return int(a.Checkpoint - b.Checkpoint) })
+	slices.SortStableFunc(handles, func(a, b SinkTxnHandle) int { return cmp.Compare(a.Checkpoint, b.Checkpoint) })
 	for _, h := range handles {
 		outcome, err := commitTxnHandle(ctx, s.admin, h, s.cfg.TransactionTimeout, s.log)
 		if err != nil {
@@ -429,7 +429,7 @@ func (s *Sink) fence(ctx context.Context, handles []SinkTxnHandle) ([]*sinkSlot,
 	}
 	slots := make([]*sinkSlot, s.cfg.PoolSize)
 	for i := range slots {
-		sl := &sinkSlot{index: i, txnID: ids[i], cl: clients[i], met: &s.met}
+		sl := &sinkSlot{txnID: ids[i], cl: clients[i], met: &s.met}
 		sl.promise = sl.done
 		slots[i] = sl
 	}

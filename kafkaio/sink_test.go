@@ -2,6 +2,7 @@ package kafkaio_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -297,6 +298,50 @@ func TestSinkAbortKeepsData(t *testing.T) {
 		want = append(want, v3...)
 		sinkWantValues(t, "after complete 3", sinkCommitted(t, ctx, c, e.topic, len(want), 200*time.Millisecond), want)
 	})
+}
+
+// TestSinkCompletionLagsBarrier: barrier 2 reaches the sink before it has
+// read complete 1; each completion commits its own epochs only.
+func TestSinkCompletionLagsBarrier(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := sinkCtx(t)
+		e := newSinkEnv(t, c, 1)
+		s := e.sink(t, ctx, nil, nil)
+		v1 := sinkWrite(t, ctx, s, "e1", 10, 1)
+		sinkPreCommit(t, ctx, s, 1)
+		v2 := sinkWrite(t, ctx, s, "e2", 10, 1)
+		if hs := sinkPreCommit(t, ctx, s, 2); len(hs) != 2 {
+			t.Fatalf("handles of 2 before complete 1: %+v, want 1's and 2's", hs)
+		}
+		if err := s.NotifyComplete(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		sinkWantValues(t, "after complete 1", sinkCommitted(t, ctx, c, e.topic, len(v1), 300*time.Millisecond), v1)
+		if hs := sinkPreCommit(t, ctx, s, 3); len(hs) != 1 || hs[0].Checkpoint != 2 {
+			t.Fatalf("handles of 3 (empty epoch): %+v, want 2's only", hs)
+		}
+		if err := s.NotifyComplete(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		want := append(slices.Clone(v1), v2...)
+		sinkWantValues(t, "after complete 2", sinkCommitted(t, ctx, c, e.topic, len(want), 200*time.Millisecond), want)
+	})
+}
+
+func TestSinkTxnHandleJSON(t *testing.T) {
+	h := kafkaio.SinkTxnHandle{TransactionalID: "_weir.j.out-3-1", ProducerID: 4711, ProducerEpoch: 12, Checkpoint: 42}
+	b, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"transactional_id":"_weir.j.out-3-1","producer_id":4711,"epoch":12,"checkpoint":42}`
+	if string(b) != want {
+		t.Fatalf("handle JSON %s, want %s", b, want)
+	}
+	var back kafkaio.SinkTxnHandle
+	if err := json.Unmarshal(b, &back); err != nil || back != h {
+		t.Fatalf("round trip: %+v, %v", back, err)
+	}
 }
 
 // TestSinkCrashRecovery: a sink pre-commits epoch 1, writes part of epoch 2,
