@@ -28,24 +28,33 @@
 // returns no partitions, and publishes it when kgo calls OnPartitionsAssigned.
 // A member that loses its session publishes a Lost view and rejoins with a
 // new incarnation, which changes its metadata and so always forces a new
-// group generation.
+// group generation. It notices the loss from kgo (a request answered with
+// UNKNOWN_MEMBER_ID, or failing for longer than its retry timeout) or, first
+// when the network drops packets, from its own lease: it counts itself a
+// member only until a session timeout after the newest answered heartbeat
+// began, which is never later than the broker's own deadline for it.
 //
 // # Goroutines
 //
 //   - kgo's group management goroutine calls the balancer (JoinGroupMetadata,
-//     MemberBalancer, Balance, ParseSyncAssignment) and the group-error hook;
-//     a goroutine kgo starts per session calls OnPartitionsAssigned. They
+//     MemberBalancer, Balance, ParseSyncAssignment), OnPartitionsRevoked and
+//     the group-error hook; a goroutine kgo starts per session calls
+//     OnPartitionsAssigned. They
 //     never run at the same time as each other, but run concurrently with the
 //     caller's goroutines.
 //   - Member.mu guards everything they share with the caller: the view
 //     waiting to be published, the newest published view, the coordinator
-//     claim, the incarnation, and whether Views is closed. Only
+//     claim, the incarnation, the lease, and whether Views is closed. Only
 //     publishLocked sends on Views, under mu, and never blocks: the channel
 //     holds one view, and a newer view replaces an unread one.
-//   - One goroutine per Member (drain) polls the client until it is closed,
-//     so that errors kgo queues for polling do not pile up.
-//   - Leave may be called from any goroutine; it closes Views, leaves the
-//     group, closes the client and waits for drain.
+//   - kgo's connection goroutines call the lease hook (OnBrokerE2E), which
+//     renews the lease under mu when a Heartbeat or SyncGroup is answered.
+//   - Two goroutines per Member: drain polls the client until it is closed,
+//     so that errors kgo queues for polling do not pile up; watch checks the
+//     lease a few times a second and, when no heartbeat was answered for a
+//     session timeout, publishes a Lost view and makes kgo rejoin.
+//   - Leave may be called from any goroutine; it closes Views, stops watch,
+//     leaves the group, closes the client and waits for drain.
 //
 // There is no package-level mutable state: metrics go to the injected
 // prometheus.Registerer and logs to the injected *slog.Logger.

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // GroupName returns the membership group of a job whose control topics and
@@ -125,7 +126,9 @@ type Member struct {
 	cl    *kgo.Client
 	views chan View // capacity 1; only publishLocked sends, under mu
 
-	pollDone chan struct{}
+	pollDone  chan struct{}
+	stopWatch chan struct{} // closed by Leave: stops watch
+	watchDone chan struct{}
 
 	leaveOnce sync.Once
 	leaveErr  error
@@ -139,6 +142,12 @@ type Member struct {
 	coordGen    int32 // last's generation when wasCoord
 	incarnation int   // number of losses, sent in the join metadata
 	closed      bool  // views is closed
+	// The lease: while a session runs (armed), the member counts itself
+	// a member until renewed+SessionTimeout. renewed is when the newest
+	// answered Heartbeat or SyncGroup request began, which is no later
+	// than when the broker received it and restarted the session timer.
+	armed   bool
+	renewed time.Time
 }
 
 // Join makes this replica a member of the group and returns at once; views
@@ -154,11 +163,13 @@ func Join(ctx context.Context, opts Options) (*Member, error) {
 		return nil, fmt.Errorf("membership: register metrics: %w", err)
 	}
 	m := &Member{
-		opts:     opts,
-		log:      opts.Logger.With("group", opts.Group, "replica_id", opts.ReplicaID),
-		met:      met,
-		views:    make(chan View, 1),
-		pollDone: make(chan struct{}),
+		opts:      opts,
+		log:       opts.Logger.With("group", opts.Group, "replica_id", opts.ReplicaID),
+		met:       met,
+		views:     make(chan View, 1),
+		pollDone:  make(chan struct{}),
+		stopWatch: make(chan struct{}),
+		watchDone: make(chan struct{}),
 	}
 	kopts := append(slices.Clone(opts.Kafka),
 		kgo.ConsumerGroup(opts.Group),
@@ -172,7 +183,7 @@ func Join(ctx context.Context, opts Options) (*Member, error) {
 		kgo.OnPartitionsAssigned(m.onAssigned),
 		kgo.OnPartitionsRevoked(m.onRevoked),
 		kgo.OnPartitionsLost(func(context.Context, *kgo.Client, map[string][]int32) {}), // see manageErrorHook
-		kgo.WithHooks(manageErrorHook{m}),
+		kgo.WithHooks(manageErrorHook{m}, leaseHook{m}),
 	)
 	// Inspect the caller's options on a client that joins nothing.
 	probe, err := kgo.NewClient(opts.Kafka...)
@@ -196,6 +207,7 @@ func Join(ctx context.Context, opts Options) (*Member, error) {
 		return nil, err
 	}
 	go m.drain()
+	go m.watch()
 	m.log.Info("joining membership group", "topic", opts.Topic, "session_timeout", opts.SessionTimeout,
 		"heartbeat_interval", opts.HeartbeatInterval, "rebalance_timeout", opts.RebalanceTimeout)
 	return m, nil
@@ -262,6 +274,9 @@ func (m *Member) Leave(ctx context.Context) error {
 		m.met.members.Set(0)
 		m.met.isCoordinator.Set(0)
 
+		close(m.stopWatch)
+		<-m.watchDone
+
 		start := time.Now()
 		m.leaveErr = m.cl.LeaveGroupContext(ctx)
 		m.cl.Close() // quick: the group is left, or the leave was abandoned with ctx
@@ -327,6 +342,7 @@ func (m *Member) onAssigned(context.Context, *kgo.Client, map[string][]int32) {
 	if v == nil {
 		return
 	}
+	m.armed = true // the SyncGroup that delivered v renewed the lease
 	if m.published && !m.last.Lost && m.last.Err == nil && v.Err == nil && m.last.GroupGeneration == v.GroupGeneration {
 		// A rejoin the broker answered without a rebalance: nothing
 		// changed.
@@ -350,7 +366,14 @@ func (m *Member) onAssigned(context.Context, *kgo.Client, map[string][]int32) {
 	m.publishLocked(*v)
 }
 
-func (m *Member) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]int32) {
+// onRevoked runs when a rebalance begins (or the member leaves). The broker
+// keeps a member that is rejoining in the group, and this member sends no
+// heartbeats until the rebalance completes, so the lease rests until the
+// next view.
+func (m *Member) onRevoked(context.Context, *kgo.Client, map[string][]int32) {
+	m.mu.Lock()
+	m.armed = false
+	m.mu.Unlock()
 	m.log.Debug("membership group rebalancing or leaving")
 }
 
@@ -360,7 +383,12 @@ func (m *Member) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]in
 func (m *Member) lost(cause error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.lostLocked(cause)
+}
+
+func (m *Member) lostLocked(cause error) {
 	m.incarnation++
+	m.armed = false
 	m.wasCoord = false
 	m.met.lost.Inc()
 	m.met.members.Set(0)
@@ -384,6 +412,59 @@ func (m *Member) publishLocked(v View) {
 	default:
 	}
 	m.views <- v
+}
+
+// ErrSessionExpired is the cause in a Lost view that the member published
+// on its own, because no Heartbeat was answered for a whole session timeout:
+// the broker has removed it, or is about to.
+var ErrSessionExpired = errors.New("membership: no heartbeat answered within the session timeout")
+
+// watch publishes a Lost view as soon as the lease runs out, without waiting
+// for kgo: kgo learns of the loss only when a request fails, which, when the
+// network drops packets instead of refusing them, takes its request timeout
+// (10s by default) after the broker has already given the member's work to
+// others. It then makes kgo rejoin; the new incarnation in the metadata makes
+// that rejoin a rebalance.
+func (m *Member) watch() {
+	defer close(m.watchDone)
+	tick := time.NewTicker(min(m.opts.HeartbeatInterval/2, 250*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stopWatch:
+			return
+		case <-tick.C:
+		}
+		m.mu.Lock()
+		expired := m.armed && time.Since(m.renewed) >= m.opts.SessionTimeout
+		if expired {
+			m.lostLocked(fmt.Errorf("%w (last answered %v ago, session timeout %v)", ErrSessionExpired,
+				time.Since(m.renewed).Round(time.Millisecond), m.opts.SessionTimeout))
+		}
+		m.mu.Unlock()
+		if expired {
+			m.cl.ForceRebalance()
+		}
+	}
+}
+
+// leaseHook renews the lease when a Heartbeat or SyncGroup request is
+// answered: the broker restarts a member's session timer when it receives
+// either. kgo calls it from its connection goroutines.
+type leaseHook struct{ m *Member }
+
+var _ kgo.HookBrokerE2E = leaseHook{}
+
+func (h leaseHook) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if e2e.Err() != nil || (kmsg.Key(key) != kmsg.Heartbeat && kmsg.Key(key) != kmsg.SyncGroup) {
+		return
+	}
+	began := time.Now().Add(-e2e.DurationE2E())
+	h.m.mu.Lock()
+	if began.After(h.m.renewed) {
+		h.m.renewed = began
+	}
+	h.m.mu.Unlock()
 }
 
 // manageErrorHook learns why kgo's group session ended. kgo calls

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -402,6 +403,15 @@ func TestJoinChecksOptionsAndTopic(t *testing.T) {
 		t.Fatalf("Join on a missing topic: %v", err)
 	}
 	c.CreateTopic(t, "present", 1, nil)
+
+	// The fetch counter the scenarios rely on does see a consumer's fetches.
+	var n atomic.Int64
+	if err := c.Client(t).ProduceSync(ctx, &kgo.Record{Topic: "present", Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if fs := c.Client(t, kgo.ConsumeTopics("present"), kgo.WithHooks(fetchCounter{&n})).PollFetches(ctx); fs.NumRecords() != 1 || n.Load() == 0 {
+		t.Fatalf("a consumer polled %d records with %d fetch requests counted", fs.NumRecords(), n.Load())
+	}
 	_, err = Join(ctx, Options{Kafka: []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.InstanceID("x")}, Group: "g", Topic: "present", ReplicaID: "a"})
 	if err == nil || !strings.Contains(err.Error(), "InstanceID") {
 		t.Fatalf("Join with an instance ID: %v", err)
@@ -593,4 +603,130 @@ func (c *child) next(what string, ok func(View) bool) View {
 			c.e.t.Fatalf("child %s: no view with %s within %v", c.id, what, c.e.wait)
 		}
 	}
+}
+
+// TestPartitionedMemberLost cuts a member off the broker without closing its
+// connections (a black hole, as a network partition looks): the others get a
+// view without it after the session timeout, and the member publishes a Lost
+// view on its own, without hearing from the broker. Healed, it rejoins.
+func TestPartitionedMemberLost(t *testing.T) {
+	eachBroker(t, func(t *testing.T, e *env) {
+		a := e.join("a")
+		e.next(a, "a alone", members("a"))
+		p := newProxy(t, e.c.Brokers[0])
+		b := e.join("b", func(o *Options) { o.Kafka = append(o.Kafka, kgo.Dialer(p.dial)) })
+		two := members("a", "b")
+		e.next(a, "two", two)
+		e.next(b, "two", two)
+
+		start := time.Now()
+		p.cut(true)
+		e.next(a, "b gone", members("a"))
+		t.Logf("partitioned member removed by the group after %v (session timeout %v)", time.Since(start), e.session)
+		lost := e.next(b, "a lost view", func(v View) bool { return v.Lost })
+		lostAfter := time.Since(start)
+		t.Logf("partitioned member published Lost %v after the cut (session timeout %v): %v", lostAfter, e.session, lost.Err)
+		if !errors.Is(lost.Err, ErrSessionExpired) || lostAfter > e.session+2*time.Second {
+			t.Errorf("the partitioned member should have noticed by its lease, within the session timeout: %v after the cut: %v", lostAfter, lost.Err)
+		}
+
+		p.cut(false)
+		e.next(a, "b back", two)
+		e.next(b, "b back", two)
+	})
+}
+
+// proxy forwards TCP connections to one broker and can black-hole them: while
+// cut, it accepts and reads but forwards nothing; healing closes every
+// connection that lived through the cut, whose byte streams are now broken.
+type proxy struct {
+	t        *testing.T
+	ln       net.Listener
+	upstream string
+
+	mu     sync.Mutex
+	isCut  bool
+	conns  []net.Conn
+	broken []net.Conn
+}
+
+func newProxy(t *testing.T, upstream string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{t: t, ln: ln, upstream: upstream}
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	go p.accept()
+	return p
+}
+
+// dial is a kgo.Dialer that sends every connection through the proxy.
+func (p *proxy) dial(ctx context.Context, network, _ string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, network, p.ln.Addr().String())
+}
+
+func (p *proxy) accept() {
+	for {
+		down, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.upstream)
+		if err != nil {
+			down.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, down, up)
+		if p.isCut {
+			p.broken = append(p.broken, down, up)
+		}
+		p.mu.Unlock()
+		go p.pipe(down, up)
+		go p.pipe(up, down)
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			dst.Close()
+			return
+		}
+		p.mu.Lock()
+		cut := p.isCut
+		p.mu.Unlock()
+		if cut {
+			continue // black hole
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			src.Close()
+			return
+		}
+	}
+}
+
+func (p *proxy) cut(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.isCut = on
+	if on {
+		p.broken = append(p.broken, p.conns...)
+		return
+	}
+	for _, c := range p.broken {
+		c.Close()
+	}
+	p.broken = nil
 }

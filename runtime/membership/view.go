@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // MemberInfo is one member of the group as the view lists it.
@@ -100,7 +101,7 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
-	return fmt.Sprintf("membership: membership lost: %v", e.Cause)
+	return "membership: membership lost: " + strings.TrimPrefix(fmt.Sprint(e.Cause), "membership: ")
 }
 
 // Is makes errors.Is(err, ErrLost) true; Unwrap exposes the cause.
