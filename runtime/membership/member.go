@@ -152,16 +152,14 @@ type Member struct {
 
 // Join makes this replica a member of the group and returns at once; views
 // arrive on Views. ctx bounds only the start (the check that Topic exists),
-// not the membership, which lasts until Leave.
+// not the membership, which lasts until Leave: call Leave to end it and free
+// its goroutines and connections.
 func Join(ctx context.Context, opts Options) (*Member, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	met, err := newMetrics(opts.Registerer)
-	if err != nil {
-		return nil, fmt.Errorf("membership: register metrics: %w", err)
-	}
+	met := newMetrics() // registered once Join cannot fail any more
 	m := &Member{
 		opts:      opts,
 		log:       opts.Logger.With("group", opts.Group, "replica_id", opts.ReplicaID),
@@ -205,6 +203,10 @@ func Join(ctx context.Context, opts Options) (*Member, error) {
 	if err := m.checkTopic(ctx); err != nil {
 		cl.Close()
 		return nil, err
+	}
+	if err := met.register(opts.Registerer); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("membership: register metrics: %w", err)
 	}
 	go m.drain()
 	go m.watch()
@@ -390,13 +392,13 @@ func (m *Member) lostLocked(cause error) {
 	m.incarnation++
 	m.armed = false
 	m.wasCoord = false
-	m.met.lost.Inc()
 	m.met.members.Set(0)
 	m.met.isCoordinator.Set(0)
 	m.log.Warn("membership lost; rejoining", "err", cause, "incarnation", m.incarnation)
 	if m.published && m.last.Lost {
-		return
+		return // still lost: kgo's rejoin failed again
 	}
+	m.met.lost.Inc()
 	m.publishLocked(View{GroupGeneration: m.last.GroupGeneration, Self: m.opts.ReplicaID, Lost: true, Err: &LostError{Cause: cause}})
 }
 
@@ -496,21 +498,30 @@ type metrics struct {
 	members, isCoordinator, generation prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics() *metrics {
 	o := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: "weir", Subsystem: "membership", Name: name, Help: help}
 	}
 	m := &metrics{
 		rebalances:    prometheus.NewCounter(prometheus.CounterOpts(o("rebalances_total", "Completed rebalances of the membership group this replica took part in (views received)."))),
-		lost:          prometheus.NewCounter(prometheus.CounterOpts(o("lost_total", "Times this replica lost its membership (session expired, fenced, coordinator unreachable)."))),
+		lost:          prometheus.NewCounter(prometheus.CounterOpts(o("lost_total", "Times this replica lost its membership (session expired, fenced, coordinator unreachable); failed rejoins while lost do not count."))),
 		members:       prometheus.NewGauge(prometheus.GaugeOpts(o("members", "Placeable members in this replica's newest view; 0 while not a member."))),
 		isCoordinator: prometheus.NewGauge(prometheus.GaugeOpts(o("is_coordinator", "1 while this replica's newest view gives it the coordinator role."))),
 		generation:    prometheus.NewGauge(prometheus.GaugeOpts(o("group_generation", "Kafka group generation of this replica's newest view."))),
 	}
-	for _, c := range []prometheus.Collector{m.rebalances, m.lost, m.members, m.isCoordinator, m.generation} {
+	return m
+}
+
+// register registers every metric, or none.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	cs := []prometheus.Collector{m.rebalances, m.lost, m.members, m.isCoordinator, m.generation}
+	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
-			return nil, err
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return err
 		}
 	}
-	return m, nil
+	return nil
 }
