@@ -441,14 +441,17 @@ func (s *Sink) fence(ctx context.Context, handles []SinkTxnHandle) ([]*sinkSlot,
 // transaction is flushed; do not reuse it before. In exactly-once mode, the
 // first record of an epoch takes a producer from the pool and waits, as long
 // as ctx allows, if none is free (the wait is the weir_sink_pool_wait_seconds
-// metric). Errors of individual records surface at PreCommit. Write takes no
-// lock and allocates nothing beyond what kgo's Produce does.
+// metric). ctx bounds that wait only: the record itself lives until it is
+// flushed or the sink is closed (kgo fails a buffered record whose produce
+// context ends, which would fail the whole epoch). Write blocks while kgo's
+// buffer is full. Errors of individual records surface at PreCommit. Write
+// takes no lock and allocates nothing beyond what kgo's Produce does.
 func (s *Sink) Write(ctx context.Context, r *kgo.Record) error {
 	if s.cfg.Mode == SinkAtLeastOnce {
 		if s.alo == nil {
 			return s.unusable()
 		}
-		s.alo.Produce(ctx, r, s.aloPromise)
+		s.alo.Produce(s.ctx, r, s.aloPromise)
 		return nil
 	}
 	if s.cur == nil {
@@ -456,7 +459,7 @@ func (s *Sink) Write(ctx context.Context, r *kgo.Record) error {
 			return err
 		}
 	}
-	s.cur.cl.Produce(ctx, r, s.cur.promise)
+	s.cur.cl.Produce(s.ctx, r, s.cur.promise)
 	return nil
 }
 
