@@ -131,7 +131,7 @@ func (c *Config) ensureDefaults() {
 //   - a 10-bit bloom filter on every level, because keyed state is read by
 //     point lookups;
 //   - up to 2 concurrent compactions;
-//   - a manifest rolled at 8 MiB, which bounds what the synchronous part of
+//   - a manifest rolled at 2 MiB, which bounds what the synchronous part of
 //     a snapshot copies;
 //   - the newest format major version.
 //
@@ -146,7 +146,7 @@ func PebbleOptions(cache *pebble.Cache, fs vfs.FS, memTableSize uint64) *pebble.
 		L0CompactionThreshold:       4,
 		L0StopWritesThreshold:       1000,
 		LBaseMaxBytes:               256 << 20,
-		MaxManifestFileSize:         8 << 20,
+		MaxManifestFileSize:         2 << 20,
 		MaxOpenFiles:                1000,
 		CompactionConcurrencyRange:  func() (int, int) { return 1, 2 },
 	}
@@ -188,7 +188,8 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 // upload bookkeeping under mu.
 type Backend struct {
 	cfg      Config
-	fs       vfs.FS // the real filesystem, with syncs
+	fs       vfs.FS  // the real filesystem, with syncs
+	live     *liveFS // what Pebble sees: no syncs, WAL capture
 	db       *pebble.DB
 	cache    *pebble.Cache
 	dbDir    string
@@ -213,12 +214,13 @@ type Backend struct {
 type snapMu struct {
 	sync.Mutex
 	// confirmed maps local file names of the last confirmed (completed or
-	// restored) checkpoint to their objects; a snapshot reuses them without
-	// uploading.
-	confirmed   map[string]FileEntry
-	confirmedID int64
-	// uploads are shared files uploaded (or being uploaded) by snapshots not
-	// yet confirmed, keyed by local name.
+	// restored) checkpoint to their entries: a snapshot reuses their objects
+	// without uploading. confirmedKeys holds those objects' keys.
+	confirmed     map[string]FileEntry
+	confirmedKeys map[string]struct{}
+	confirmedID   int64
+	// uploads are shared objects uploaded (or being uploaded) by snapshots
+	// not yet confirmed, keyed by object key.
 	uploads map[string]*upload
 	// pending snapshots by checkpoint ID.
 	pending map[int64]*Snapshot
@@ -271,6 +273,7 @@ func newBackend(cfg Config) (*Backend, error) {
 		wo:       pebble.NoSync,
 	}
 	b.mu.confirmed = make(map[string]FileEntry)
+	b.mu.confirmedKeys = make(map[string]struct{})
 	b.mu.uploads = make(map[string]*upload)
 	b.mu.pending = make(map[int64]*Snapshot)
 	m, err := newMetrics(cfg.Registerer, cfg.Task)
@@ -303,7 +306,8 @@ func (b *Backend) openDB() error {
 	} else {
 		cache.Ref()
 	}
-	o := PebbleOptions(cache, noSyncFS{b.fs}, b.cfg.MemTableSize)
+	b.live = &liveFS{FS: b.fs}
+	o := PebbleOptions(cache, b.live, b.cfg.MemTableSize)
 	o.Logger = pebbleLogger{b.cfg.Logger}
 	if b.cfg.TunePebble != nil {
 		b.cfg.TunePebble(o)

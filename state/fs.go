@@ -1,48 +1,126 @@
 package state
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// noSyncFS is the filesystem the live Pebble database runs on: every sync is
-// a no-op. The live database is never reopened after a crash — a task always
-// restores from a snapshot (local or downloaded), exactly as Flink runs
-// RocksDB with the WAL disabled — so paying for its durability would only
-// slow down writes and, above all, the synchronous part of a snapshot, which
-// flushes the WAL and copies it into the snapshot directory. The snapshot
-// directory is made durable in the asynchronous part, with real syncs on the
-// underlying filesystem, before it is recorded as a local recovery copy.
-type noSyncFS struct{ vfs.FS }
+// liveFS is the filesystem the live Pebble database runs on.
+//
+// Every sync is a no-op. The live database is never reopened after a crash
+// — a task always restores from a snapshot (local or downloaded), exactly as
+// Flink runs RocksDB with the WAL disabled — so paying for its durability
+// would only slow down writes and the synchronous part of a snapshot. The
+// snapshot directory is made durable in the asynchronous part, with real
+// syncs on the underlying filesystem, before it is recorded as a local
+// recovery copy.
+//
+// WAL files are never recycled (ReuseForWrite creates a new file), so a WAL
+// file only ever grows by appends. That lets the synchronous part capture a
+// WAL by hard link plus its current length instead of copying it: while a
+// capture is armed, Pebble's Checkpoint copy of a WAL file becomes a hard
+// link (the copy reads nothing), and the length at that moment is recorded;
+// the asynchronous part uploads only that prefix, and only the part of it
+// that an earlier, confirmed snapshot has not uploaded yet.
+type liveFS struct {
+	vfs.FS
+	mu      sync.Mutex
+	capture *walCapture // non-nil while a synchronous part runs
+}
 
-func (fs noSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+type walCapture struct {
+	srcDir, dstDir string
+	lengths        map[string]int64 // WAL file name -> length at the barrier
+}
+
+// startCapture arms the WAL capture for a checkpoint of srcDir into dstDir.
+func (fs *liveFS) startCapture(srcDir, dstDir string) {
+	fs.mu.Lock()
+	fs.capture = &walCapture{srcDir: srcDir, dstDir: dstDir, lengths: make(map[string]int64)}
+	fs.mu.Unlock()
+}
+
+// endCapture disarms the capture and returns the captured WAL lengths.
+func (fs *liveFS) endCapture() map[string]int64 {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	c := fs.capture
+	fs.capture = nil
+	if c == nil {
+		return nil
+	}
+	return c.lengths
+}
+
+func isWAL(name string) bool { return strings.HasSuffix(name, ".log") }
+
+func (fs *liveFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	fs.mu.Lock()
+	capt := fs.capture
+	fs.mu.Unlock()
+	if capt != nil && isWAL(name) && fs.PathDir(name) == capt.dstDir {
+		src := fs.PathJoin(capt.srcDir, fs.PathBase(name))
+		if err := fs.FS.Link(src, name); err != nil {
+			return nil, err
+		}
+		f, err := fs.FS.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		st, err := f.Stat()
+		if err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+		fs.mu.Lock()
+		capt.lengths[fs.PathBase(name)] = st.Size()
+		fs.mu.Unlock()
+		return discardWrites{f}, nil
+	}
 	f, err := fs.FS.Create(name, c)
 	return wrapNoSync(f, err)
 }
 
-func (fs noSyncFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+func (fs *liveFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
 	f, err := fs.FS.Open(name, opts...)
-	return wrapNoSync(f, err)
+	if err != nil {
+		return nil, err
+	}
+	fs.mu.Lock()
+	capt := fs.capture
+	fs.mu.Unlock()
+	if capt != nil && isWAL(name) && fs.PathDir(name) == capt.srcDir {
+		return emptyReads{f}, nil // the copy is a link (Create above)
+	}
+	return noSyncFile{f}, nil
 }
 
-func (fs noSyncFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+func (fs *liveFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
 	f, err := fs.FS.OpenReadWrite(name, c, opts...)
 	return wrapNoSync(f, err)
 }
 
-func (fs noSyncFS) OpenDir(name string) (vfs.File, error) {
+func (fs *liveFS) OpenDir(name string) (vfs.File, error) {
 	f, err := fs.FS.OpenDir(name)
 	return wrapNoSync(f, err)
 }
 
-func (fs noSyncFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
-	return wrapNoSync(f, err)
+// ReuseForWrite does not recycle: it removes oldname and creates newname, so
+// that a WAL file captured by a hard link is never overwritten.
+func (fs *liveFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if err := fs.FS.Remove(oldname); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return fs.Create(newname, c)
 }
 
-func (fs noSyncFS) Unwrap() vfs.FS { return fs.FS }
+func (fs *liveFS) Unwrap() vfs.FS { return fs.FS }
 
 func wrapNoSync(f vfs.File, err error) (vfs.File, error) {
 	if err != nil {
@@ -56,6 +134,21 @@ type noSyncFile struct{ vfs.File }
 func (noSyncFile) Sync() error                       { return nil }
 func (noSyncFile) SyncData() error                   { return nil }
 func (noSyncFile) SyncTo(length int64) (bool, error) { return true, nil }
+
+// emptyReads reads as an empty file.
+type emptyReads struct{ vfs.File }
+
+func (emptyReads) Read([]byte) (int, error) { return 0, io.EOF }
+
+// discardWrites accepts and drops writes.
+type discardWrites struct{ vfs.File }
+
+func (discardWrites) Write(p []byte) (int, error)            { return len(p), nil }
+func (discardWrites) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
+func (discardWrites) Preallocate(_, _ int64) error           { return nil }
+func (discardWrites) Sync() error                            { return nil }
+func (discardWrites) SyncData() error                        { return nil }
+func (discardWrites) SyncTo(int64) (bool, error)             { return true, nil }
 
 // syncDir fsyncs a directory, so that the names created in it survive a crash.
 func syncDir(fs vfs.FS, dir string) error {

@@ -41,9 +41,17 @@ func checkpointRun(t *testing.T, b *Backend, reg *Registry, kv *ValueState[strin
 
 // objectsOf returns every object key checkpoint r needs.
 func objectsOf(r *SnapshotResult) []string {
-	out := []string{r.Handle, objstore.MetadataKey(r.Checkpoint)}
+	out := []string{r.Handle}
+	if r.Checkpoint != 0 {
+		out = append(out, objstore.MetadataKey(r.Checkpoint))
+	}
 	for _, f := range r.Manifest.Files {
-		out = append(out, f.Key)
+		if len(f.Parts) == 0 {
+			out = append(out, f.Key)
+		}
+		for _, p := range f.Parts {
+			out = append(out, p.Key)
+		}
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,20 +27,20 @@ import (
 // files begins.
 type slowBucket struct {
 	objstore.Bucket
-	announced bool
+	armed     atomic.Bool
+	announced atomic.Bool
 }
 
 type slowReader struct{ r io.Reader }
 
 func (s slowReader) Read(p []byte) (int, error) {
-	time.Sleep(2 * time.Millisecond)
-	return s.r.Read(p[:min(len(p), 4096)])
+	time.Sleep(5 * time.Millisecond)
+	return s.r.Read(p[:min(len(p), 1024)])
 }
 
 func (s *slowBucket) Upload(ctx context.Context, key string, r io.Reader, opts *blob.WriterOptions) error {
-	if strings.Contains(key, "chk-2/") || strings.Contains(key, "shared/") {
-		if !s.announced && strings.Contains(key, "chk-2/") {
-			s.announced = true
+	if s.armed.Load() {
+		if !s.announced.Swap(true) {
 			os.Stdout.WriteString("UPLOADING\n")
 		}
 		r = slowReader{r}
@@ -96,6 +97,7 @@ func killHelper(root string) error {
 	if err != nil {
 		return err
 	}
+	sb.armed.Store(true)
 	_, err = s2.Run(ctx)
 	os.Stdout.WriteString("DONE (not killed)\n")
 	return err
@@ -197,8 +199,8 @@ func TestKillDuringUpload(t *testing.T) {
 	}
 	m1, _ := ReadManifest(ctx, store, handle1)
 	keep := map[string]bool{handle1: true}
-	for _, f := range m1.Files {
-		keep[f.Key] = true
+	for _, k := range objectsOf(&SnapshotResult{Manifest: m1, Handle: handle1}) {
+		keep[k] = true
 	}
 	t.Logf("collected after the kill: %q", deleted)
 	if len(deleted) == 0 {

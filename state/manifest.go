@@ -49,6 +49,31 @@ type FileEntry struct {
 	SHA256 string `json:"sha256"`
 	// Shared marks an immutable file (SST) that later checkpoints may reuse.
 	Shared bool `json:"shared,omitempty"`
+	// Parts, if set, hold the file as consecutive pieces, each its own
+	// shared object (a WAL: each checkpoint uploads only what was appended
+	// since the last confirmed one). Key and SHA256 are then empty and Size
+	// is the sum of the parts' sizes.
+	Parts []Part `json:"parts,omitempty"`
+}
+
+// Part is one piece of a file stored in several objects.
+type Part struct {
+	Key    string `json:"key"` // relative to the job root
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// equal reports whether two entries describe the same stored file.
+func (f FileEntry) equal(g FileEntry) bool {
+	if f.Name != g.Name || f.Key != g.Key || f.Size != g.Size || f.SHA256 != g.SHA256 || f.Shared != g.Shared || len(f.Parts) != len(g.Parts) {
+		return false
+	}
+	for i := range f.Parts {
+		if f.Parts[i] != g.Parts[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // ObjectKey returns the key, relative to the job root, of file f.
@@ -62,9 +87,15 @@ func (m *Manifest) ObjectKey(f FileEntry) string {
 // SharedKeys returns the keys of the manifest's shared files.
 func (m *Manifest) SharedKeys() []string {
 	var out []string
+	if m.Savepoint != "" {
+		return nil
+	}
 	for _, f := range m.Files {
-		if f.Shared && m.Savepoint == "" {
+		if f.Shared {
 			out = append(out, f.Key)
+		}
+		for _, p := range f.Parts {
+			out = append(out, p.Key)
 		}
 	}
 	return out
@@ -115,18 +146,35 @@ func (m *Manifest) validate() error {
 			bad("bad or duplicate file name %q", f.Name)
 		}
 		seen[f.Name] = true
-		if f.Key == "" || path.Clean(f.Key) != f.Key || strings.HasPrefix(f.Key, "../") || strings.HasPrefix(f.Key, "/") {
+		total += f.Size
+		if len(f.Parts) > 0 {
+			var sum int64
+			for _, p := range f.Parts {
+				if !validKey(p.Key) || p.Size < 0 || len(p.SHA256) != 64 {
+					bad("file %s: bad part %+v", f.Name, p)
+				}
+				sum += p.Size
+			}
+			if f.Key != "" || f.SHA256 != "" || f.Shared || sum != f.Size || m.Savepoint != "" {
+				bad("file %s: parts inconsistent with the entry", f.Name)
+			}
+			continue
+		}
+		if !validKey(f.Key) {
 			bad("file %s: bad key %q", f.Name, f.Key)
 		}
 		if f.Size < 0 || len(f.SHA256) != 64 {
 			bad("file %s: bad size %d or checksum %q", f.Name, f.Size, f.SHA256)
 		}
-		total += f.Size
 	}
 	if total != m.StateBytes {
 		bad("state_bytes %d is not the sum of the file sizes %d", m.StateBytes, total)
 	}
 	return errors.Join(errs...)
+}
+
+func validKey(k string) bool {
+	return k != "" && path.Clean(k) == k && !strings.HasPrefix(k, "../") && !strings.HasPrefix(k, "/") && k != ".."
 }
 
 // ReadManifest reads and validates the manifest at handle (a key relative

@@ -85,12 +85,11 @@ func Restore(ctx context.Context, cfg Config, handle string) (*Backend, error) {
 	b.restored = m
 	b.lastSnap = m.Checkpoint
 	if m.Savepoint == "" {
-		for _, f := range m.Files {
-			if f.Shared {
-				b.mu.confirmed[f.Name] = f
-			}
-		}
-		b.mu.confirmedID = m.Checkpoint
+		// Reuse the checkpoint's SSTs; not its WAL parts: the restored
+		// database writes new WAL files.
+		b.mu.Lock()
+		b.setConfirmedLocked(m.Checkpoint, m, false)
+		b.mu.Unlock()
 	}
 	info.Duration = time.Since(start)
 	b.metrics.restoreSeconds.Observe(info.Duration.Seconds())
@@ -183,18 +182,16 @@ func (b *Backend) linkLocal(m *Manifest, dst string) error {
 		if err != nil {
 			return fmt.Errorf("local file %s: %w", f.Name, err)
 		}
-		if fi.Size() != f.Size {
+		// A WAL captured by hard link may have grown since; its first
+		// f.Size bytes are the snapshot's.
+		if fi.Size() != f.Size && !(len(f.Parts) > 0 && fi.Size() > f.Size) {
 			return fmt.Errorf("local file %s has %d bytes, manifest says %d", f.Name, fi.Size(), f.Size)
 		}
 	}
 	if b.cfg.VerifyLocalChecksums {
 		for _, f := range m.Files {
-			sum, _, err := fileSHA256(fs, fs.PathJoin(src, f.Name))
-			if err != nil {
+			if err := verifyLocal(fs, fs.PathJoin(src, f.Name), f); err != nil {
 				return err
-			}
-			if sum != f.SHA256 {
-				return fmt.Errorf("local file %s: checksum mismatch", f.Name)
 			}
 		}
 	}
@@ -210,8 +207,9 @@ func (b *Backend) linkLocal(m *Manifest, dst string) error {
 			}
 			continue
 		}
-		// Pebble appends to or recycles WAL and MANIFEST files: copy them.
-		if err := vfs.Copy(fs, from, to); err != nil {
+		// Pebble appends to WAL and MANIFEST files: copy them (a WAL only
+		// up to its length at the snapshot).
+		if err := vfs.LimitedCopy(fs, from, to, f.Size); err != nil {
 			return fmt.Errorf("copy %s: %w", f.Name, err)
 		}
 		if err := syncFile(fs, to); err != nil {
@@ -226,25 +224,36 @@ func sameFiles(a, b *Manifest) bool {
 		return false
 	}
 	for i := range a.Files {
-		if a.Files[i] != b.Files[i] {
+		if !a.Files[i].equal(b.Files[i]) {
 			return false
 		}
 	}
 	return true
 }
 
-func fileSHA256(fs vfs.FS, name string) (string, int64, error) {
-	f, err := fs.Open(name, vfs.SequentialReadsOption)
+// verifyLocal checks a local file's checksums against its entry.
+func verifyLocal(fs vfs.FS, name string, f FileEntry) error {
+	file, err := fs.Open(name, vfs.SequentialReadsOption)
 	if err != nil {
-		return "", 0, err
+		return err
 	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, fmt.Errorf("read %s: %w", name, err)
+	defer file.Close()
+	parts := f.Parts
+	if len(parts) == 0 {
+		parts = []Part{{Size: f.Size, SHA256: f.SHA256}}
 	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
+	var off int64
+	for _, p := range parts {
+		h := sha256.New()
+		if _, err := io.Copy(h, io.NewSectionReader(file, off, p.Size)); err != nil {
+			return fmt.Errorf("read %s: %w", name, err)
+		}
+		if hex.EncodeToString(h.Sum(nil)) != p.SHA256 {
+			return fmt.Errorf("local file %s: checksum mismatch at offset %d", f.Name, off)
+		}
+		off += p.Size
+	}
+	return nil
 }
 
 // download fetches every file of m into dst, in parallel, verifying each.
@@ -260,51 +269,52 @@ func (b *Backend) download(ctx context.Context, m *Manifest, dst string) (int64,
 	}
 	err := parallel(ctx, b.cfg.DownloadConcurrency, idx, func(ctx context.Context, i int) error {
 		f := m.Files[i]
-		key := m.ObjectKey(f)
-		ferr := func(err error) error {
-			return &FileError{Checkpoint: m.Checkpoint, Savepoint: m.Savepoint, Task: m.Task, File: f.Name, Key: key, Err: err}
+		parts := f.Parts
+		if len(parts) == 0 {
+			parts = []Part{{Key: m.ObjectKey(f), Size: f.Size, SHA256: f.SHA256}}
 		}
 		part := fs.PathJoin(dst, f.Name+".part")
-		var (
-			file vfs.File
-			h    hash.Hash
-			cw   countingWriter
-		)
-		err := b.cfg.Store.Download(ctx, key, func() (io.Writer, error) {
-			if file != nil {
-				_ = file.Close()
-			}
-			var err error
-			file, err = fs.Create(part, vfs.WriteCategoryUnspecified)
-			if err != nil {
-				return nil, err
-			}
-			h = sha256.New()
-			cw = countingWriter{w: io.MultiWriter(file, h)}
-			return &cw, nil
-		})
-		if file != nil {
-			defer file.Close()
-		}
-		if errors.Is(err, objstore.ErrNotFound) {
-			return ferr(fmt.Errorf("%w: %v", ErrMissingFile, err))
-		}
+		file, err := fs.Create(part, vfs.WriteCategoryUnspecified)
 		if err != nil {
-			return ferr(err)
+			return &FileError{Checkpoint: m.Checkpoint, Savepoint: m.Savepoint, Task: m.Task, File: f.Name, Key: parts[0].Key, Err: err}
 		}
-		if cw.n != f.Size {
-			return ferr(fmt.Errorf("%w: %d bytes, manifest says %d", ErrCorruptFile, cw.n, f.Size))
-		}
-		if sum := hex.EncodeToString(h.Sum(nil)); sum != f.SHA256 {
-			return ferr(fmt.Errorf("%w: sha256 %s, manifest says %s", ErrCorruptFile, sum, f.SHA256))
+		defer file.Close()
+		var off int64
+		for _, p := range parts {
+			ferr := func(err error) error {
+				return &FileError{Checkpoint: m.Checkpoint, Savepoint: m.Savepoint, Task: m.Task, File: f.Name, Key: p.Key, Err: err}
+			}
+			var (
+				h  hash.Hash
+				cw countingWriter
+			)
+			err := b.cfg.Store.Download(ctx, p.Key, func() (io.Writer, error) {
+				// A retry rewrites the part from its start.
+				h = sha256.New()
+				cw = countingWriter{w: io.MultiWriter(&offsetWriter{f: file, off: off}, h)}
+				return &cw, nil
+			})
+			if errors.Is(err, objstore.ErrNotFound) {
+				return ferr(fmt.Errorf("%w: %v", ErrMissingFile, err))
+			}
+			if err != nil {
+				return ferr(err)
+			}
+			if cw.n != p.Size {
+				return ferr(fmt.Errorf("%w: %d bytes, manifest says %d", ErrCorruptFile, cw.n, p.Size))
+			}
+			if sum := hex.EncodeToString(h.Sum(nil)); sum != p.SHA256 {
+				return ferr(fmt.Errorf("%w: sha256 %s, manifest says %s", ErrCorruptFile, sum, p.SHA256))
+			}
+			off += p.Size
+			sizes[i] += p.Size
 		}
 		if err := file.Sync(); err != nil {
-			return ferr(err)
+			return &FileError{Checkpoint: m.Checkpoint, Savepoint: m.Savepoint, Task: m.Task, File: f.Name, Key: parts[0].Key, Err: err}
 		}
 		if err := fs.Rename(part, fs.PathJoin(dst, f.Name)); err != nil {
-			return ferr(err)
+			return &FileError{Checkpoint: m.Checkpoint, Savepoint: m.Savepoint, Task: m.Task, File: f.Name, Key: parts[0].Key, Err: err}
 		}
-		sizes[i] = cw.n
 		return nil
 	})
 	var total int64
@@ -312,6 +322,18 @@ func (b *Backend) download(ctx context.Context, m *Manifest, dst string) (int64,
 		total += n
 	}
 	return total, err
+}
+
+// offsetWriter writes sequentially from off.
+type offsetWriter struct {
+	f   vfs.File
+	off int64
+}
+
+func (w *offsetWriter) Write(p []byte) (int, error) {
+	n, err := w.f.WriteAt(p, w.off)
+	w.off += int64(n)
+	return n, err
 }
 
 type countingWriter struct {

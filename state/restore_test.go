@@ -62,6 +62,9 @@ func TestRestoreMissingOrCorruptFile(t *testing.T) {
 				if victim.Name == "" {
 					t.Fatal("no file to damage")
 				}
+				if len(victim.Parts) > 0 {
+					victim.Key = victim.Parts[len(victim.Parts)-1].Key
+				}
 				tc.damage(store, victim.Key)
 				dir := t.TempDir()
 				_, err := Restore(ctx, testConfig(t, store, dir), res.Handle)
@@ -69,7 +72,7 @@ func TestRestoreMissingOrCorruptFile(t *testing.T) {
 					t.Fatalf("restore error %v, want %v", err, tc.want)
 				}
 				var fe *FileError
-				if !errors.As(err, &fe) || fe.File != victim.Name || fe.Checkpoint != 1 {
+				if !errors.As(err, &fe) || fe.File != victim.Name || fe.Key != victim.Key || fe.Checkpoint != 1 {
 					t.Fatalf("error does not name the file and checkpoint: %v", err)
 				}
 				if !strings.Contains(err.Error(), victim.Name) || !strings.Contains(err.Error(), "checkpoint 1") {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -32,6 +33,7 @@ type Snapshot struct {
 	savepoint string
 	dir       string
 	opState   []byte
+	walLen    map[string]int64 // WAL files captured by link: length at the barrier
 	syncDur   time.Duration
 	created   time.Time
 
@@ -40,7 +42,7 @@ type Snapshot struct {
 	started bool
 	aborted bool
 	result  *SnapshotResult
-	owned   []string // local names of shared uploads this snapshot owns
+	owned   []string // keys of shared uploads this snapshot owns
 	written []string // exclusive keys this snapshot wrote
 	done    chan struct{}
 }
@@ -69,11 +71,11 @@ func (s *Snapshot) ID() int64 { return s.id }
 func (s *Snapshot) SyncDuration() time.Duration { return s.syncDur }
 
 // Snapshot takes the synchronous part of checkpoint id's snapshot: it
-// flushes the WAL (to the page cache) and creates a Pebble checkpoint —
-// hard links to the SST files, copies of the small MANIFEST, OPTIONS and the
-// WAL written since the last flush — in snap/<id>/. Its cost depends on the
-// number of files and on what was written since the last memtable flush,
-// not on the size of the state. operatorState (source offsets, sink
+// flushes the WAL (to the page cache) and creates a Pebble checkpoint in
+// snap/<id>/: hard links to the SST and WAL files (with the WAL's length at
+// the barrier recorded) and copies of the small MANIFEST and OPTIONS. Its
+// cost depends on the number of files and the manifest's size, not on the
+// size of the state or on what was written since the last flush. operatorState (source offsets, sink
 // transaction handles) is stored in the task manifest as is.
 //
 // Call it from the task goroutine, at the barrier; then run the returned
@@ -114,7 +116,11 @@ func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapsho
 	// WithFlushedWAL makes the WAL file hold every write so far before it
 	// is copied; the task goroutine is blocked here, so nothing is written
 	// concurrently and the checkpoint is exactly the state at the barrier.
-	if err := b.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+	b.live.startCapture(b.dbDir, dir)
+	err := b.db.Checkpoint(dir, pebble.WithFlushedWAL())
+	walLengths := b.live.endCapture()
+	if err != nil {
+		_ = b.fs.RemoveAll(dir)
 		b.metrics.snapshotsFailed.Inc()
 		return nil, fmt.Errorf("state: snapshot %d: pebble checkpoint: %w", id, err)
 	}
@@ -124,6 +130,7 @@ func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapsho
 		savepoint: savepoint,
 		dir:       dir,
 		opState:   slices.Clone(opState),
+		walLen:    walLengths,
 		syncDur:   time.Since(start),
 		created:   b.cfg.Now(),
 		done:      make(chan struct{}),
@@ -223,45 +230,6 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 	if err := syncDir(b.fs, b.snapDir); err != nil {
 		return nil, err
 	}
-	entries := make([]FileEntry, len(names))
-	var reused int
-	var uploadedBytes int64
-	type job struct {
-		i    int
-		up   *upload // nil: exclusive or savepoint file
-		name string
-	}
-	var jobs []job
-	for i, n := range names {
-		fi, err := b.fs.Stat(b.fs.PathJoin(s.dir, n))
-		if err != nil {
-			return nil, fmt.Errorf("stat %s: %w", n, err)
-		}
-		entries[i] = FileEntry{Name: n, Size: fi.Size(), Shared: isShared(n) && s.savepoint == ""}
-		switch {
-		case s.savepoint != "":
-			entries[i].Key = b.cfg.Task + "/" + n
-			jobs = append(jobs, job{i: i, name: n})
-		case entries[i].Shared:
-			e, up, wait := b.acquire(s, n)
-			if wait {
-				continue // another snapshot is uploading it: waitShared below
-			}
-			if up == nil {
-				if e.Size != fi.Size() {
-					return nil, fmt.Errorf("shared file %s: local size %d, uploaded size %d", n, fi.Size(), e.Size)
-				}
-				entries[i] = e
-				reused++
-				continue
-			}
-			entries[i].Key = objstore.SharedKey(b.cfg.Task, b.instance+"-"+n)
-			jobs = append(jobs, job{i: i, up: up, name: n})
-		default:
-			entries[i].Key = objstore.ExclusiveKey(s.id, b.cfg.Task, n)
-			jobs = append(jobs, job{i: i, name: n})
-		}
-	}
 	m := &Manifest{
 		Version:       manifestVersion,
 		Job:           b.cfg.Store.Job(),
@@ -272,59 +240,157 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		Created:       s.created.UTC(),
 		OperatorState: s.opState,
 	}
-	if len(jobs) > 0 {
-		b.mu.Lock()
-		for _, j := range jobs {
-			if j.up == nil {
-				s.written = append(s.written, m.ObjectKey(entries[j.i]))
-			}
-		}
-		b.mu.Unlock()
+	// Plan: which objects to upload (jobs), which to reuse.
+	type job struct {
+		file, part int // index into entries, and into its Parts (-1: whole file)
+		offset     int64
+		shared     *upload // nil for exclusive and savepoint objects
 	}
-	var sizes = make([]int64, len(entries))
-	err = parallel(ctx, b.cfg.UploadConcurrency, jobs, func(ctx context.Context, j job) error {
-		e := &entries[j.i]
-		sum, n, err := b.uploadFile(ctx, b.fs.PathJoin(s.dir, j.name), m.ObjectKey(*e))
-		if err == nil && n != e.Size {
-			err = fmt.Errorf("upload %s: read %d bytes, file has %d", j.name, n, e.Size)
+	entries := make([]FileEntry, len(names))
+	var jobs []job
+	var waits []int // entries with shared objects another snapshot is uploading
+	reused := 0
+	for i, n := range names {
+		fi, err := b.fs.Stat(b.fs.PathJoin(s.dir, n))
+		if err != nil {
+			return nil, fmt.Errorf("stat %s: %w", n, err)
 		}
+		size := fi.Size()
+		walLen, captured := s.walLen[n]
+		if captured {
+			if size < walLen {
+				return nil, fmt.Errorf("WAL %s shrank from %d to %d bytes", n, walLen, size)
+			}
+			size = walLen
+		}
+		e := FileEntry{Name: n, Size: size}
+		switch {
+		case s.savepoint != "":
+			e.Key = b.cfg.Task + "/" + n
+			jobs = append(jobs, job{file: i, part: -1})
+		case isShared(n):
+			e.Shared = true
+			e.Key = objstore.SharedKey(b.cfg.Task, b.instance+"-"+n)
+			prev, up, wait := b.acquire(s, n, e.Key)
+			switch {
+			case wait:
+				waits = append(waits, i)
+			case up != nil:
+				jobs = append(jobs, job{file: i, part: -1, shared: up})
+			default:
+				if prev.Size != size {
+					return nil, fmt.Errorf("shared file %s: local size %d, uploaded size %d", n, size, prev.Size)
+				}
+				e = prev
+				reused++
+			}
+		case captured:
+			// Reuse the parts of the confirmed snapshot's copy of this WAL
+			// (the same file, append-only, so a prefix), upload the rest.
+			start := int64(0)
+			b.mu.Lock()
+			prev, ok := b.mu.confirmed[n]
+			b.mu.Unlock()
+			if ok && len(prev.Parts) > 0 && prev.Size <= size {
+				e.Parts = slices.Clone(prev.Parts)
+				start = prev.Size
+				reused++
+			}
+			if start < size || len(e.Parts) == 0 {
+				key := objstore.SharedKey(b.cfg.Task, fmt.Sprintf("%s-%s.%d-%d", b.instance, n, start, size))
+				e.Parts = append(e.Parts, Part{Key: key, Size: size - start})
+				_, up, wait := b.acquire(s, n, key)
+				switch {
+				case wait:
+					waits = append(waits, i)
+				case up != nil:
+					jobs = append(jobs, job{file: i, part: len(e.Parts) - 1, offset: start, shared: up})
+				}
+			}
+		default:
+			e.Key = objstore.ExclusiveKey(s.id, b.cfg.Task, n)
+			jobs = append(jobs, job{file: i, part: -1})
+		}
+		entries[i] = e
+	}
+	b.mu.Lock()
+	for _, j := range jobs {
+		if j.shared == nil {
+			s.written = append(s.written, m.ObjectKey(entries[j.file]))
+		}
+	}
+	b.mu.Unlock()
+	uploaded := make([]int64, len(jobs))
+	idx := make([]int, len(jobs))
+	for i := range idx {
+		idx[i] = i
+	}
+	var mu sync.Mutex // guards entries during the uploads
+	err = parallel(ctx, b.cfg.UploadConcurrency, idx, func(ctx context.Context, ji int) error {
+		j := jobs[ji]
+		mu.Lock()
+		e := entries[j.file]
+		key, length := m.ObjectKey(e), e.Size
+		if j.part >= 0 {
+			key, length = e.Parts[j.part].Key, e.Parts[j.part].Size
+		}
+		mu.Unlock()
+		sum, err := b.uploadFile(ctx, b.fs.PathJoin(s.dir, e.Name), key, j.offset, length)
 		if err == nil {
-			e.SHA256 = sum
-			sizes[j.i] = n
+			uploaded[ji] = length
+			mu.Lock()
+			if j.part >= 0 {
+				entries[j.file].Parts[j.part].SHA256 = sum
+			} else {
+				entries[j.file].SHA256 = sum
+			}
+			e = entries[j.file]
+			mu.Unlock()
 		}
-		if j.up != nil {
-			b.finishUpload(j.up, *e, err)
+		if j.shared != nil {
+			if j.part >= 0 {
+				b.finishUpload(j.shared, FileEntry{Name: e.Name, Key: key, Size: length, SHA256: sum}, err)
+			} else {
+				b.finishUpload(j.shared, e, err)
+			}
 		}
 		return err
 	})
-	// Wait for shared files other snapshots are uploading for us.
-	if err == nil {
-		for i := range entries {
-			if entries[i].SHA256 != "" {
-				continue
-			}
-			e, err := b.waitShared(ctx, s, entries[i].Name)
+	if err != nil {
+		return nil, err
+	}
+	// Shared objects other pending snapshots were uploading for us.
+	for _, i := range waits {
+		e := entries[i]
+		if len(e.Parts) == 0 {
+			got, err := b.waitShared(ctx, s, e.Name, e.Key, 0, e.Size)
 			if err != nil {
 				return nil, err
 			}
-			entries[i] = e
+			entries[i] = got
+			continue
 		}
+		last := &entries[i].Parts[len(e.Parts)-1]
+		got, err := b.waitShared(ctx, s, e.Name, last.Key, e.Size-last.Size, last.Size)
+		if err != nil {
+			return nil, err
+		}
+		last.SHA256 = got.SHA256
 	}
-	if err != nil {
-		return nil, err
+	var uploadedBytes int64
+	for _, n := range uploaded {
+		uploadedBytes += n
 	}
-	for i := range entries {
-		uploadedBytes += sizes[i]
-		m.StateBytes += entries[i].Size
+	for _, e := range entries {
+		m.StateBytes += e.Size
 	}
-	uploaded := len(jobs)
 	m.Files = entries
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("built an invalid manifest: %w", err)
+	}
 	data, err := m.Encode()
 	if err != nil {
 		return nil, err
-	}
-	if err := m.validate(); err != nil {
-		return nil, fmt.Errorf("built an invalid manifest: %w", err)
 	}
 	// Every file is uploaded; only now may the manifest refer to them.
 	handle := m.Handle()
@@ -351,25 +417,26 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		SyncDuration:  s.syncDur,
 		StateBytes:    m.StateBytes,
 		UploadedBytes: uploadedBytes,
-		UploadedFiles: uploaded,
+		UploadedFiles: len(jobs),
 		ReusedFiles:   reused,
 	}, nil
 }
 
-// acquire decides who uploads shared file name for snapshot s: it returns
-// the entry of a file that is confirmed or already uploaded (reuse it), or
-// wait (another pending snapshot is uploading it right now: waitShared), or
-// an upload that s must do and finish with finishUpload.
-func (b *Backend) acquire(s *Snapshot, name string) (e FileEntry, up *upload, wait bool) {
+// acquire decides who uploads shared object key (of local file name) for
+// snapshot s: it returns the entry of a confirmed file or of an object
+// already uploaded (reuse it), or wait (another pending snapshot is
+// uploading it right now: waitShared), or an upload that s must do and
+// finish with finishUpload.
+func (b *Backend) acquire(s *Snapshot, name, key string) (e FileEntry, up *upload, wait bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e, ok := b.mu.confirmed[name]; ok {
+	if e, ok := b.mu.confirmed[name]; ok && e.Key == key {
 		return e, nil, false
 	}
-	if u, ok := b.mu.uploads[name]; ok {
+	if u, ok := b.mu.uploads[key]; ok {
 		if _, mine := u.owners[s.id]; !mine {
 			u.owners[s.id] = struct{}{}
-			s.owned = append(s.owned, name)
+			s.owned = append(s.owned, key)
 		}
 		select {
 		case <-u.done:
@@ -382,12 +449,12 @@ func (b *Backend) acquire(s *Snapshot, name string) (e FileEntry, up *upload, wa
 		}
 	}
 	u := &upload{done: make(chan struct{}), owners: map[int64]struct{}{s.id: {}}}
-	if old, ok := b.mu.uploads[name]; ok {
+	if old, ok := b.mu.uploads[key]; ok {
 		u.owners = old.owners
 	} else {
-		s.owned = append(s.owned, name)
+		s.owned = append(s.owned, key)
 	}
-	b.mu.uploads[name] = u
+	b.mu.uploads[key] = u
 	return FileEntry{}, u, false
 }
 
@@ -399,55 +466,43 @@ func (b *Backend) finishUpload(u *upload, e FileEntry, err error) {
 	b.mu.Unlock()
 }
 
-// waitShared waits for another snapshot's upload of name; if it failed, s
-// uploads the file itself.
-func (b *Backend) waitShared(ctx context.Context, s *Snapshot, name string) (FileEntry, error) {
-	for attempt := 0; attempt < 3; attempt++ {
+// waitShared waits for another snapshot's upload of object key (bytes
+// [offset, offset+length) of local file name); if it failed, s uploads the
+// object itself. It returns the object's entry.
+func (b *Backend) waitShared(ctx context.Context, s *Snapshot, name, key string, offset, length int64) (FileEntry, error) {
+	for range 3 {
 		b.mu.Lock()
-		u := b.mu.uploads[name]
-		conf, isConf := b.mu.confirmed[name]
+		u := b.mu.uploads[key]
 		b.mu.Unlock()
-		if isConf {
-			return conf, nil
+		if u != nil {
+			select {
+			case <-u.done:
+			case <-ctx.Done():
+				return FileEntry{}, ctx.Err()
+			}
+			if u.err == nil {
+				return u.entry, nil
+			}
 		}
-		if u == nil {
-			break
-		}
-		select {
-		case <-u.done:
-		case <-ctx.Done():
-			return FileEntry{}, ctx.Err()
-		}
-		if u.err == nil {
-			return u.entry, nil
-		}
-		e, up, wait := b.acquire(s, name)
+		e, up, wait := b.acquire(s, name, key)
 		if wait {
 			continue
 		}
 		if up == nil {
 			return e, nil
 		}
-		fi, err := b.fs.Stat(b.fs.PathJoin(s.dir, name))
-		if err != nil {
-			b.finishUpload(up, FileEntry{}, err)
-			return FileEntry{}, err
-		}
-		e = FileEntry{Name: name, Size: fi.Size(), Shared: true, Key: objstore.SharedKey(b.cfg.Task, b.instance+"-"+name)}
-		sum, n, err := b.uploadFile(ctx, b.fs.PathJoin(s.dir, name), e.Key)
-		if err == nil && n != e.Size {
-			err = fmt.Errorf("upload %s: read %d bytes, file has %d", name, n, e.Size)
-		}
+		e = FileEntry{Name: name, Key: key, Size: length, Shared: isShared(name)}
+		sum, err := b.uploadFile(ctx, b.fs.PathJoin(s.dir, name), key, offset, length)
 		e.SHA256 = sum
 		b.finishUpload(up, e, err)
 		return e, err
 	}
-	return FileEntry{}, fmt.Errorf("shared file %s: upload by a concurrent snapshot failed", name)
+	return FileEntry{}, fmt.Errorf("object %s: upload by a concurrent snapshot failed", key)
 }
 
-// uploadFile uploads a local file, returning its SHA-256 and size as read
-// during the (last) successful try.
-func (b *Backend) uploadFile(ctx context.Context, name, key string) (string, int64, error) {
+// uploadFile uploads bytes [offset, offset+length) of a local file and
+// returns their SHA-256. It fails if the file holds fewer bytes.
+func (b *Backend) uploadFile(ctx context.Context, name, key string, offset, length int64) (string, error) {
 	var h hash.Hash
 	var n countingReader
 	err := b.cfg.Store.PutFrom(ctx, key, func() (io.ReadCloser, error) {
@@ -456,13 +511,16 @@ func (b *Backend) uploadFile(ctx context.Context, name, key string) (string, int
 			return nil, fmt.Errorf("open %s: %w", name, err)
 		}
 		h = sha256.New()
-		n = countingReader{r: io.TeeReader(f, h), c: f}
+		n = countingReader{r: io.TeeReader(io.NewSectionReader(f, offset, length), h), c: f}
 		return &n, nil
 	})
 	if err != nil {
-		return "", 0, fmt.Errorf("upload %s: %w", key, err)
+		return "", fmt.Errorf("upload %s: %w", key, err)
 	}
-	return hex.EncodeToString(h.Sum(nil)), n.n, nil
+	if n.n != length {
+		return "", fmt.Errorf("upload %s: read %d bytes of %s at %d, want %d", key, n.n, name, offset, length)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 type countingReader struct {
@@ -490,8 +548,8 @@ func (b *Backend) dropSnapshot(ctx context.Context, s *Snapshot) {
 	}
 	delete(b.mu.pending, s.id)
 	var keys []string
-	for _, name := range s.owned {
-		u := b.mu.uploads[name]
+	for _, key := range s.owned {
+		u := b.mu.uploads[key]
 		if u == nil {
 			continue
 		}
@@ -499,12 +557,12 @@ func (b *Backend) dropSnapshot(ctx context.Context, s *Snapshot) {
 		if len(u.owners) > 0 {
 			continue
 		}
-		delete(b.mu.uploads, name)
-		if _, conf := b.mu.confirmed[name]; conf {
+		delete(b.mu.uploads, key)
+		if _, conf := b.mu.confirmedKeys[key]; conf {
 			continue
 		}
 		// Even a failed upload may have left an object (a lost response).
-		keys = append(keys, objstore.SharedKey(b.cfg.Task, b.instance+"-"+name))
+		keys = append(keys, key)
 	}
 	keys = append(keys, s.written...)
 	b.mu.Unlock()
@@ -532,19 +590,7 @@ func (b *Backend) NotifyComplete(ctx context.Context, id int64) error {
 	if s != nil && s.result != nil {
 		delete(b.mu.pending, id)
 		if s.savepoint == "" && id > b.mu.confirmedID {
-			conf := make(map[string]FileEntry)
-			for _, f := range s.result.Manifest.Files {
-				if f.Shared {
-					conf[f.Name] = f
-				}
-			}
-			b.mu.confirmed = conf
-			b.mu.confirmedID = id
-			for name := range b.mu.uploads {
-				if _, ok := conf[name]; ok {
-					delete(b.mu.uploads, name)
-				}
-			}
+			b.setConfirmedLocked(id, s.result.Manifest, true)
 		}
 	} else {
 		b.cfg.Logger.Warn("completed checkpoint has no successful local snapshot", "checkpoint", id)
@@ -563,6 +609,34 @@ func (b *Backend) NotifyComplete(ctx context.Context, id int64) error {
 	}
 	errs = append(errs, b.removeLocalSnapshotsBefore(confirmedID))
 	return errors.Join(errs...)
+}
+
+// setConfirmedLocked makes m's shared files (and, if withWAL, its WAL parts:
+// only for manifests this instance wrote, whose WAL files are the live ones)
+// the base that later snapshots reuse.
+func (b *Backend) setConfirmedLocked(id int64, m *Manifest, withWAL bool) {
+	conf := make(map[string]FileEntry)
+	keys := make(map[string]struct{})
+	for _, f := range m.Files {
+		switch {
+		case f.Shared:
+			conf[f.Name] = f
+			keys[f.Key] = struct{}{}
+		case len(f.Parts) > 0 && withWAL:
+			conf[f.Name] = f
+			for _, p := range f.Parts {
+				keys[p.Key] = struct{}{}
+			}
+		}
+	}
+	b.mu.confirmed = conf
+	b.mu.confirmedKeys = keys
+	b.mu.confirmedID = id
+	for key := range b.mu.uploads {
+		if _, ok := keys[key]; ok {
+			delete(b.mu.uploads, key)
+		}
+	}
 }
 
 // NotifyAborted cancels checkpoint id's snapshot, waits for its

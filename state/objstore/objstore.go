@@ -19,6 +19,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	neturl "net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -155,6 +157,9 @@ type Store struct {
 // The Store owns the bucket: Close closes it.
 func Open(ctx context.Context, url, job string, opts Options) (*Store, error) {
 	url = fileURLDefaults(url)
+	if err := makeFileRoot(url); err != nil {
+		return nil, fmt.Errorf("state/objstore: open %s: %w", url, err)
+	}
 	b, err := blob.OpenBucket(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("state/objstore: open %s: %w", url, err)
@@ -183,6 +188,16 @@ func fileURLDefaults(raw string) string {
 	q.Set("no_tmp_dir", "true")
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// makeFileRoot creates the directory of a file:// URL: fileblob needs it to
+// exist, and a fresh replica's default storage (under state.dir) does not.
+func makeFileRoot(raw string) error {
+	u, err := neturl.Parse(raw)
+	if err != nil || u.Scheme != "file" || u.Path == "" {
+		return nil
+	}
+	return os.MkdirAll(filepath.FromSlash(u.Path), 0o755)
 }
 
 // New returns the Store of job on b. The Store owns b: Close closes it.
