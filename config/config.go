@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"time"
 )
 
@@ -138,6 +139,11 @@ type Log struct {
 
 // Process configures the replica's lifecycle.
 type Process struct {
+	// ReplicaID names this replica in the membership group and in task
+	// assignments. It must be stable across restarts (a StatefulSet pod
+	// name) so that a restarted replica gets its tasks, and their local
+	// state, back. Default: the host name.
+	ReplicaID string `mapstructure:"replica_id"`
 	// GracePeriod is how long a replica may take to stop after SIGTERM.
 	GracePeriod time.Duration `mapstructure:"grace_period"`
 }
@@ -223,6 +229,11 @@ func (c *Config) derivedDefaults() {
 	}
 	if c.Kafka.ClientID == "" && c.Job.Name != "" {
 		c.Kafka.ClientID = "weir-" + c.Job.Name
+	}
+	if c.Process.ReplicaID == "" {
+		if h, err := os.Hostname(); err == nil {
+			c.Process.ReplicaID = h
+		}
 	}
 	if c.Checkpoint.Storage == "" && c.State.Dir != "" {
 		c.Checkpoint.Storage = "file://" + absPath(c.State.Dir) + "/checkpoints"

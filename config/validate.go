@@ -103,6 +103,9 @@ func (c *Config) Validate() error {
 	if !oneOf(c.Log.Format, "text", "json") {
 		v.add("log.format", "%q: must be text or json", c.Log.Format)
 	}
+	if c.Process.ReplicaID != "" && !jobNameRE.MatchString(c.Process.ReplicaID) {
+		v.add("process.replica_id", "%q: use 1 to 100 letters, digits, '.', '_' or '-'", c.Process.ReplicaID)
+	}
 	if c.Process.GracePeriod <= 0 {
 		v.add("process.grace_period", "%v: must be positive", c.Process.GracePeriod)
 	}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/pipeline"
+	"github.com/weir-stream/weir/runtime/replica"
+)
+
+func newRunCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "run -c FILE",
+		Short: "Run one replica of a job",
+		Long: `run starts one replica of the job the configuration describes. Start as many
+replicas as you like, anywhere that reaches Kafka and the object store: they
+form a group, elect a checkpoint coordinator, share the tasks and take them
+over from each other.
+
+Configuration comes from defaults, the YAML file, WEIR_<SECTION>_<KEY>
+environment variables and flags named by key path (--checkpoint.interval=1s),
+in that order of precedence.
+
+SIGTERM or SIGINT stops the replica: it stops reading, aborts its open
+transactions, leaves the group and exits 0 within process.grace_period.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(config.Source{File: file, Flags: cmd.Flags()})
+			if err != nil {
+				return fmt.Errorf("configuration:\n%w", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return serve(ctx, cfg, cmd.ErrOrStderr(), nil)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "config", "c", "", "the YAML configuration file")
+	addConfigFlags(cmd.Flags())
+	return cmd
+}
+
+// addConfigFlags adds a flag for every scalar configuration key, named by
+// its key path.
+func addConfigFlags(fs *pflag.FlagSet) {
+	for _, k := range config.Keys() {
+		fs.String(k, "", "overrides "+k+" (environment: "+config.EnvName(k)+")")
+	}
+}
+
+// newLogger builds the process logger from the log section.
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// serve runs one replica and its HTTP endpoints until ctx ends. onCommitted,
+// if set, is called for every completed checkpoint.
+func serve(ctx context.Context, cfg *config.Config, logOut io.Writer, onCommitted func(uint64)) error {
+	log := newLogger(cfg, logOut)
+	job, err := pipeline.Compile(cfg.Job)
+	if err != nil {
+		return fmt.Errorf("job: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	rep, err := replica.New(ctx, replica.Options{
+		Config: cfg, Job: job, ReplicaID: cfg.Process.ReplicaID,
+		Logger: log, Registerer: reg, OnCommitted: onCommitted,
+	})
+	if err != nil {
+		return err
+	}
+
+	var srv *http.Server
+	if cfg.HTTP.Address != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !rep.Ready() {
+				http.Error(w, "not ready: tasks not running (starting, restoring, or waiting for Kafka or the object store)", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ready")
+		})
+		ln, err := net.Listen("tcp", cfg.HTTP.Address)
+		if err != nil {
+			return fmt.Errorf("http.address %s: %w", cfg.HTTP.Address, err)
+		}
+		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server", "err", err)
+			}
+		}()
+		log.Info("serving /metrics, /healthz and /readyz", "address", ln.Addr().String())
+	}
+
+	log.Info("replica starting", "job", cfg.Job.Name, "replica", cfg.Process.ReplicaID,
+		"brokers", strings.Join(cfg.Kafka.Brokers, ","), "storage", cfg.Checkpoint.Storage)
+	runErr := rep.Run(ctx)
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	log.Info("replica stopped")
+	return nil
+}

@@ -1,0 +1,38 @@
+package replica
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the replica's own Prometheus metrics; its tasks, sources,
+// sinks, state and coordinator register theirs on the same registry.
+type metrics struct {
+	members, coordinator, tasks, lastCompleted prometheus.Gauge
+	restoreSeconds                             prometheus.Histogram
+	retries                                    *prometheus.CounterVec
+	sessions                                   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "weir", Subsystem: "replica", Name: name, Help: help})
+	}
+	m := &metrics{
+		members:       g("group_members", "Replicas in the job's membership group, as this replica last saw it."),
+		coordinator:   g("is_coordinator", "1 while this replica holds the coordinator role."),
+		tasks:         g("tasks", "Tasks running on this replica."),
+		lastCompleted: g("last_completed_checkpoint_id", "ID of the newest checkpoint this replica saw complete."),
+		restoreSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "weir", Subsystem: "replica",
+			Name: "restore_duration_seconds", Help: "Time to restore and start this replica's tasks at a new generation.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "weir", Subsystem: "replica",
+			Name: "retries_total", Help: "Failed attempts that were retried with backoff, by what was attempted (connect, start_task)."},
+			[]string{"what"}),
+		sessions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "weir", Subsystem: "replica",
+			Name: "session_restarts_total", Help: "Times the replica left the group after a failure and joined again."}),
+	}
+	for _, c := range []prometheus.Collector{m.members, m.coordinator, m.tasks, m.lastCompleted, m.restoreSeconds, m.retries, m.sessions} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,551 @@
+// Package task runs one task of a job (DESIGN.md sections 3, 5 and 6): its
+// Kafka source, its operator chain with keyed state on Pebble, and its
+// two-phase-commit sink, with a snapshot at every barrier and restore from a
+// completed checkpoint.
+//
+// Goroutines: the task goroutine (started by Start) is the only one that
+// reads the source, runs the chain, writes to the sink and takes the
+// synchronous part of snapshots. Each snapshot's asynchronous part (waiting
+// for the sink's flush, uploading files, writing the manifest, appending the
+// ack) runs on a goroutine of its own. Trigger, Complete and Abort are called
+// by the replica's control-topic dispatcher; they use only the parts of the
+// source, sink and state backend documented as safe for that.
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/kafkaio"
+	"github.com/weir-stream/weir/state"
+	"github.com/weir-stream/weir/state/objstore"
+	"github.com/weir-stream/weir/stream"
+)
+
+// Config configures one task.
+type Config struct {
+	Job *stream.Job
+	ID  control.TaskID
+	// Gen is the generation the task runs in; its acks carry it.
+	Gen uint64
+	// RestoreFrom is the checkpoint to restore from; 0 starts from the
+	// sources' configured start positions with empty state.
+	RestoreFrom uint64
+	// Kafka are the base client options (seed brokers, TLS, SASL).
+	Kafka []kgo.Opt
+	// Prefix is the job's prefix of transactional IDs and groups
+	// (kafka.topic_prefix).
+	Prefix string
+	// Store is the job's object store.
+	Store *objstore.Store
+	// StateDir is the task's local directory, state.dir/<job>/<task>.
+	StateDir string
+	// Cache is the replica's shared Pebble block cache.
+	Cache *pebble.Cache
+	// Acks appends the task's acks and declines.
+	Acks *kafkaio.AckWriter
+	// MaxConcurrentCheckpoints sizes the sink's transaction pool.
+	MaxConcurrentCheckpoints int
+	// TimerInterval is how often processing-time timers are checked while
+	// the input is idle; default 100ms.
+	TimerInterval time.Duration
+	// SinkMetrics are shared by the replica's sinks; nil leaves them out.
+	SinkMetrics *kafkaio.SinkMetrics
+	// Logger is required; Registerer receives the source's and state's
+	// metrics (shared by the replica's tasks).
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// StateName is the name of a task's state in the object store and on disk:
+// "<stage>-<index>" (a TaskID's "/" is not allowed in object names).
+func StateName(id control.TaskID) string { return fmt.Sprintf("%s-%d", id.Stage, id.Index) }
+
+// operatorState is what a task keeps in its manifest besides Pebble files:
+// its source offsets and, per sink (by index in Job.Sinks), the handles of
+// the transactions pre-committed at the barrier.
+type operatorState struct {
+	Offsets kafkaio.SourceOffsets     `json:"offsets"`
+	Sinks   [][]kafkaio.SinkTxnHandle `json:"sinks,omitempty"`
+}
+
+// Task is one running task.
+type Task struct {
+	cfg     Config
+	log     *slog.Logger
+	backend *state.Backend
+	source  *kafkaio.Source
+	sinks   []*kafkaio.Sink // by index in Job.Sinks
+	chain   stream.Task
+
+	ctx    context.Context // the task's life; cancelled by Stop
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // set before done is closed
+
+	async sync.WaitGroup // snapshots' asynchronous parts
+
+	// RestoreInfo says how the state was restored (zero if not restored).
+	RestoreInfo state.RestoreInfo
+}
+
+// Start restores the task from cfg.RestoreFrom (or starts it empty),
+// recovers its sink's pre-committed transactions, and starts its goroutine.
+func Start(ctx context.Context, cfg Config) (*Task, error) {
+	if cfg.TimerInterval <= 0 {
+		cfg.TimerInterval = 100 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	name := StateName(cfg.ID)
+	log := cfg.Logger.With("task", cfg.ID.String(), "generation", cfg.Gen)
+	t := &Task{cfg: cfg, log: log, done: make(chan struct{})}
+	if err := t.open(ctx, name); err != nil {
+		t.closeParts(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("start task %s: %w", cfg.ID, err)
+	}
+	t.ctx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	go t.run()
+	return t, nil
+}
+
+func (t *Task) open(ctx context.Context, name string) error {
+	cfg := t.cfg
+	scfg := state.Config{
+		Dir: cfg.StateDir, Task: name, Store: cfg.Store, Cache: cfg.Cache,
+		Logger: t.log, Registerer: cfg.Registerer, Now: cfg.Now,
+	}
+	var opState operatorState
+	if cfg.RestoreFrom > 0 {
+		handle, err := t.manifestHandle(ctx, name)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		b, err := state.Restore(ctx, scfg, handle)
+		if err != nil {
+			return fmt.Errorf("restore state from checkpoint %d: %w", cfg.RestoreFrom, err)
+		}
+		t.backend = b
+		if m := b.Restored(); m != nil && len(m.OperatorState) > 0 {
+			if err := json.Unmarshal(m.OperatorState, &opState); err != nil {
+				return fmt.Errorf("checkpoint %d: operator state of %s: %w", cfg.RestoreFrom, cfg.ID, err)
+			}
+		}
+		t.log.Info("state restored", "checkpoint_id", cfg.RestoreFrom, "duration", time.Since(start))
+	} else {
+		b, err := state.Open(ctx, scfg)
+		if err != nil {
+			return fmt.Errorf("open state: %w", err)
+		}
+		t.backend = b
+	}
+
+	chain, err := cfg.Job.NewTask(stream.TaskContext{
+		Backend: t.backend, Task: cfg.ID.String(), Index: cfg.ID.Index, Now: cfg.Now, Logger: t.log,
+	})
+	if err != nil {
+		return fmt.Errorf("operator chain: %w", err)
+	}
+	t.chain = chain
+
+	if n := len(opState.Sinks); n > 0 && n != len(cfg.Job.Sinks()) {
+		return fmt.Errorf("checkpoint %d has transactions of %d sinks; the job has %d", cfg.RestoreFrom, n, len(cfg.Job.Sinks()))
+	}
+	for i, spec := range cfg.Job.Sinks() {
+		mode := kafkaio.SinkExactlyOnce
+		if spec.Delivery == stream.DeliveryAtLeastOnce {
+			mode = kafkaio.SinkAtLeastOnce
+		}
+		sink, err := kafkaio.NewSink(kafkaio.SinkConfig{
+			ClientOpts:               append(append([]kgo.Opt{}, cfg.Kafka...), kgo.DefaultProduceTopic(spec.Topic)),
+			TransactionalIDPrefix:    cfg.Prefix,
+			Stage:                    sinkStage(cfg.ID.Stage, i),
+			Partition:                int32(cfg.ID.Index),
+			Mode:                     mode,
+			MaxConcurrentCheckpoints: cfg.MaxConcurrentCheckpoints,
+			TransactionTimeout:       spec.TransactionTimeout,
+			Logger:                   t.log.With("sink", spec.Topic),
+			Metrics:                  cfg.SinkMetrics,
+		})
+		if err != nil {
+			return fmt.Errorf("sink %s: %w", spec.Topic, err)
+		}
+		t.sinks = append(t.sinks, sink)
+		var handles []kafkaio.SinkTxnHandle
+		if i < len(opState.Sinks) {
+			handles = opState.Sinks[i]
+		}
+		// Commit what the checkpoint pre-committed, then fence the rest of
+		// the pool, before anything is written (DESIGN.md section 6).
+		if err := sink.Recover(ctx, handles); err != nil {
+			return fmt.Errorf("recover sink %s from checkpoint %d: %w", spec.Topic, cfg.RestoreFrom, err)
+		}
+	}
+
+	sources := cfg.Job.Sources()
+	if len(sources) != 1 {
+		return fmt.Errorf("job %s has %d sources; this runtime runs exactly one", cfg.Job.Name(), len(sources))
+	}
+	src := sources[0]
+	srcCfg, err := sourceConfig(src)
+	if err != nil {
+		return err
+	}
+	srcCfg.ClientOpts = cfg.Kafka
+	srcCfg.Partition = int32(cfg.ID.Index)
+	srcCfg.Restored = opState.Offsets
+	srcCfg.Group = cfg.Prefix + "source"
+	srcCfg.Name = cfg.ID.String()
+	srcCfg.Logger = t.log
+	srcCfg.Registerer = cfg.Registerer
+	source, err := kafkaio.NewSource(ctx, srcCfg)
+	if err != nil {
+		return fmt.Errorf("source: %w", err)
+	}
+	t.source = source
+	return nil
+}
+
+// manifestHandle reads checkpoint RestoreFrom's _metadata and returns this
+// task's manifest handle in it.
+func (t *Task) manifestHandle(ctx context.Context, name string) (string, error) {
+	key := objstore.MetadataKey(int64(t.cfg.RestoreFrom))
+	b, err := t.cfg.Store.Get(ctx, key)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", key, err)
+	}
+	m, err := control.Decode(b)
+	if err != nil {
+		return "", fmt.Errorf("decode %s: %w", key, err)
+	}
+	md, ok := m.(control.Metadata)
+	if !ok {
+		return "", fmt.Errorf("%s holds a %s, not checkpoint metadata", key, m.Type())
+	}
+	for _, ts := range md.Tasks {
+		if ts.Task == t.cfg.ID {
+			return ts.Handle, nil
+		}
+	}
+	return "", fmt.Errorf("checkpoint %d has no state for task %s (task %s)", t.cfg.RestoreFrom, t.cfg.ID, name)
+}
+
+// sinkStage names sink i of a stage in transactional IDs: the first sink
+// keeps the stage's name, others get ".s<i>".
+func sinkStage(stage string, i int) string {
+	if i == 0 {
+		return stage
+	}
+	return fmt.Sprintf("%s.s%d", stage, i)
+}
+
+// sourceConfig translates the job's source into the source's settings.
+func sourceConfig(s stream.KafkaSource) (kafkaio.SourceConfig, error) {
+	var start kafkaio.SourceStart
+	switch s.Start.Kind {
+	case stream.StartEarliest:
+		start.Kind = kafkaio.SourceStartEarliest
+	case stream.StartLatest:
+		start.Kind = kafkaio.SourceStartLatest
+	case stream.StartTimestamp:
+		start = kafkaio.SourceStart{Kind: kafkaio.SourceStartTimestamp, Time: s.Start.Time}
+	default:
+		return kafkaio.SourceConfig{}, fmt.Errorf("source start %v: unknown kind", s.Start)
+	}
+	policy, err := kafkaio.ParseDecodePolicy(string(s.OnError))
+	if err != nil {
+		return kafkaio.SourceConfig{}, err
+	}
+	dec, err := kafkaio.DecoderForFormat(s.Format)
+	if err != nil {
+		return kafkaio.SourceConfig{}, err
+	}
+	return kafkaio.SourceConfig{
+		Topics: s.Topics, Start: start, Decoder: dec,
+		DecodeErrors: policy, DeadLetterTopic: s.DeadLetterTopic,
+	}, nil
+}
+
+// run is the task goroutine.
+func (t *Task) run() {
+	defer close(t.done)
+	err := t.loop()
+	if err != nil && t.ctx.Err() == nil {
+		t.log.Error("task failed", "err", err)
+		t.err = err
+	}
+}
+
+func (t *Task) loop() error {
+	ctx := t.ctx
+	out := &emitter{t: t}
+	var batch []stream.Record
+	nextTimers := t.cfg.Now().Add(t.cfg.TimerInterval)
+	for {
+		pollCtx, cancel := context.WithDeadline(ctx, nextTimers)
+		el, err := t.source.Next(pollCtx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+		}
+		if el.Barrier != nil {
+			if err := t.barrier(el.Barrier); err != nil {
+				return err
+			}
+		} else if len(el.Records) > 0 {
+			batch = batch[:0]
+			for _, r := range el.Records {
+				batch = append(batch, stream.Record{
+					Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
+					Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+				})
+			}
+			if err := t.chain.ProcessBatch(batch, out); err != nil {
+				return fmt.Errorf("operator chain: %w", err)
+			}
+			if out.err != nil {
+				return out.err
+			}
+		}
+		if now := t.cfg.Now(); !now.Before(nextTimers) {
+			if err := t.chain.FireTimers(now, out); err != nil {
+				return fmt.Errorf("timers: %w", err)
+			}
+			if out.err != nil {
+				return out.err
+			}
+			nextTimers = now.Add(t.cfg.TimerInterval)
+		}
+	}
+}
+
+// emitter writes the chain's output to the sinks. A record handed to Emit
+// is valid only during the call (the chain reuses its buffers), and the
+// producer keeps what it is given until the broker acknowledges it, so the
+// emitter copies keys, values and headers into arenas, and records into a
+// slab: a chunk is allocated per many records, never per record, and is
+// never reused (the producer may still hold parts of it).
+type emitter struct {
+	t     *Task
+	err   error
+	arena []byte
+	recs  []kgo.Record
+}
+
+const (
+	emitArenaSize = 256 << 10
+	emitSlabSize  = 1024
+)
+
+func (e *emitter) bytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	n := len(b)
+	if cap(e.arena)-len(e.arena) < n {
+		e.arena = make([]byte, 0, max(emitArenaSize, n))
+	}
+	start := len(e.arena)
+	e.arena = append(e.arena, b...)
+	return e.arena[start : start+n : start+n]
+}
+
+func (e *emitter) record() *kgo.Record {
+	if len(e.recs) == cap(e.recs) {
+		e.recs = make([]kgo.Record, 0, emitSlabSize)
+	}
+	e.recs = e.recs[:len(e.recs)+1]
+	return &e.recs[len(e.recs)-1]
+}
+
+func (e *emitter) Emit(sink int, r stream.Record) error {
+	if e.err != nil {
+		return e.err
+	}
+	if sink < 0 || sink >= len(e.t.sinks) {
+		e.err = fmt.Errorf("emit to sink %d: the job has %d sinks", sink, len(e.t.sinks))
+		return e.err
+	}
+	rec := e.record()
+	rec.Key, rec.Value, rec.Timestamp = e.bytes(r.Key), e.bytes(r.Value), r.Timestamp
+	if len(r.Headers) > 0 {
+		rec.Headers = make([]kgo.RecordHeader, len(r.Headers))
+		for i, h := range r.Headers {
+			rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: e.bytes(h.Value)}
+		}
+	}
+	if err := e.t.sinks[sink].Write(e.t.ctx, rec); err != nil {
+		e.err = fmt.Errorf("sink %d: %w", sink, err)
+	}
+	return e.err
+}
+
+// barrier takes the synchronous part of snapshot n at the barrier and
+// starts its asynchronous part.
+func (t *Task) barrier(b *kafkaio.SourceBarrier) error {
+	n := b.Checkpoint
+	start := time.Now()
+	pres := make([]*kafkaio.SinkPreCommit, len(t.sinks))
+	for i, sink := range t.sinks {
+		pre, err := sink.PreCommit(t.ctx, n)
+		if err != nil {
+			t.decline(n, fmt.Sprintf("sink %d pre-commit: %v", i, err))
+			return err
+		}
+		pres[i] = pre
+	}
+	snap, err := t.backend.Snapshot(n, nil)
+	if err != nil {
+		t.decline(n, fmt.Sprintf("snapshot: %v", err))
+		return fmt.Errorf("snapshot %d: %w", n, err)
+	}
+	syncDur := time.Since(start)
+	offsets := b.Offsets
+	t.async.Go(func() { t.finishSnapshot(n, pres, snap, offsets, syncDur) })
+	return nil
+}
+
+// finishSnapshot is the asynchronous part of snapshot n.
+func (t *Task) finishSnapshot(n int64, pres []*kafkaio.SinkPreCommit, snap *state.Snapshot, offsets kafkaio.SourceOffsets, syncDur time.Duration) {
+	ctx := t.ctx
+	op := operatorState{Offsets: offsets, Sinks: make([][]kafkaio.SinkTxnHandle, len(pres))}
+	for i, pre := range pres {
+		handles, err := pre.Wait(ctx)
+		if err != nil {
+			t.dropSnapshot(n)
+			t.decline(n, fmt.Sprintf("sink %d flush: %v", i, err))
+			return
+		}
+		op.Sinks[i] = handles
+	}
+	b, err := json.Marshal(op)
+	if err != nil {
+		t.dropSnapshot(n)
+		t.decline(n, fmt.Sprintf("encode operator state: %v", err))
+		return
+	}
+	snap.SetOperatorState(b)
+	res, err := snap.Run(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.decline(n, fmt.Sprintf("upload: %v", err))
+		}
+		return
+	}
+	ack := control.Ack{ID: uint64(n), Gen: t.cfg.Gen, Task: t.cfg.ID, Handle: res.Handle, Metrics: control.AckMetrics{
+		SyncMS: syncDur.Milliseconds(), AsyncMS: res.AsyncDuration.Milliseconds(),
+		StateBytes: res.StateBytes, UploadedBytes: res.UploadedBytes,
+	}}
+	if err := t.cfg.Acks.Send(ctx, ack); err != nil && ctx.Err() == nil {
+		t.log.Warn("ack not sent; the checkpoint will expire", "checkpoint_id", n, "err", err)
+	}
+}
+
+// dropSnapshot discards snapshot n's local copy and anything it uploaded.
+func (t *Task) dropSnapshot(n int64) {
+	if err := t.backend.NotifyAborted(context.WithoutCancel(t.ctx), n); err != nil {
+		t.log.Warn("discarding a failed snapshot failed", "checkpoint_id", n, "err", err)
+	}
+}
+
+func (t *Task) decline(n int64, reason string) {
+	t.log.Warn("checkpoint declined", "checkpoint_id", n, "reason", reason)
+	d := control.Decline{ID: uint64(n), Gen: t.cfg.Gen, Task: t.cfg.ID, Reason: reason}
+	if err := t.cfg.Acks.Send(context.WithoutCancel(t.ctx), d); err != nil {
+		t.log.Warn("decline not sent", "checkpoint_id", n, "err", err)
+	}
+}
+
+// Trigger asks the source to inject barrier n.
+func (t *Task) Trigger(n uint64) error { return t.source.InjectBarrier(int64(n)) }
+
+// Complete is notifyCheckpointComplete: the sink commits every transaction
+// pre-committed at or before n, the source commits n's offsets to the job's
+// consumer group, and the state backend lets go of older snapshots.
+func (t *Task) Complete(ctx context.Context, n uint64) error {
+	for i, sink := range t.sinks {
+		if err := sink.NotifyComplete(ctx, int64(n)); err != nil {
+			return fmt.Errorf("task %s: commit sink %d's transactions of checkpoint %d: %w", t.cfg.ID, i, n, err)
+		}
+	}
+	var errs []error
+	if err := t.source.Complete(ctx, int64(n)); err != nil {
+		errs = append(errs, fmt.Errorf("commit source offsets of checkpoint %d: %w", n, err))
+	}
+	if err := t.backend.NotifyComplete(ctx, int64(n)); err != nil {
+		errs = append(errs, fmt.Errorf("state: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		// Offsets for people and local snapshot clean-up: not correctness.
+		t.log.Warn("checkpoint completion bookkeeping failed", "checkpoint_id", n, "err", err)
+	}
+	return nil
+}
+
+// Abort is the abort of checkpoint n: the state backend discards its
+// partial uploads; the sink keeps its data for the next checkpoint.
+func (t *Task) Abort(ctx context.Context, n uint64) {
+	t.source.Abort(int64(n))
+	for _, sink := range t.sinks {
+		sink.Abort(int64(n))
+	}
+	if err := t.backend.NotifyAborted(ctx, int64(n)); err != nil {
+		t.log.Warn("discarding an aborted snapshot failed", "checkpoint_id", n, "err", err)
+	}
+}
+
+// Done is closed when the task's goroutine has ended; Err then says why.
+func (t *Task) Done() <-chan struct{} { return t.done }
+
+// Err returns the error the task failed with, once Done is closed; nil if it
+// was stopped.
+func (t *Task) Err() error { return t.err }
+
+// CaughtUp reports whether the source has read everything committed so far.
+func (t *Task) CaughtUp() bool { return t.source.CaughtUp() }
+
+// Stop stops the task: its goroutine ends, pending snapshots are abandoned,
+// the sink aborts its open transaction (pre-committed ones stay for the
+// next owner to commit), and the state is closed.
+func (t *Task) Stop(ctx context.Context) error {
+	t.cancel()
+	<-t.done
+	t.async.Wait()
+	return t.closeParts(ctx)
+}
+
+func (t *Task) closeParts(ctx context.Context) error {
+	var errs []error
+	if t.source != nil {
+		t.source.Close()
+	}
+	for _, sink := range t.sinks {
+		errs = append(errs, sink.Close(ctx))
+	}
+	if t.chain != nil {
+		errs = append(errs, t.chain.Close())
+	}
+	if t.backend != nil {
+		errs = append(errs, t.backend.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
