@@ -66,7 +66,8 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-// validate reports every problem, each named by its field.
+// validate reports every problem, each named by its field. It runs after
+// withDefaults, so that a default cannot be inconsistent with a setting.
 func (o Options) validate() error {
 	var errs []error
 	if o.Group == "" {
@@ -89,7 +90,7 @@ func (o Options) validate() error {
 			errs = append(errs, fmt.Errorf("%s %v is not a whole number of milliseconds (Kafka counts in ms)", d.name, d.v))
 		}
 	}
-	if o.SessionTimeout > 0 && o.HeartbeatInterval >= o.SessionTimeout {
+	if o.HeartbeatInterval >= o.SessionTimeout {
 		errs = append(errs, fmt.Errorf("HeartbeatInterval %v is not shorter than SessionTimeout %v", o.HeartbeatInterval, o.SessionTimeout))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -155,10 +156,10 @@ type Member struct {
 // not the membership, which lasts until Leave: call Leave to end it and free
 // its goroutines and connections.
 func Join(ctx context.Context, opts Options) (*Member, error) {
+	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	opts = opts.withDefaults()
 	met := newMetrics() // registered once Join cannot fail any more
 	m := &Member{
 		opts:      opts,
@@ -417,8 +418,9 @@ func (m *Member) publishLocked(v View) {
 }
 
 // ErrSessionExpired is the cause in a Lost view that the member published
-// on its own, because no Heartbeat was answered for a whole session timeout:
-// the broker has removed it, or is about to.
+// on its own, because no Heartbeat was answered for a session timeout (less
+// one check period, a quarter second at most): the broker is about to remove
+// it, or has.
 var ErrSessionExpired = errors.New("membership: no heartbeat answered within the session timeout")
 
 // watch publishes a Lost view as soon as the lease runs out, without waiting
@@ -429,8 +431,12 @@ var ErrSessionExpired = errors.New("membership: no heartbeat answered within the
 // that rejoin a rebalance.
 func (m *Member) watch() {
 	defer close(m.watchDone)
-	tick := time.NewTicker(min(m.opts.HeartbeatInterval/2, 250*time.Millisecond))
+	period := min(m.opts.HeartbeatInterval/2, 250*time.Millisecond)
+	tick := time.NewTicker(period)
 	defer tick.Stop()
+	// Checking a period early makes the Lost view come before the
+	// broker's deadline, never after it.
+	limit := m.opts.SessionTimeout - period
 	for {
 		select {
 		case <-m.stopWatch:
@@ -438,7 +444,7 @@ func (m *Member) watch() {
 		case <-tick.C:
 		}
 		m.mu.Lock()
-		expired := m.armed && time.Since(m.renewed) >= m.opts.SessionTimeout
+		expired := m.armed && time.Since(m.renewed) >= limit
 		if expired {
 			m.lostLocked(fmt.Errorf("%w (last answered %v ago, session timeout %v)", ErrSessionExpired,
 				time.Since(m.renewed).Round(time.Millisecond), m.opts.SessionTimeout))

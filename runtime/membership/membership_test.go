@@ -35,7 +35,7 @@ import (
 // minimum Weir can use there; kfake's minimum is lowered so that its runs are
 // quick.
 const (
-	kfakeSession = 2 * time.Second
+	kfakeSession = 3 * time.Second
 	realSession  = 6 * time.Second
 )
 
