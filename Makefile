@@ -52,6 +52,12 @@ s3-up: ## Start the real S3-compatible server
 s3-down: ## Stop the real S3-compatible server
 	bash scripts/s3.sh down
 
+.PHONY: bench-state bench-state-short
+bench-state: ## State backend benchmarks at full size (1 GiB of state; several minutes; WEIR_BENCH_STATE_SIZE overrides)
+	$(GO) run ./state/statebench
+bench-state-short: ## State backend benchmarks at small sizes (under a minute, for CI)
+	$(GO) run ./state/statebench -short
+
 .PHONY: clean
 clean: ## Remove build output (keeps the download cache in .cache/)
 	rm -rf $(BIN)
