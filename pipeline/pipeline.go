@@ -164,7 +164,7 @@ func (c *compiler) source(path string, s *config.SourceStep) {
 	}
 	// The values stay bytes: the source checks the format at the edge (and
 	// applies on_error there), and the steps read the bytes they need.
-	c.cur = stream.From(c.job, src, stream.Codec[[]byte](stream.RawCodec{}))
+	c.cur = stream.From(c.job, src, stream.RawCodec{})
 	if err := c.job.Err(); err != nil {
 		c.add(path, "%v", err)
 	}
@@ -211,7 +211,7 @@ func (c *compiler) sink(path string, s *config.SinkStep) {
 	if len(c.problems) > 0 {
 		return
 	}
-	stream.To(c.cur, sink, stream.Codec[[]byte](stream.RawCodec{}))
+	stream.To(c.cur, sink, stream.RawCodec{})
 	if err := c.job.Err(); err != nil {
 		c.add(path, "%v", err)
 	}
@@ -229,7 +229,7 @@ func newCountJSON() stream.KeyedProcessFunction[[]byte, []byte] { return &countJ
 
 func (c *countJSON) Open(oc stream.OpenContext) error {
 	var err error
-	c.n, err = state.NewValueState(oc.Backend, oc.StateName("count"), state.Codec[int64](state.Int64Codec{}))
+	c.n, err = state.NewValueState(oc.Backend, oc.StateName("count"), state.Int64Codec{})
 	return err
 }
 

@@ -101,5 +101,4 @@ func newTask(t testing.TB, j *stream.Job, b *state.Backend, c *clock) stream.Tas
 	return task
 }
 
-var raw = stream.Codec[[]byte](stream.RawCodec{})
 var str = stream.Codec[string](stream.StringCodec{})

@@ -121,8 +121,9 @@ func (c *Context[U]) Emit(v U) error {
 
 // RegisterProcessingTimeTimer sets a timer for the current key at at: the
 // function's OnTimer is called once the task's processing time reaches at
-// (a time in the past fires at the next FireTimers). Setting the same time
-// again for the same key does nothing. Timers are keyed state: they are
+// (a time already past fires at the next FireTimers, or in the running one
+// when set from OnTimer). Setting the same time again for the same key does
+// nothing. Timers are keyed state: they are
 // checkpointed and restored.
 func (c *Context[U]) RegisterProcessingTimeTimer(at time.Time) error {
 	if !c.active {

@@ -142,11 +142,10 @@ func (avgAgg) Result(acc [2]int64) float64        { return float64(acc[0]) / flo
 // session sums the values of a key and emits the sum 10s (processing time)
 // after the key's last record.
 type session struct {
-	sum     *state.ValueState[int64]
-	last    *state.ValueState[int64] // the timer set, Unix ns
-	opened  bool
-	closed  *bool
-	deleted bool
+	sum    *state.ValueState[int64]
+	last   *state.ValueState[int64] // the timer set, Unix ns
+	opened bool
+	closed *bool
 }
 
 func (s *session) Open(oc stream.OpenContext) error {

@@ -3,6 +3,7 @@ package stream
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/weir-stream/weir/state"
@@ -70,6 +71,11 @@ type timerService struct {
 	b   *state.Backend
 	m   *state.MapState[timerKey, struct{}]
 	due []timerKey
+	// While fire runs: its limit, and whether a timer due by then was set
+	// (the collected batch may then be out of order).
+	firing   bool
+	limit    int64
+	dueAdded bool
 }
 
 func newTimerService(b *state.Backend, ops map[string]string) (*timerService, error) {
@@ -80,27 +86,46 @@ func newTimerService(b *state.Backend, ops map[string]string) (*timerService, er
 	return &timerService{b: b, m: m}, nil
 }
 
+// unixNano returns t in Unix nanoseconds, clamped to what an int64 holds
+// (years 1678 to 2262), so that the zero time is "long ago".
+func unixNano(t time.Time) int64 {
+	switch {
+	case t.Before(time.Unix(0, math.MinInt64)):
+		return math.MinInt64
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
 // register sets op's timer at at for key; key stays the current key.
 func (s *timerService) register(op string, at time.Time, key []byte) error {
+	ns := unixNano(at)
 	s.b.SetCurrentKey(nil)
-	err := s.m.Put(timerKey{at: at.UnixNano(), op: op, key: key}, struct{}{})
+	err := s.m.Put(timerKey{at: ns, op: op, key: key}, struct{}{})
 	s.b.SetCurrentKey(key)
+	if s.firing && ns <= s.limit {
+		s.dueAdded = true
+	}
 	return err
 }
 
 // remove deletes op's timer at at for key; key stays the current key.
 func (s *timerService) remove(op string, at time.Time, key []byte) error {
 	s.b.SetCurrentKey(nil)
-	err := s.m.Remove(timerKey{at: at.UnixNano(), op: op, key: key})
+	err := s.m.Remove(timerKey{at: unixNano(at), op: op, key: key})
 	s.b.SetCurrentKey(key)
 	return err
 }
 
 // fire removes and hands to fn every timer due at now, in time order
 // (then operator, then key). A timer that fn removes before its turn does
-// not fire; one that fn sets at or before now fires in this call too.
+// not fire; one that fn sets at or before now fires in this call too, in
+// its place in the order.
 func (s *timerService) fire(now time.Time, fn func(k timerKey) error) error {
-	limit := now.UnixNano()
+	limit := unixNano(now)
+	s.firing, s.limit = true, limit
+	defer func() { s.firing = false }()
 	for {
 		s.due = s.due[:0]
 		s.b.SetCurrentKey(nil)
@@ -130,8 +155,12 @@ func (s *timerService) fire(now time.Time, fn func(k timerKey) error) error {
 			if err := s.m.Remove(k); err != nil {
 				return fmt.Errorf("stream: timer: %w", err)
 			}
+			s.dueAdded = false
 			if err := fn(k); err != nil {
 				return err
+			}
+			if s.dueAdded {
+				break // rescan: the new timer may come before the rest
 			}
 		}
 	}
