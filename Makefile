@@ -20,14 +20,26 @@ help: ## List the targets
 build: ## Build bin/processor
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/processor ./cmd/processor
 
+.PHONY: run
+run: build ## Run the example job on the embedded Kafka and a local object store (processor dev)
+	$(BIN)/processor dev
+
 .PHONY: test
 test: ## Every test, with -race, on kfake, the real Kafka broker and the real S3 server (started if not running)
 	bash scripts/test.sh
+
+.PHONY: test-e2e
+test-e2e: ## The end-to-end exactly-once test alone (kill -9, rescaling), on the real broker
+	WEIR_TEST_PKGS=./e2e/... bash scripts/test.sh
 
 .PHONY: test-short
 test-short: ## Unit and kfake tests only (no Java, no S3 server needed)
 	env -u WEIR_KAFKA_BROKERS -u WEIR_S3_ENDPOINT -u WEIR_REQUIRE_REAL_KAFKA -u WEIR_REQUIRE_S3 \
 		$(GO) test -race -short -count=1 ./...
+
+.PHONY: bench-kafkaio
+bench-kafkaio: ## Benchmark on the real broker: raw franz-go pipe vs Weir source -> exactly-once sink (ARGS=-short for a smoke run)
+	bash scripts/with-services.sh $(GO) run ./internal/tools/benchkafkaio $(ARGS)
 
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt check, go vet, staticcheck

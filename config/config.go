@@ -71,9 +71,8 @@ type SinkStep struct {
 	Delivery string `mapstructure:"delivery"`
 	// TransactionTimeout is the sink's transaction.timeout.ms. A transaction
 	// stays open from its epoch's first record until its checkpoint
-	// completes, so it must exceed the checkpoint interval plus the
-	// checkpoint timeout, and not exceed the broker's
-	// transaction.max.timeout.ms (checked at start).
+	// completes, so it must be at least MinTransactionTimeout, and not exceed
+	// the broker's transaction.max.timeout.ms (checked at start).
 	TransactionTimeout time.Duration `mapstructure:"transaction_timeout"`
 }
 
@@ -212,14 +211,23 @@ func (c *Config) stepDefaults() {
 				s.Sink.Delivery = ModeExactlyOnce
 			}
 			if s.Sink.TransactionTimeout == 0 {
-				// Long enough for the default checkpoint interval and
-				// timeout, short enough to fit under Kafka's default
-				// transaction.max.timeout.ms (15 minutes).
-				s.Sink.TransactionTimeout = max(c.Checkpoint.Interval+c.Checkpoint.Timeout+time.Minute, time.Minute)
-				s.Sink.TransactionTimeout = min(s.Sink.TransactionTimeout, 15*time.Minute)
+				// The least the sink accepts (MinTransactionTimeout), at most
+				// Kafka's default transaction.max.timeout.ms (15 minutes);
+				// validation says what to change when that is not enough.
+				s.Sink.TransactionTimeout = min(c.MinTransactionTimeout(), 15*time.Minute)
 			}
 		}
 	}
+}
+
+// MinTransactionTimeout is the shortest transaction timeout an exactly-once
+// sink may have: a transaction opens up to one interval before its barrier,
+// waits up to checkpoint.timeout for its checkpoint, may be carried to the
+// next checkpoint if that one fails (one more interval), and must survive
+// the failover of a replica (a minute). The same rule as
+// kafkaio.SinkTimeouts, which checks it again against the broker at start.
+func (c *Config) MinTransactionTimeout() time.Duration {
+	return 2*c.Checkpoint.Interval + c.Checkpoint.Timeout + time.Minute
 }
 
 // derivedDefaults fills settings whose defaults depend on others.

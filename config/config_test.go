@@ -62,7 +62,7 @@ func TestLoadClicksJob(t *testing.T) {
 	if !strings.HasPrefix(cfg.Checkpoint.Storage, "file:///") || !strings.HasSuffix(cfg.Checkpoint.Storage, "/weir-state/checkpoints") {
 		t.Fatalf("default storage %q", cfg.Checkpoint.Storage)
 	}
-	if sink.TransactionTimeout <= cfg.Checkpoint.Interval+cfg.Checkpoint.Timeout {
+	if sink.TransactionTimeout != cfg.MinTransactionTimeout() {
 		t.Fatalf("default transaction timeout %v too short", sink.TransactionTimeout)
 	}
 }
@@ -208,4 +208,18 @@ func unjoin(err error) []error {
 		return out
 	}
 	return []error{err}
+}
+
+// TestReferenceDocumentsEveryKey keeps docs/configuration.md in step with
+// the struct: every key must be documented there.
+func TestReferenceDocumentsEveryKey(t *testing.T) {
+	doc, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range config.Keys() {
+		if !strings.Contains(string(doc), "`"+k+"`") {
+			t.Errorf("docs/configuration.md does not document %s", k)
+		}
+	}
 }

@@ -200,11 +200,8 @@ func (c *Config) validateSink(v *validator, path string, s *SinkStep) {
 		v.add(path+".delivery", "exactly-once needs checkpoint.mode exactly-once (it is at-least-once)")
 	}
 	if s.Delivery == ModeExactlyOnce {
-		// A transaction is open from its epoch's first record until the
-		// checkpoint that ends the epoch completes: up to an interval plus
-		// the checkpoint's own duration, which the timeout bounds.
-		if need := c.Checkpoint.Interval + c.Checkpoint.Timeout; s.TransactionTimeout <= need {
-			v.add(path+".transaction_timeout", "%v: must exceed checkpoint.interval + checkpoint.timeout (%v), or the broker aborts transactions of slow checkpoints; raise it or lower checkpoint.timeout", s.TransactionTimeout, need)
+		if need := c.MinTransactionTimeout(); s.TransactionTimeout < need {
+			v.add(path+".transaction_timeout", "%v: must be at least 2 × checkpoint.interval + checkpoint.timeout + 1m (%v), or the broker may abort a transaction whose checkpoint completes late or fails once; raise it, or lower checkpoint.timeout", s.TransactionTimeout, need)
 		}
 	}
 }

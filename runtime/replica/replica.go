@@ -148,6 +148,18 @@ func (r *Replica) prepare(ctx context.Context) error {
 		}
 		parts = len(d.Partitions)
 	}
+	for _, sink := range r.opts.Job.Sinks() {
+		if sink.Delivery == stream.DeliveryAtLeastOnce {
+			continue
+		}
+		if err := kafkaio.SinkCheckTimeouts(ctx, adm, kafkaio.SinkTimeouts{
+			TransactionTimeout: sink.TransactionTimeout,
+			CheckpointInterval: r.cfg.Checkpoint.Interval,
+			CheckpointTimeout:  r.cfg.Checkpoint.Timeout,
+		}); err != nil {
+			return permanent{fmt.Errorf("sink %s: %w", sink.Topic, err)}
+		}
+	}
 	r.taskIDs = r.taskIDs[:0]
 	for i := range parts {
 		r.taskIDs = append(r.taskIDs, control.TaskID{Stage: stageName, Index: i})
@@ -190,7 +202,10 @@ func errMissing(ok bool) error {
 // and a new session starts after a backoff. On return everything is closed.
 func (r *Replica) Run(ctx context.Context) error {
 	if err := retry(ctx, r.log, r.met, "connect", func() error { return r.prepare(ctx) }); err != nil {
-		return nil
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
 	defer r.close()
 	backoff := time.Second
