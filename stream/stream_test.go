@@ -48,6 +48,9 @@ func TestMapFilterFlatMap(t *testing.T) {
 	if got := j.Sources(); len(got) != 1 || got[0].Topics[0] != "lines" || got[0].OnError != stream.OnErrorFail || got[0].Format != stream.FormatRaw {
 		t.Fatalf("sources %+v", got)
 	}
+	if err := task.ProcessBatch(recs("other", "k=v"), &c); err == nil || !strings.Contains(err.Error(), "not an input of the job") {
+		t.Fatalf("a record of another topic: %v", err)
+	}
 }
 
 func TestUserErrorsNameTheRecordAndOperator(t *testing.T) {

@@ -76,8 +76,9 @@ type task struct {
 	headers []Header
 	out     Emitter
 
-	single  func(*Record) error // the only input topic's consumer, or nil
-	byTopic map[string]func(*Record) error
+	single      func(*Record) error // the only input topic's consumer, or nil
+	singleTopic string
+	byTopic     map[string]func(*Record) error
 
 	timers  *timerService
 	onTimer map[string]func() error
@@ -141,15 +142,14 @@ func (j *Job) NewTask(tc TaskContext) (Task, error) {
 		}
 	}
 	if len(t.byTopic) == 1 {
-		for _, f := range t.byTopic {
-			t.single = f
+		for topic, f := range t.byTopic {
+			t.single, t.singleTopic = f, topic
 		}
 	}
 	return t, nil
 }
 
-// ProcessBatch implements Task. With a single input topic, records are not
-// checked against it (the runtime reads only that topic).
+// ProcessBatch implements Task.
 func (t *task) ProcessBatch(recs []Record, out Emitter) error {
 	if t.closed {
 		return errors.New("stream: ProcessBatch on a closed task")
@@ -159,7 +159,7 @@ func (t *task) ProcessBatch(recs []Record, out Emitter) error {
 	for i := range recs {
 		r := &recs[i]
 		f := t.single
-		if f == nil {
+		if f == nil || r.Topic != t.singleTopic {
 			if f = t.byTopic[r.Topic]; f == nil {
 				return &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: errors.New("stream: the topic is not an input of the job")}
 			}
