@@ -71,13 +71,13 @@ type Options struct {
 func (o Options) validate() error {
 	var errs []error
 	if o.Group == "" {
-		errs = append(errs, errors.New("Group is empty"))
+		errs = append(errs, errors.New("options: Group is empty"))
 	}
 	if o.Topic == "" {
-		errs = append(errs, errors.New("Topic is empty"))
+		errs = append(errs, errors.New("options: Topic is empty"))
 	}
 	if o.ReplicaID == "" {
-		errs = append(errs, errors.New("ReplicaID is empty"))
+		errs = append(errs, errors.New("options: ReplicaID is empty"))
 	}
 	for _, d := range []struct {
 		name string
