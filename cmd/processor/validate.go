@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/pipeline"
 )
 
 func newValidateCmd() *cobra.Command {
@@ -15,8 +16,9 @@ func newValidateCmd() *cobra.Command {
 		Use:   "validate -c FILE",
 		Short: "Check a configuration (YAML, environment, flags) without starting anything",
 		Long: `validate loads the configuration exactly as "run" would — defaults, the YAML
-file, WEIR_<SECTION>_<KEY> environment variables — and reports every problem,
-one per line, each with its key path. It exits 1 if there is any.`,
+file, WEIR_<SECTION>_<KEY> environment variables — reports every problem,
+one per line, each with its key path, and compiles the pipeline. It exits 1
+if there is any problem. It connects to nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(config.Source{File: file})
@@ -27,6 +29,10 @@ one per line, each with its key path. It exits 1 if there is any.`,
 					fmt.Fprintln(out, p)
 				}
 				return fmt.Errorf("%s: %d problem(s)", file, len(problems))
+			}
+			if _, err := pipeline.Compile(cfg.Job); err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), err)
+				return fmt.Errorf("%s: the pipeline does not compile", file)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (job %s, %d steps)\n", file, cfg.Job.Name, len(cfg.Job.Pipeline))
 			return nil
