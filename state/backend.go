@@ -131,7 +131,7 @@ func (c *Config) ensureDefaults() {
 //   - a 10-bit bloom filter on every level, because keyed state is read by
 //     point lookups;
 //   - up to 2 concurrent compactions;
-//   - a manifest rolled at 2 MiB, which bounds what the synchronous part of
+//   - a manifest rolled at 1 MiB, which bounds what the synchronous part of
 //     a snapshot copies;
 //   - the newest format major version.
 //
@@ -146,7 +146,7 @@ func PebbleOptions(cache *pebble.Cache, fs vfs.FS, memTableSize uint64) *pebble.
 		L0CompactionThreshold:       4,
 		L0StopWritesThreshold:       1000,
 		LBaseMaxBytes:               256 << 20,
-		MaxManifestFileSize:         2 << 20,
+		MaxManifestFileSize:         1 << 20,
 		MaxOpenFiles:                1000,
 		CompactionConcurrencyRange:  func() (int, int) { return 1, 2 },
 	}

@@ -1,5 +1,39 @@
 // Package state owns operator state: keyed state on Pebble (one database per
 // task), incremental snapshots to object storage through gocloud.dev/blob,
 // restore, the object-store layout and garbage collection of files that no
-// retained checkpoint or savepoint refers to.
+// retained checkpoint or savepoint refers to. Package state/objstore holds
+// the bucket access (URLs, layout keys, retries, conditional puts).
+//
+// # Pieces
+//
+//   - Backend: one task's Pebble database. Open (empty) or Restore (from a
+//     task manifest, locally or by download). Keyed state handles
+//     (ValueState, ListState, MapState, AggregatingState, ReducingState) are
+//     created on it with a Codec and optional TTL, and read and write the
+//     entry of the key set by SetCurrentKey.
+//   - Snapshot: Backend.Snapshot is the synchronous part at the barrier
+//     (a Pebble checkpoint of hard links, the WAL captured by link and
+//     length); Snapshot.Run the asynchronous part (upload of what object
+//     storage lacks, then the task manifest). NotifyComplete and
+//     NotifyAborted follow the coordinator's decisions.
+//   - Registry: the coordinator's shared-file registry; Register a
+//     completed checkpoint, Release one that is no longer retained,
+//     CollectGarbage after a failover. WriteMetadata writes chk-<n>/_metadata
+//     with a conditional put.
+//
+// # Goroutines
+//
+// The keyed state API, SetCurrentKey, Snapshot and PurgeExpired belong to
+// the task goroutine (state handles reuse buffers and are not safe for
+// concurrent use). Snapshot.Run runs on any goroutine, typically one per
+// snapshot; NotifyComplete, NotifyAborted and Close may be called from any
+// goroutine. They share the upload bookkeeping (Backend.mu). A Registry and
+// an objstore.Store are safe for concurrent use.
+//
+// The package never imports coordinator, barrier or kafkaio, and holds no
+// package-level mutable state; loggers, metric registries, clocks and the
+// block cache are passed in.
+//
+// docs/state.md describes the layout on disk and in the bucket, the options
+// and garbage collection for operators.
 package state

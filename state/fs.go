@@ -28,15 +28,97 @@ import (
 // link (the copy reads nothing), and the length at that moment is recorded;
 // the asynchronous part uploads only that prefix, and only the part of it
 // that an earlier, confirmed snapshot has not uploaded yet.
+//
+// SST hard links are deferred the same way: while a capture is armed, a Link
+// from the database directory into the snapshot directory only records the
+// pair, which makes the synchronous part independent of the number of files.
+// The links are made by materialize in the asynchronous part or, if Pebble
+// deletes the source first (a compaction made it obsolete), by Remove just
+// before it deletes it: SSTs are immutable, so the link made later has the
+// content the file had at the barrier.
 type liveFS struct {
 	vfs.FS
-	mu      sync.Mutex
-	capture *walCapture // non-nil while a synchronous part runs
+	mu       sync.Mutex
+	capture  *walCapture         // non-nil while a synchronous part runs
+	deferred map[string][]string // source path -> link paths not made yet
 }
 
 type walCapture struct {
 	srcDir, dstDir string
 	lengths        map[string]int64 // WAL file name -> length at the barrier
+}
+
+// Link defers links into the snapshot directory of an armed capture.
+func (fs *liveFS) Link(oldname, newname string) error {
+	fs.mu.Lock()
+	if c := fs.capture; c != nil && fs.PathDir(newname) == c.dstDir && fs.PathDir(oldname) == c.srcDir {
+		if fs.deferred == nil {
+			fs.deferred = make(map[string][]string)
+		}
+		fs.deferred[oldname] = append(fs.deferred[oldname], newname)
+		fs.mu.Unlock()
+		return nil
+	}
+	fs.mu.Unlock()
+	return fs.FS.Link(oldname, newname)
+}
+
+// Remove makes the deferred links of name before deleting it.
+func (fs *liveFS) Remove(name string) error {
+	fs.mu.Lock()
+	links := fs.deferred[name]
+	delete(fs.deferred, name)
+	var errs []error
+	for _, l := range links {
+		if err := fs.FS.Link(name, l); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err) // the snapshot will miss the file and fail
+		}
+	}
+	fs.mu.Unlock()
+	return errors.Join(append(errs, fs.FS.Remove(name))...)
+}
+
+// materialize makes the deferred links into dir.
+func (fs *liveFS) materialize(dir string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for src, links := range fs.deferred {
+		keep := links[:0]
+		for _, l := range links {
+			if fs.PathDir(l) != dir {
+				keep = append(keep, l)
+				continue
+			}
+			if err := fs.FS.Link(src, l); err != nil {
+				return fmt.Errorf("link %s: %w", l, err)
+			}
+		}
+		if len(keep) == 0 {
+			delete(fs.deferred, src)
+		} else {
+			fs.deferred[src] = keep
+		}
+	}
+	return nil
+}
+
+// forget drops the deferred links into dir (its snapshot was dropped).
+func (fs *liveFS) forget(dir string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for src, links := range fs.deferred {
+		keep := links[:0]
+		for _, l := range links {
+			if fs.PathDir(l) != dir {
+				keep = append(keep, l)
+			}
+		}
+		if len(keep) == 0 {
+			delete(fs.deferred, src)
+		} else {
+			fs.deferred[src] = keep
+		}
+	}
 }
 
 // startCapture arms the WAL capture for a checkpoint of srcDir into dstDir.

@@ -72,10 +72,11 @@ func (s *Snapshot) SyncDuration() time.Duration { return s.syncDur }
 
 // Snapshot takes the synchronous part of checkpoint id's snapshot: it
 // flushes the WAL (to the page cache) and creates a Pebble checkpoint in
-// snap/<id>/: hard links to the SST and WAL files (with the WAL's length at
-// the barrier recorded) and copies of the small MANIFEST and OPTIONS. Its
-// cost depends on the number of files and the manifest's size, not on the
-// size of the state or on what was written since the last flush. operatorState (source offsets, sink
+// snap/<id>/: the SSTs held for hard links made later (see liveFS), the WAL
+// linked with its length at the barrier recorded, copies of the small
+// MANIFEST and OPTIONS. Its cost is bounded by the manifest's size (at most
+// MaxManifestFileSize), whatever the size of the state, the number of files
+// or what was written since the last flush. operatorState (source offsets, sink
 // transaction handles) is stored in the task manifest as is.
 //
 // Call it from the task goroutine, at the barrier; then run the returned
@@ -120,6 +121,7 @@ func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapsho
 	err := b.db.Checkpoint(dir, pebble.WithFlushedWAL())
 	walLengths := b.live.endCapture()
 	if err != nil {
+		b.live.forget(dir)
 		_ = b.fs.RemoveAll(dir)
 		b.metrics.snapshotsFailed.Inc()
 		return nil, fmt.Errorf("state: snapshot %d: pebble checkpoint: %w", id, err)
@@ -143,6 +145,7 @@ func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapsho
 	}
 	b.mu.Unlock()
 	if closed {
+		b.live.forget(dir)
 		_ = b.fs.RemoveAll(dir)
 		return nil, ErrClosed
 	}
@@ -213,6 +216,9 @@ func (s *Snapshot) Run(ctx context.Context) (*SnapshotResult, error) {
 
 func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 	b := s.b
+	if err := b.live.materialize(s.dir); err != nil {
+		return nil, err
+	}
 	names, err := b.fs.List(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", s.dir, err)
@@ -574,6 +580,7 @@ func (b *Backend) dropSnapshot(ctx context.Context, s *Snapshot) {
 			b.cfg.Logger.Warn("delete object of dropped snapshot", "checkpoint", s.id, "key", k, "err", err)
 		}
 	}
+	b.live.forget(s.dir)
 	_ = b.fs.Remove(b.snapMarker(s.id))
 	if err := b.fs.RemoveAll(s.dir); err != nil {
 		b.cfg.Logger.Warn("remove local snapshot", "dir", s.dir, "err", err)

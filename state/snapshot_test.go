@@ -327,3 +327,53 @@ func TestSnapshotCancel(t *testing.T) {
 		t.Fatal("aborted snapshot ran")
 	}
 }
+
+// Between the synchronous and the asynchronous part, compactions may delete
+// SSTs the snapshot holds: the snapshot still gets them, as they were.
+func TestCompactionBetweenSyncAndAsyncPart(t *testing.T) {
+	store, _ := newStore(t)
+	b := openTest(t, testConfig(t, store, t.TempDir()))
+	kv, _ := NewValueState(b, "kv", StringCodec{})
+	rng := rand.New(rand.NewPCG(61, 62))
+	want := model{}
+	for range 4 {
+		mutate(t, rng, kv, want, 1000)
+		_ = b.DB().Flush()
+	}
+	s, err := b.Snapshot(1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want1 := want.clone()
+	before, _ := b.DB().SSTables()
+	mutate(t, rng, kv, want, 1000)
+	if err := b.DB().Compact(context.Background(), []byte{0}, []byte{0xff}, true); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := b.DB().SSTables()
+	live := map[uint64]bool{}
+	for _, lvl := range after {
+		for _, f := range lvl {
+			live[uint64(f.FileNum)] = true
+		}
+	}
+	gone := 0
+	for _, lvl := range before {
+		for _, f := range lvl {
+			if !live[uint64(f.FileNum)] {
+				gone++
+			}
+		}
+	}
+	if gone == 0 {
+		t.Fatal("the compaction deleted no file the snapshot holds: the test exercises nothing")
+	}
+	res, err := s.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := restoreTest(t, testConfig(t, store, t.TempDir()), res.Handle)
+	if !maps.Equal(dump(t, r), want1) {
+		t.Fatal("snapshot restored wrong state after its files were compacted away")
+	}
+}
