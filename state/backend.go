@@ -331,9 +331,12 @@ func (b *Backend) DB() *pebble.DB { return b.db }
 // snapshot.
 func (b *Backend) Restored() *Manifest { return b.restored }
 
-// Close aborts pending snapshots (deleting what only they uploaded), closes
-// the database and releases the cache reference. Local snapshot copies stay
-// on disk for local recovery.
+// Close cancels snapshots whose asynchronous part has not finished (deleting
+// what only they uploaded), closes the database and releases the cache
+// reference. Snapshots that finished (and may have been acknowledged) are
+// left alone: the coordinator may still complete them, and if it does not,
+// Registry.CollectGarbage removes them. Local snapshot copies stay on disk
+// for local recovery.
 func (b *Backend) Close(ctx context.Context) error {
 	b.mu.Lock()
 	if b.mu.closed {
@@ -342,8 +345,10 @@ func (b *Backend) Close(ctx context.Context) error {
 	}
 	b.mu.closed = true
 	var ids []int64
-	for id := range b.mu.pending {
-		ids = append(ids, id)
+	for id, s := range b.mu.pending {
+		if s.result == nil {
+			ids = append(ids, id)
+		}
 	}
 	b.mu.Unlock()
 	var errs []error

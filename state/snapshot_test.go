@@ -377,3 +377,37 @@ func TestCompactionBetweenSyncAndAsyncPart(t *testing.T) {
 		t.Fatal("snapshot restored wrong state after its files were compacted away")
 	}
 }
+
+// Close leaves finished (possibly acknowledged) snapshots for the
+// coordinator to complete, and cleans up unfinished ones.
+func TestCloseKeepsFinishedSnapshots(t *testing.T) {
+	ctx := context.Background()
+	store, _ := newStore(t)
+	b := openTest(t, testConfig(t, store, t.TempDir()))
+	kv, _ := NewValueState(b, "kv", StringCodec{})
+	want := model{}
+	mutate(t, rand.New(rand.NewPCG(71, 72)), kv, want, 2000)
+	_ = b.DB().Flush()
+	res := snapshotNow(t, b, 1, "")
+	mutate(t, rand.New(rand.NewPCG(73, 74)), kv, model{}, 2000)
+	_ = b.DB().Flush()
+	unfinished, err := b.Snapshot(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unfinished.Run(ctx); err == nil {
+		t.Fatal("snapshot ran after Close")
+	}
+	r := restoreTest(t, testConfig(t, store, t.TempDir()), res.Handle)
+	if !maps.Equal(dump(t, r), want) {
+		t.Fatal("finished snapshot damaged by Close")
+	}
+	for _, k := range listKeys(t, store, "") {
+		if strings.HasPrefix(k, "chk-2/") {
+			t.Fatalf("unfinished snapshot left %s", k)
+		}
+	}
+}

@@ -40,6 +40,10 @@ type config struct {
 	ops             int
 	dir             string
 	keep            bool
+	only            string
+	l0Threshold     int
+	lbaseMiB        int
+	memtableMiB     int
 }
 
 func main() {
@@ -49,13 +53,17 @@ func main() {
 	flag.StringVar(&size, "size", envOr("WEIR_BENCH_STATE_SIZE", "1GiB"), "state size for the incremental and large synchronous-part benchmarks (env WEIR_BENCH_STATE_SIZE)")
 	flag.StringVar(&small, "small", "100MiB", "state size of the small synchronous-part benchmark")
 	flag.IntVar(&c.valueSize, "value", 512, "value size in bytes (random, incompressible)")
-	flag.IntVar(&c.rounds, "rounds", 10, "incremental checkpoints, each after updating 1% of the keys")
+	flag.IntVar(&c.rounds, "rounds", 30, "incremental checkpoints, each after updating 1% of the keys")
 	flag.IntVar(&c.syncRounds, "sync-rounds", 100, "snapshots per synchronous-part measurement")
 	flag.IntVar(&c.syncUpdates, "sync-updates", 1000, "keys updated between those snapshots (the same at every state size)")
 	flag.IntVar(&c.opsKeys, "ops-keys", 1_000_000, "keys loaded for the get/put comparison")
 	flag.IntVar(&c.ops, "ops", 1_000_000, "operations per get/put measurement")
 	flag.StringVar(&c.dir, "dir", "", "work directory (default: a new temporary directory, removed at the end)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory")
+	flag.StringVar(&c.only, "only", "", "run only this benchmark: incremental (for tuning experiments)")
+	flag.IntVar(&c.l0Threshold, "l0-threshold", 0, "override Pebble's L0CompactionThreshold (experiments)")
+	flag.IntVar(&c.lbaseMiB, "lbase-mib", 0, "override Pebble's LBaseMaxBytes in MiB (experiments)")
+	flag.IntVar(&c.memtableMiB, "memtable-mib", 0, "override the memtable size in MiB (experiments)")
 	flag.Parse()
 	if *short {
 		size, small = "48MiB", "8MiB"
@@ -157,6 +165,17 @@ func newBench(c config, cache *pebble.Cache, name string) (*bench, error) {
 		Store:  store,
 		Cache:  cache,
 		Logger: slog.New(slog.DiscardHandler),
+		TunePebble: func(o *pebble.Options) {
+			if c.l0Threshold > 0 {
+				o.L0CompactionThreshold = c.l0Threshold
+			}
+			if c.lbaseMiB > 0 {
+				o.LBaseMaxBytes = int64(c.lbaseMiB) << 20
+			}
+		},
+	}
+	if c.memtableMiB > 0 {
+		cfg.MemTableSize = uint64(c.memtableMiB) << 20
 	}
 	b, err := state.Open(context.Background(), cfg)
 	if err != nil {
@@ -278,6 +297,9 @@ func run(c config) error {
 	_ = big.b.NotifyAborted(context.Background(), spRes.Checkpoint)
 	result("full_upload_ratio", float64(spRes.UploadedBytes)/float64(spRes.StateBytes), "ratio")
 	result("state_size", float64(last.StateBytes)/(1<<20), "MiB")
+	if c.only == "incremental" {
+		return nil
+	}
 
 	// 2. Synchronous part at the large size (this backend) and the small one.
 	large, err := syncPart(big)
