@@ -15,6 +15,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=lib.sh
+source "$root/scripts/lib.sh"
 version=${WEIR_KAFKA_VERSION:-4.4.0}
 port=${WEIR_KAFKA_PORT:-39092}
 cport=$((port + 1))
@@ -145,18 +147,7 @@ down() {
 		rm -f "$pidfile"
 		return 0
 	fi
-	local pid
-	pid=$(cat "$pidfile")
-	kill -TERM "$pid" 2>/dev/null || true
-	for _ in $(seq 1 300); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$pid" 2>/dev/null; then
-		log "pid $pid did not stop in 30s; killing it"
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$pidfile"
+	stop_pid "$pidfile" kafka.sh 30
 	log "stopped"
 }
 

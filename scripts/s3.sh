@@ -12,13 +12,15 @@
 #
 # Settings (environment): WEIR_S3_PORT (default 39000), WEIR_S3_BUCKET
 # (weir-test), WEIR_S3_ACCESS_KEY (weirtest), WEIR_S3_SECRET_KEY
-# (weirtestsecret), WEIR_S3_REGION (us-east-1), WEIR_S3_DIR (.cache/s3: pid
+# (weirtestsecret), WEIR_S3_REGION (us-east-1), WEIR_S3_DIR (.cache/s3/<port>: pid
 # file, log, and data/), WEIR_S3_BIN (.cache/bin), WEIR_S3_WAIT (seconds to
 # wait for the server to answer, 60). Objects survive down/up; delete
 # $WEIR_S3_DIR/data to start empty.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=lib.sh
+source "$root/scripts/lib.sh"
 # Pinned: bump deliberately, and re-run the smoke tests in internal/s3test.
 module=github.com/versity/versitygw
 version=v1.8.0
@@ -29,7 +31,7 @@ bucket=${WEIR_S3_BUCKET:-weir-test}
 access=${WEIR_S3_ACCESS_KEY:-weirtest}
 secret=${WEIR_S3_SECRET_KEY:-weirtestsecret}
 region=${WEIR_S3_REGION:-us-east-1}
-dir=${WEIR_S3_DIR:-$root/.cache/s3}
+dir=${WEIR_S3_DIR:-$root/.cache/s3/$port}
 bindir=${WEIR_S3_BIN:-$root/.cache/bin}
 wait_s=${WEIR_S3_WAIT:-60}
 
@@ -141,19 +143,7 @@ down() {
 	fi
 	local pid
 	pid=$(cat "$pidfile")
-	kill -TERM "$pid" 2>/dev/null || true
-	local i
-	for i in $(seq 1 50); do
-		if ! kill -0 "$pid" 2>/dev/null; then
-			break
-		fi
-		sleep 0.2
-	done
-	if kill -0 "$pid" 2>/dev/null; then
-		log "pid $pid did not stop within 10s of SIGTERM; sending SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$pidfile"
+	stop_pid "$pidfile" s3.sh 10
 	log "stopped (pid $pid)"
 }
 

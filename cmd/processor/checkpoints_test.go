@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/internal/kafkatest"
+)
+
+// TestRunThenListCheckpoints runs one replica of the count job on kfake
+// until a few checkpoints completed, stops it, and lists them.
+func TestRunThenListCheckpoints(t *testing.T) {
+	c := kafkatest.NewKfake(t)
+	dir := t.TempDir()
+	c.CreateTopic(t, "in", 2, nil)
+	c.CreateTopic(t, "out", 2, nil)
+	file := filepath.Join(dir, "job.yaml")
+	yaml := fmt.Sprintf(`job:
+  name: listing
+  pipeline:
+    - source: {topics: [in]}
+    - aggregate: {op: count}
+    - sink: {topic: out}
+kafka: {brokers: [%s]}
+checkpoint: {interval: 200ms, storage: "file://%s/chk"}
+state: {dir: "%s/state"}
+http: {address: ""}
+log: {level: error}
+`, c.Brokers[0], dir, dir)
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(config.Source{File: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := c.Client(t, kgo.DefaultProduceTopic("in"))
+	for i := range 100 {
+		prod.Produce(context.Background(), &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%7), Value: []byte(`{}`)}, nil)
+	}
+	if err := prod.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	completed := make(chan uint64, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, cfg, io.Discard, func(id uint64) { completed <- id })
+	}()
+	for n := 0; n < 3; {
+		select {
+		case <-completed:
+			n++
+		case err := <-done:
+			t.Fatalf("replica stopped: %v", err)
+		case <-ctx.Done():
+			t.Fatal("no three completed checkpoints within a minute")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("replica: %v", err)
+	}
+
+	var out bytes.Buffer
+	root := newRootCmd(&out)
+	root.SetArgs([]string{"checkpoints", "list", "-c", file})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	rows := regexp.MustCompile(`(?m)^\d+\s+\S+Z\s+checkpoint\s+\d+\s+(\d+|-)\s+`).FindAllString(out.String(), -1)
+	if len(rows) < 3 {
+		t.Fatalf("want at least 3 checkpoint rows:\n%s", out.String())
+	}
+	if !regexp.MustCompile(`(?m)^\d+\s+\S+Z\s+checkpoint\s+\d+\s+2\s+\d`).MatchString(out.String()) {
+		t.Fatalf("no retained checkpoint with 2 tasks and a size:\n%s", out.String())
+	}
+	t.Logf("\n%s", out.String())
+}

@@ -1,0 +1,190 @@
+package replica_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/pipeline"
+	"github.com/weir-stream/weir/runtime/replica"
+)
+
+// TestReplicasCountExactlyOnce runs the YAML count job on two in-process
+// replicas, stops one gracefully and starts it again mid-run, and checks
+// with an independent read_committed consumer that every key's counts are
+// exactly 1..N. It runs on kfake and on the real broker.
+func TestReplicasCountExactlyOnce(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		const (
+			partitions = 4
+			keys       = 50
+			records    = 4000
+		)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		job := kafkatest.Name(t, "rep")
+		in, out := job+"-in", job+"-out"
+		c.CreateTopic(t, in, partitions, nil)
+		c.CreateTopic(t, out, partitions, nil)
+		dir := t.TempDir()
+
+		produce := func(from, to int) {
+			cl := c.Client(t, kgo.DefaultProduceTopic(in))
+			for i := from; i < to; i++ {
+				k := fmt.Sprintf("k%03d", i%keys)
+				v, _ := json.Marshal(map[string]int{"i": i})
+				cl.Produce(ctx, &kgo.Record{Key: []byte(k), Value: v}, nil)
+			}
+			if err := cl.Flush(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+		produce(0, records/3)
+
+		start := func(id string) (r *replica.Replica, stop func()) {
+			yaml := fmt.Sprintf(`
+job:
+  name: %s
+  pipeline:
+    - source: {topics: [%s], format: json}
+    - aggregate: {op: count}
+    - sink: {topic: %s}
+kafka: {brokers: [%s], session_timeout: 6s}
+checkpoint: {interval: 300ms, timeout: 20s, storage: "file://%s/checkpoints"}
+state: {dir: "%s/state-%s"}
+http: {address: ""}
+process: {replica_id: %s, grace_period: 20s}
+`, job, in, out, c.Brokers[0], dir, dir, id, id)
+			cfg, err := config.Load(config.Source{YAML: []byte(yaml), Env: func(string) (string, bool) { return "", false }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			j, err := pipeline.Compile(cfg.Job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			if testing.Verbose() {
+				log = slog.New(slog.NewTextHandler(testLog{t, id}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			}
+			r, err = replica.New(ctx, replica.Options{Config: cfg, Job: j, ReplicaID: id, Logger: log, Registerer: prometheus.NewRegistry()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, rcancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- r.Run(rctx) }()
+			var once sync.Once
+			stop = func() {
+				once.Do(func() {
+					rcancel()
+					if err := <-done; err != nil {
+						t.Errorf("replica %s: %v", id, err)
+					}
+				})
+			}
+			t.Cleanup(stop)
+			return r, stop
+		}
+		waitReady := func(rs ...*replica.Replica) {
+			t.Helper()
+			deadline := time.Now().Add(time.Minute)
+			for _, r := range rs {
+				for !r.Ready() {
+					if time.Now().After(deadline) {
+						t.Fatal("replica not ready within a minute")
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}
+
+		a, stopA := start("a")
+		b, _ := start("b")
+		waitReady(a, b)
+		waitCommitted(ctx, t, c, out, records/6)
+		stopA() // graceful: leaves the group; b takes every task
+		produce(records/3, 2*records/3)
+		waitCommitted(ctx, t, c, out, records/2)
+		a, _ = start("a") // and back: a new generation places tasks on both
+		waitReady(a, b)
+		produce(2*records/3, records)
+		verifyCounts(ctx, t, c, out, keys, records)
+	})
+}
+
+type testLog struct {
+	t  *testing.T
+	id string
+}
+
+func (w testLog) Write(b []byte) (int, error) { w.t.Logf("%s: %s", w.id, b); return len(b), nil }
+
+// waitCommitted waits until out holds n records visible to read_committed.
+func waitCommitted(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic string, n int64) {
+	t.Helper()
+	adm := c.Admin(t)
+	for ctx.Err() == nil {
+		// The last stable offsets count markers too: compare the
+		// read_committed record count, read below, only once they pass n.
+		lsos, err := adm.ListCommittedOffsets(ctx, topic)
+		if err == nil {
+			var sum int64
+			lsos.Each(func(o kadm.ListedOffset) { sum += o.Offset })
+			if sum >= n {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s never reached %d committed offsets", topic, n)
+}
+
+// verifyCounts reads out read_committed and checks every key's counts are
+// exactly 1..N, with N = records/keys.
+func verifyCounts(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic string, keys, records int) {
+	t.Helper()
+	cl := c.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	last := map[string]int{}
+	seen := 0
+	deadline := time.Now().Add(time.Minute)
+	for seen < records && time.Now().Before(deadline) {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			var v struct {
+				Key   string `json:"key"`
+				Count int    `json:"count"`
+			}
+			if err := json.Unmarshal(r.Value, &v); err != nil {
+				t.Fatalf("output %q: %v", r.Value, err)
+			}
+			if v.Count != last[v.Key]+1 {
+				t.Fatalf("key %s: count %d after %d", v.Key, v.Count, last[v.Key])
+			}
+			last[v.Key] = v.Count
+			seen++
+		})
+	}
+	if seen != records || len(last) != keys {
+		t.Fatalf("read %d outputs over %d keys, want %d over %d", seen, len(last), records, keys)
+	}
+	for k, n := range last {
+		if n != records/keys {
+			t.Errorf("key %s: final count %d, want %d", k, n, records/keys)
+		}
+	}
+}
