@@ -213,9 +213,14 @@ func wrapNoSync(f vfs.File, err error) (vfs.File, error) {
 
 type noSyncFile struct{ vfs.File }
 
-func (noSyncFile) Sync() error                       { return nil }
-func (noSyncFile) SyncData() error                   { return nil }
-func (noSyncFile) SyncTo(length int64) (bool, error) { return true, nil }
+func (noSyncFile) Sync() error     { return nil }
+func (noSyncFile) SyncData() error { return nil }
+
+// SyncTo only starts writeback (Pebble calls it every BytesPerSync bytes).
+func (f noSyncFile) SyncTo(length int64) (bool, error) {
+	startWriteback(f.File, length)
+	return false, nil
+}
 
 // emptyReads reads as an empty file.
 type emptyReads struct{ vfs.File }

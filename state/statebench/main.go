@@ -60,7 +60,7 @@ func main() {
 	flag.IntVar(&c.ops, "ops", 1_000_000, "operations per get/put measurement")
 	flag.StringVar(&c.dir, "dir", "", "work directory (default: a new temporary directory, removed at the end)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory")
-	flag.StringVar(&c.only, "only", "", "run only this benchmark: incremental (for tuning experiments)")
+	flag.StringVar(&c.only, "only", "", "run only this benchmark: incremental, or sync (after a short incremental phase; for experiments)")
 	flag.IntVar(&c.l0Threshold, "l0-threshold", 0, "override Pebble's L0CompactionThreshold (experiments)")
 	flag.IntVar(&c.lbaseMiB, "lbase-mib", 0, "override Pebble's LBaseMaxBytes in MiB (experiments)")
 	flag.IntVar(&c.memtableMiB, "memtable-mib", 0, "override the memtable size in MiB (experiments)")
@@ -302,6 +302,15 @@ func run(c config) error {
 	}
 
 	// 2. Synchronous part at the large size (this backend) and the small one.
+	if c.only == "sync" {
+		d, err := syncPart(big)
+		if err != nil {
+			return err
+		}
+		result("sync_part_p50_"+sizeLabel(c.size), ms(percentile(d, 50)), "ms")
+		result("sync_part_p99_"+sizeLabel(c.size), ms(percentile(d, 99)), "ms")
+		return nil
+	}
 	large, err := syncPart(big)
 	if err != nil {
 		return err
@@ -376,9 +385,15 @@ func syncPart(x *bench) ([]time.Duration, error) {
 		if err := x.updateRandom(x.c.syncUpdates); err != nil {
 			return nil, err
 		}
+		if os.Getenv("WEIR_BENCH_PRESYNC") != "" {
+			_ = x.b.DB().LogData(nil, pebble.Sync)
+		}
 		start := time.Now()
 		s, err := x.b.Snapshot(x.nextID, []byte("offsets"))
 		d := time.Since(start)
+		if d > 10*time.Millisecond {
+			info("slow synchronous part: %v", d)
+		}
 		if err != nil {
 			return nil, err
 		}
