@@ -447,13 +447,19 @@ func (r *Replica) onRecord(ctx context.Context, rec kafkaio.ControlRecord) error
 		if m.Gen != r.gen {
 			return nil
 		}
+		// Each task's commit is a round trip per sink: run them together.
+		var wg sync.WaitGroup
 		for id, t := range r.tasks {
-			if err := t.Complete(ctx, m.ID); err != nil {
-				// A pre-committed transaction that cannot be committed: the
-				// task fails; the next generation's recovery commits it.
-				r.log.Error("checkpoint completion failed", "task", id.String(), "checkpoint_id", m.ID, "err", err)
-			}
+			wg.Go(func() {
+				if err := t.Complete(ctx, m.ID); err != nil {
+					// A pre-committed transaction that cannot be committed:
+					// the sink has failed, so the task fails and the next
+					// generation's recovery commits it, or stops loudly.
+					r.log.Error("checkpoint completion failed", "task", id.String(), "checkpoint_id", m.ID, "err", err)
+				}
+			})
 		}
+		wg.Wait()
 		r.met.lastCompleted.Set(float64(m.ID))
 		if r.opts.OnCommitted != nil {
 			r.opts.OnCommitted(m.ID)
