@@ -246,8 +246,6 @@ type upload struct {
 	owners map[int64]struct{}
 }
 
-func (b *Backend) dbPath() string { return b.dbDir }
-
 // Open opens a task's state with no prior snapshot: whatever Dir holds is
 // discarded (a task with no completed checkpoint starts empty).
 func Open(ctx context.Context, cfg Config) (*Backend, error) {
