@@ -53,7 +53,7 @@ func main() {
 	flag.StringVar(&size, "size", envOr("WEIR_BENCH_STATE_SIZE", "1GiB"), "state size for the incremental and large synchronous-part benchmarks (env WEIR_BENCH_STATE_SIZE)")
 	flag.StringVar(&small, "small", "100MiB", "state size of the small synchronous-part benchmark")
 	flag.IntVar(&c.valueSize, "value", 512, "value size in bytes (random, incompressible)")
-	flag.IntVar(&c.rounds, "rounds", 30, "incremental checkpoints, each after updating 1% of the keys")
+	flag.IntVar(&c.rounds, "rounds", 100, "incremental checkpoints, each after updating 1% of the keys (enough for several compaction cycles)")
 	flag.IntVar(&c.syncRounds, "sync-rounds", 100, "snapshots per synchronous-part measurement")
 	flag.IntVar(&c.syncUpdates, "sync-updates", 1000, "keys updated between those snapshots (the same at every state size)")
 	flag.IntVar(&c.opsKeys, "ops-keys", 1_000_000, "keys loaded for the get/put comparison")
