@@ -411,3 +411,25 @@ func TestCloseKeepsFinishedSnapshots(t *testing.T) {
 		}
 	}
 }
+
+// The operator state can be replaced between the synchronous and the
+// asynchronous part (a sink learns its pre-committed handles late).
+func TestSetOperatorStateBeforeRun(t *testing.T) {
+	store, _ := newStore(t)
+	b := openTest(t, testConfig(t, store, t.TempDir()))
+	s, err := b.Snapshot(1, []byte("early"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := []byte("late")
+	s.SetOperatorState(late)
+	late[0] = 'X' // the snapshot keeps its own copy
+	res, err := s.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := restoreTest(t, testConfig(t, store, t.TempDir()), res.Handle)
+	if got := string(r.Restored().OperatorState); got != "late" {
+		t.Fatalf("operator state %q, want late", got)
+	}
+}
