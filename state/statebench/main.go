@@ -68,8 +68,8 @@ func main() {
 	flag.IntVar(&c.manifestKiB, "manifest-kib", 0, "override Pebble's MaxManifestFileSize in KiB (experiments)")
 	flag.Parse()
 	if *short {
-		size, small = "48MiB", "8MiB"
-		c.rounds, c.syncRounds, c.opsKeys, c.ops = 5, 30, 100_000, 200_000
+		size, small = "32MiB", "8MiB"
+		c.rounds, c.syncRounds, c.opsKeys, c.ops = 5, 30, 50_000, 50_000
 	}
 	var err error
 	if c.size, err = parseSize(size); err != nil {
