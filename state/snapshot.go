@@ -263,6 +263,11 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		}
 		size := fi.Size()
 		walLen, captured := s.walLen[n]
+		if isWAL(n) && !captured {
+			// Every WAL in the directory must have been captured by link:
+			// anything else could be an empty copy (see liveFS).
+			return nil, fmt.Errorf("WAL %s was not captured at the barrier", n)
+		}
 		if captured {
 			if size < walLen {
 				return nil, fmt.Errorf("WAL %s shrank from %d to %d bytes", n, walLen, size)
