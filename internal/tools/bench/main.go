@@ -1,0 +1,1705 @@
+// Command bench is Weir's product benchmark (issue 6, `make bench`): real
+// `processor run` replicas, as separate processes, running the YAML count
+// job on the real broker, exactly once, with a checkpoint every second. In
+// one run it measures:
+//
+//  1. Throughput. N JSON records over K keys (uniform, seeded) are produced
+//     once into an input topic (P partitions, keyed, franz-go's default
+//     murmur2 partitioner), and then copied by
+//     - the raw pipe, the baseline: in this process, per input partition one
+//     franz-go consumer (read_committed, from the start) and one idempotent
+//     producer writing each record to the same partition of an output
+//     topic: the same shape as the job, whose task i has one source
+//     consumer and one sink producer for partition i. It runs twice, before
+//     and after the headline job (the machine's load drifts), and its
+//     figure is over both passes;
+//     - the count job (source json → aggregate count → sink json
+//     exactly-once) with each replica count of -replicas (default 1 and 3):
+//     a fresh job name and output topic each, over the same input.
+//     Both clocks start before the first client or process is started and
+//     stop when an independent read_committed consumer of the output topic
+//     (started beforehand, in this process in both cases) has seen N
+//     records, so the job's figure includes its start-up (process start,
+//     group join, first generation) and the wait for its first and last
+//     checkpoints. The sinks' weir_sink_records_written_total, scraped
+//     every 100ms, splits it: start to first output written (start-up), and
+//     first to N-th output written (processing; records/s also given as a
+//     ratio to the raw pipe). The headline figures are those of the first
+//     -replicas entry: on a machine with few cores one replica is the fair
+//     comparison, one process with the same parallelism (P tasks, P clients
+//     each way) and all the cores, as the raw pipe has; more replicas on
+//     the same cores add processes, not CPU.
+//  2. Checkpoint durations (p50, p99) of the headline job's run, per
+//     checkpoint: the trigger time ("ts" of the trigger message on the job's
+//     trigger topic) to the completion time (the timestamp of the complete
+//     record on its commit topic), for the checkpoints triggered between
+//     the job's start and its last output. Not the complete record's "ts":
+//     the coordinator's clock advances only at its 100ms ticks, so that ts
+//     and the weir_checkpoint_duration_seconds histogram (both printed as a
+//     cross-check) come out up to 100ms short.
+//  3. End-to-end latency (p50, p99), on the last -replicas job once it has
+//     caught up: input is produced at a steady rate (-rate), each record's
+//     timestamp set at its produce call; the job's output records carry
+//     their input record's timestamp (stream and runtime/task pass it to
+//     the sink), so the latency of an output record is the time a
+//     read_committed consumer receives it minus its timestamp.
+//  4. Recovery after kill -9, on the same job (at least two replicas, three
+//     by default) with steady input: a replica that is not the coordinator
+//     is killed with SIGKILL, and the recovery time is the time from the
+//     kill until every output partition has new committed output (a
+//     read_committed consumer positioned at the committed end offsets taken
+//     just before the kill sees a record on it). Every partition, not the
+//     total, because the tasks of surviving replicas may still commit an
+//     already completed checkpoint right after the kill. The replica is
+//     restarted and, as extra figures, the same is measured for a kill -9 of
+//     the coordinator's replica (restarted too) and for a SIGTERM of a
+//     replica (it leaves the group at once: no session timeout).
+//
+// At the end the outputs of the headline job and of the last job are
+// verified with a read_committed consumer: for every key the counts must be
+// exactly 1..n, each once (exactly once) and in that order; the violations
+// of each kind are result lines too, and any makes the run fail after every
+// figure is printed.
+//
+// Standard output gets one line per figure,
+//
+//	result: <name> = <value> <unit>
+//
+// and standard error a human account (lines starting with #), with the CPU
+// time of the processes involved. Topics, groups and job names are unique to
+// the run; the topics and groups are deleted at the end (-keep keeps them
+// and the work directory), and every process started is killed on exit. Run
+// it with `make bench` (ARGS=-short for a quick check) or:
+//
+//	make build && eval $(bash scripts/kafka.sh env) && go run ./internal/tools/bench -processor bin/processor [-short]
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/internal/kafkatest"
+)
+
+type config struct {
+	processor      string
+	brokers        []string
+	records        int
+	keys           int
+	partitions     int
+	interval       time.Duration
+	replicas       []int
+	sessionTimeout time.Duration
+	rate           int
+	latencyFor     time.Duration
+	skipRecovery   bool
+	verify         bool
+	keep           bool
+	timeout        time.Duration
+	brokerPID      int
+}
+
+func main() {
+	var c config
+	var brokers, replicas string
+	short := flag.Bool("short", false, "quick check: 100,000 records over 10,000 keys, 10s of latency input (overrides -records, -keys, -latency-duration)")
+	flag.StringVar(&c.processor, "processor", "bin/processor", "the processor binary (make build)")
+	flag.StringVar(&brokers, "brokers", os.Getenv(kafkatest.EnvBrokers), "comma-separated seed brokers (env "+kafkatest.EnvBrokers+")")
+	flag.IntVar(&c.records, "records", 1_000_000, "records of the throughput input")
+	flag.IntVar(&c.keys, "keys", 100_000, "distinct keys of the input")
+	flag.IntVar(&c.partitions, "partitions", 8, "partitions of every topic (tasks of the job)")
+	flag.DurationVar(&c.interval, "interval", time.Second, "checkpoint.interval of the job")
+	flag.StringVar(&replicas, "replicas", "1,3", "replica counts the count job's throughput is measured with, in order; the first gives the headline figures, the last (at least 2) runs the latency and recovery measurements")
+	flag.DurationVar(&c.sessionTimeout, "session-timeout", 6*time.Second, "kafka.session_timeout of the job (the broker's minimum is 6s by default)")
+	flag.IntVar(&c.rate, "rate", 2000, "records/s of the steady input during the latency and recovery measurements")
+	flag.DurationVar(&c.latencyFor, "latency-duration", 20*time.Second, "how long steady input is produced for the latency measurement")
+	flag.BoolVar(&c.skipRecovery, "skip-recovery", false, "skip the recovery measurements")
+	flag.BoolVar(&c.verify, "verify", true, "verify the outputs (every key's counts exactly 1..n) at the end")
+	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (job files, replica logs, state, checkpoints) and the topics")
+	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
+	flag.IntVar(&c.brokerPID, "broker-pid", 0, "broker process whose CPU time is reported (default: the pid file of scripts/kafka.sh, if found)")
+	flag.Parse()
+	if *short {
+		c.records, c.keys, c.latencyFor = 100_000, 10_000, 10*time.Second
+	}
+	c.brokers = strings.Split(brokers, ",")
+	var errs []error
+	if brokers == "" {
+		errs = append(errs, fmt.Errorf("brokers: none; set %s (eval $(bash scripts/kafka.sh env)) or -brokers", kafkatest.EnvBrokers))
+	}
+	for _, s := range strings.Split(replicas, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("replicas: %q is not a positive count", s))
+			continue
+		}
+		c.replicas = append(c.replicas, n)
+	}
+	if c.partitions < 1 || c.records < c.partitions || c.keys < 1 {
+		errs = append(errs, fmt.Errorf("partitions %d, records %d, keys %d: want at least one record per partition and one key", c.partitions, c.records, c.keys))
+	}
+	if c.rate < 100 {
+		errs = append(errs, fmt.Errorf("rate: %d, want at least 100 records/s", c.rate))
+	}
+	if _, err := os.Stat(c.processor); err != nil {
+		errs = append(errs, fmt.Errorf("processor: %w (make build)", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		fatal(err)
+	}
+	if abs, err := filepath.Abs(c.processor); err == nil {
+		c.processor = abs
+	}
+	if c.brokerPID == 0 {
+		c.brokerPID = brokerPIDFromFile(c.brokers[0])
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if err := run(ctx, c); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench: FAILED:", err)
+	os.Exit(1)
+}
+
+func info(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "# "+format+"\n", args...)
+}
+
+func result(name string, format string, v any, unit string) {
+	fmt.Printf("result: %s = "+format+" %s\n", name, v, unit)
+}
+
+// bench is one run.
+type bench struct {
+	c      config
+	adm    *kadm.Client
+	id     string
+	dir    string
+	in     string
+	topics []string
+	jobs   []string
+
+	mu    sync.Mutex
+	procs []*proc // every process started, for the cleanup
+
+	// perKey counts the input records per key, for the verification;
+	// preloadPerKey only those of the throughput input.
+	perKey, preloadPerKey map[string]int
+}
+
+func run(ctx context.Context, c config) (err error) {
+	if _, err := kafkatest.Ping(ctx, c.brokers); err != nil {
+		return fmt.Errorf("broker at %s: %w", strings.Join(c.brokers, ","), err)
+	}
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers...))
+	if err != nil {
+		return err
+	}
+	defer admCl.Close()
+	id := "weir-bench-" + strings.ToLower(rand.Text()[:8])
+	dir, err := os.MkdirTemp("", id+"-")
+	if err != nil {
+		return err
+	}
+	b := &bench{c: c, adm: kadm.NewClient(admCl), id: id, dir: dir, in: id + "-in", perKey: map[string]int{}}
+	defer func() {
+		b.killAll()
+		if c.keep {
+			info("topics kept: %s-* and the jobs' control topics _weir.%s-*", id, id)
+		} else {
+			b.cleanup()
+		}
+		if err != nil || c.keep {
+			info("work directory kept: %s (job files, replica logs, state, checkpoints)", dir)
+		} else {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	info("%d records over %d keys, %d partitions, checkpoint every %v, exactly-once; replicas %v; session timeout %v; run %s; %d CPUs, load average %s",
+		c.records, c.keys, c.partitions, c.interval, c.replicas, c.sessionTimeout, id, runtime.NumCPU(), loadAvg())
+
+	if err := b.createTopic(ctx, b.in); err != nil {
+		return err
+	}
+	if err := b.preload(ctx); err != nil {
+		return err
+	}
+
+	// 1. The raw pipe before and after the headline job (the machine's
+	// load drifts: its figure is over both passes), and the count job with
+	// each replica count; the last job stays running.
+	var rawWall time.Duration
+	raw := func(pass int) error {
+		w, err := b.rawPipe(ctx, pass)
+		rawWall += w
+		if err != nil {
+			return fmt.Errorf("raw pipe: %w", err)
+		}
+		return nil
+	}
+	if err := raw(1); err != nil {
+		return err
+	}
+	var last *job
+	var outputs []*job
+	var tputs []tput
+	for i, n := range c.replicas {
+		j, t, err := b.throughput(ctx, i, n)
+		if err != nil {
+			return fmt.Errorf("count job, %d replica(s): %w", n, err)
+		}
+		outputs, tputs = append(outputs, j), append(tputs, t)
+		if i < len(c.replicas)-1 {
+			if err := j.stopAll(); err != nil {
+				return err
+			}
+		} else {
+			last = j
+		}
+		if i == 0 {
+			if err := raw(2); err != nil {
+				return err
+			}
+		}
+	}
+	rawRate := 2 * float64(c.records) / rawWall.Seconds()
+	for i, t := range tputs {
+		suffix := ""
+		if i > 0 {
+			suffix = fmt.Sprintf("_%d_replicas", c.replicas[i])
+		}
+		result("count_job_throughput"+suffix, "%.0f", t.rate, "records/s")
+		if i == 0 {
+			result("raw_pipe_throughput", "%.0f", rawRate, "records/s")
+		}
+		result("count_job_vs_raw_ratio"+suffix, "%.3f", t.rate/rawRate, "ratio")
+		if t.processing > 0 {
+			result("count_job_startup"+suffix, "%.2f", t.startup.Seconds(), "s")
+			result("count_job_processing_throughput"+suffix, "%.0f", t.processing, "records/s")
+			result("count_job_processing_vs_raw_ratio"+suffix, "%.3f", t.processing/rawRate, "ratio")
+		}
+	}
+	info("load average now %s", loadAvg())
+	info("headline: %d replica(s) %.0f records/s vs raw %.0f records/s: %.3f (goal >= 0.7); processing alone (first to last output written): %.0f records/s, %.3f of raw",
+		c.replicas[0], tputs[0].rate, rawRate, tputs[0].rate/rawRate, tputs[0].processing, tputs[0].processing/rawRate)
+
+	// 3. Latency on the last job.
+	if err := b.latency(ctx, last); err != nil {
+		return fmt.Errorf("latency: %w", err)
+	}
+
+	// 4. Recovery on the last job.
+	if c.skipRecovery || len(last.running()) < 2 {
+		info("recovery not measured: %s", map[bool]string{true: "-skip-recovery", false: "the last -replicas entry has fewer than 2 replicas"}[c.skipRecovery])
+	} else if err := b.recovery(ctx, last); err != nil {
+		return fmt.Errorf("recovery: %w", err)
+	}
+	if !c.verify {
+		return last.stopAll()
+	}
+	// The last job first commits the output of the last input (a replica
+	// that stops aborts its open transactions), so it is verified before
+	// it stops. The headline job read exactly the preloaded input.
+	var vs []*verification
+	total := 0
+	for _, n := range b.perKey {
+		total += n
+	}
+	type output struct {
+		j      *job
+		perKey map[string]int
+		total  int
+	}
+	list := []output{{last, b.perKey, total}}
+	if outputs[0] != last {
+		list = append([]output{{outputs[0], b.preloadPerKey, c.records}}, list...)
+	}
+	for _, o := range list {
+		v, err := b.verify(ctx, o.j.out, o.perKey, o.total)
+		if err != nil {
+			return fmt.Errorf("verify %s: %w", o.j.name, err)
+		}
+		vs = append(vs, v)
+	}
+	if err := last.stopAll(); err != nil {
+		return err
+	}
+	var eos, order int
+	var failed []string
+	for _, v := range vs {
+		eos += v.lost + v.duplicated
+		order += v.disordered
+		if !v.ok() {
+			failed = append(failed, fmt.Sprintf("%s: %d lost, %d duplicated, %d out of order; first problems:\n  %s",
+				v.topic, v.lost, v.duplicated, v.disordered, strings.Join(v.problems, "\n  ")))
+		}
+	}
+	result("verify_exactly_once_violations", "%d", eos, "outputs")
+	result("verify_order_violations", "%d", order, "outputs")
+	if len(failed) > 0 {
+		return fmt.Errorf("verification: the committed output is not every key's counts 1..n, each once, in order:\n%s", strings.Join(failed, "\n"))
+	}
+	return nil
+}
+
+// ---- topics, input ----
+
+func (b *bench) createTopic(ctx context.Context, t string) error {
+	resp, err := b.adm.CreateTopic(ctx, int32(b.c.partitions), 1, nil, t)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", t, err)
+	}
+	b.topics = append(b.topics, t)
+	// Wait for leaders: a client that looks a new topic up too early backs
+	// off for its metadata min age, which would land in a measured time.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		md, err := b.adm.Metadata(ctx, t)
+		if err == nil {
+			td := md.Topics[t]
+			err = td.Err
+			if err == nil && len(td.Partitions) != b.c.partitions {
+				err = fmt.Errorf("%d partitions of %d", len(td.Partitions), b.c.partitions)
+			}
+			for _, pd := range td.Partitions {
+				if err == nil && (pd.Err != nil || pd.Leader < 0) {
+					err = fmt.Errorf("partition %d: no leader yet", pd.Partition)
+				}
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("topic %s not ready: %w", t, err)
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// cleanup deletes the run's topics (with the jobs' control topics) and
+// groups, with a fresh context: it also runs after an interrupt.
+func (b *bench) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topics := slices.Clone(b.topics)
+	var prefixes []string
+	for _, j := range b.jobs {
+		prefixes = append(prefixes, "_weir."+j+".")
+	}
+	if len(prefixes) > 0 {
+		if listed, err := b.adm.ListTopics(ctx); err == nil {
+			for _, t := range listed.Names() {
+				for _, p := range prefixes {
+					if strings.HasPrefix(t, p) {
+						topics = append(topics, t)
+					}
+				}
+			}
+		}
+		if groups, err := b.adm.ListGroups(ctx); err == nil {
+			var del []string
+			for _, g := range groups.Groups() {
+				for _, p := range prefixes {
+					if strings.HasPrefix(g, p) {
+						del = append(del, g)
+					}
+				}
+			}
+			if len(del) > 0 {
+				if _, err := b.adm.DeleteGroups(ctx, del...); err != nil {
+					info("delete groups: %v", err)
+				}
+			}
+		}
+	}
+	if len(topics) == 0 {
+		return
+	}
+	resp, err := b.adm.DeleteTopics(ctx, topics...)
+	if err == nil {
+		for _, r := range resp.Sorted() {
+			if r.Err != nil {
+				err = errors.Join(err, fmt.Errorf("%s: %w", r.Topic, r.Err))
+			}
+		}
+	}
+	if err != nil {
+		info("delete topics: %v", err)
+	} else {
+		info("deleted %d topics", len(topics))
+	}
+}
+
+func keyName(k int) string { return fmt.Sprintf("user-%06d", k) }
+
+func inputValue(buf []byte, i int, key string) []byte {
+	buf = append(buf[:0], `{"i":`...)
+	buf = strconv.AppendInt(buf, int64(i), 10)
+	buf = append(buf, `,"user":"`...)
+	buf = append(buf, key...)
+	return append(buf, `"}`...)
+}
+
+// preload writes the throughput input: N records, keys drawn uniformly
+// (seeded), partitioned by key.
+func (b *bench) preload(ctx context.Context) error {
+	start := time.Now()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.c.brokers...), kgo.DefaultProduceTopic(b.in))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var failed atomic.Pointer[error]
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			failed.CompareAndSwap(nil, &err)
+		}
+	}
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	b.preloadPerKey = map[string]int{}
+	var bytes int
+	for i := range b.c.records {
+		k := keyName(rng.IntN(b.c.keys))
+		b.preloadPerKey[k]++
+		v := inputValue(nil, i, k)
+		bytes += len(v) + len(k)
+		cl.Produce(ctx, &kgo.Record{Key: []byte(k), Value: v}, promise)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return fmt.Errorf("preload: %w", err)
+	}
+	if p := failed.Load(); p != nil {
+		return fmt.Errorf("preload: %w", *p)
+	}
+	for k, n := range b.preloadPerKey {
+		b.perKey[k] += n
+	}
+	info("preloaded %d records (%.1f MB of keys and values) into %s in %v", b.c.records, float64(bytes)/1e6, b.in, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// ---- observing output ----
+
+// observer is an independent read_committed consumer of a topic.
+type observer struct {
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// observe consumes topic read_committed from the given offsets (nil: from
+// the start) and calls fn for every record with the time the poll returned,
+// from one goroutine, until stop.
+func (b *bench) observe(ctx context.Context, topic string, from map[int32]int64, fn func(r *kgo.Record, seen time.Time)) (*observer, error) {
+	offs := map[int32]kgo.Offset{}
+	for p := range b.c.partitions {
+		o := kgo.NewOffset().AtStart()
+		if from != nil {
+			o = kgo.NewOffset().At(from[int32(p)])
+		}
+		offs[int32(p)] = o
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.c.brokers...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offs}),
+		// Bounds how late an idle fetch returns, should the broker not
+		// answer a waiting read_committed fetch as soon as a commit lands.
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	o := &observer{cl: cl, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) { fn(r, now) })
+		}
+	}()
+	return o, nil
+}
+
+func (o *observer) stop() {
+	o.cancel()
+	<-o.done
+	o.cl.Close()
+}
+
+// committedEnds returns the read_committed end offsets (last stable
+// offsets) of topic's partitions.
+func (b *bench) committedEnds(ctx context.Context, topic string) (map[int32]int64, error) {
+	ends, err := b.adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	var errs error
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			errs = errors.Join(errs, o.Err)
+		}
+		out[o.Partition] = o.Offset
+	})
+	if errs != nil {
+		return nil, errs
+	}
+	if len(out) != b.c.partitions {
+		return nil, fmt.Errorf("%s: end offsets of %d partitions, want %d", topic, len(out), b.c.partitions)
+	}
+	return out, nil
+}
+
+// counter counts observed records and closes reached when n are seen.
+type counter struct {
+	n       int64
+	seen    atomic.Int64
+	first   atomic.Int64 // unix nanos of the first record
+	doneAt  atomic.Int64 // unix nanos of the n-th record
+	reached chan struct{}
+}
+
+func newCounter(n int) *counter { return &counter{n: int64(n), reached: make(chan struct{})} }
+
+func (c *counter) record(_ *kgo.Record, now time.Time) {
+	s := c.seen.Add(1)
+	if s == 1 {
+		c.first.Store(now.UnixNano())
+	}
+	if s == c.n {
+		c.doneAt.Store(now.UnixNano())
+		close(c.reached)
+	}
+}
+
+// ---- 1. the raw pipe ----
+
+// rawPipe copies the input with the raw pipe and returns the wall time.
+func (b *bench) rawPipe(ctx context.Context, pass int) (time.Duration, error) {
+	out := fmt.Sprintf("%s-raw%d-out", b.id, pass)
+	if err := b.createTopic(ctx, out); err != nil {
+		return 0, err
+	}
+	cnt := newCounter(b.c.records)
+	obs, err := b.observe(ctx, out, nil, cnt.record)
+	if err != nil {
+		return 0, err
+	}
+	defer obs.stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	cpu0, bcpu0 := processCPU(), procCPU(b.c.brokerPID)
+	start := time.Now()
+	errc := make(chan error, b.c.partitions)
+	for p := range b.c.partitions {
+		go func() { errc <- b.rawPartition(ctx, out, int32(p)) }()
+	}
+	// A partition's goroutine ends when its consumer has caught up with the
+	// input's end and its producer is flushed.
+	for range b.c.partitions {
+		select {
+		case err := <-errc:
+			if err != nil {
+				return 0, err
+			}
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	select {
+	case <-cnt.reached:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(time.Minute):
+		return 0, fmt.Errorf("observer saw %d of %d records", cnt.seen.Load(), b.c.records)
+	}
+	wall := time.Unix(0, cnt.doneAt.Load()).Sub(start)
+	info("raw pipe, pass %d: %d records in %v: %.0f records/s; CPU: this process (pipe + observer) %v, broker %s",
+		pass, b.c.records, wall.Round(time.Millisecond), float64(b.c.records)/wall.Seconds(), (processCPU() - cpu0).Round(time.Millisecond), cpuDelta(bcpu0, procCPU(b.c.brokerPID)))
+	return wall, nil
+}
+
+func (b *bench) rawPartition(ctx context.Context, out string, p int32) error {
+	ends, err := b.adm.ListEndOffsets(ctx, b.in)
+	if err != nil {
+		return err
+	}
+	end, ok := ends.Lookup(b.in, p)
+	if !ok || end.Err != nil {
+		return fmt.Errorf("end offset of %s[%d]: %v", b.in, p, end.Err)
+	}
+	prod, err := kgo.NewClient(kgo.SeedBrokers(b.c.brokers...), kgo.DefaultProduceTopic(out), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	cons, err := kgo.NewClient(kgo.SeedBrokers(b.c.brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{b.in: {p: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
+	var failed atomic.Pointer[error]
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			failed.CompareAndSwap(nil, &err)
+		}
+	}
+	for next := int64(0); next < end.Offset; {
+		fs := cons.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) { ferr = errors.Join(ferr, fmt.Errorf("%s[%d]: %w", t, p, err)) })
+		if ferr != nil {
+			return ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			next = r.Offset + 1
+			prod.Produce(ctx, &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Partition: p}, promise)
+		})
+	}
+	if err := prod.Flush(ctx); err != nil {
+		return err
+	}
+	if e := failed.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// ---- the job's processes ----
+
+type proc struct {
+	id   string
+	http string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+	// stopping is set before the bench stops the process on purpose.
+	stopping atomic.Bool
+}
+
+func (p *proc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// job is one count job: its name, output topic and replicas.
+type job struct {
+	b     *bench
+	name  string
+	out   string
+	dir   string
+	cfg   string
+	procs []*proc
+}
+
+func (b *bench) newJob(ctx context.Context, name string) (*job, error) {
+	j := &job{b: b, name: name, out: name + "-out", dir: filepath.Join(b.dir, name)}
+	b.jobs = append(b.jobs, name)
+	if err := os.MkdirAll(j.dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := b.createTopic(ctx, j.out); err != nil {
+		return nil, err
+	}
+	j.cfg = filepath.Join(j.dir, "job.yaml")
+	yaml := fmt.Sprintf(`job:
+  name: %s
+  pipeline:
+    - source: {topics: [%s], format: json, start: earliest}
+    - aggregate: {op: count}
+    - sink: {topic: %s, format: json, delivery: exactly-once}
+kafka:
+  brokers: [%s]
+  session_timeout: %s
+checkpoint:
+  interval: %s
+  timeout: 1m
+  storage: file://%s
+log:
+  level: info
+`, name, b.in, j.out, strings.Join(b.c.brokers, ", "), b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"))
+	return j, os.WriteFile(j.cfg, []byte(yaml), 0o600)
+}
+
+// start starts replica id (state kept across its restarts) on a free port.
+func (j *job) start(id string) (*proc, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{id: id, http: "127.0.0.1:" + strconv.Itoa(port), log: filepath.Join(j.dir, id+".log"), done: make(chan struct{})}
+	logf, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(j.b.c.processor, "run", "-c", j.cfg,
+		"--process.replica_id="+id,
+		"--state.dir="+filepath.Join(j.dir, "state-"+id),
+		"--http.address="+p.http,
+	)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	// Dies with this process, however it ends.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	j.b.mu.Lock()
+	j.b.procs = append(j.b.procs, p)
+	j.b.mu.Unlock()
+	j.procs = append(j.procs, p)
+	return p, nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (j *job) running() []*proc {
+	var out []*proc
+	for _, p := range j.procs {
+		if p.alive() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// check fails if a replica exited that the bench did not stop.
+func (j *job) check() error {
+	for _, p := range j.procs {
+		if !p.alive() && !p.stopping.Load() {
+			return fmt.Errorf("replica %s of %s exited: %v; its log ends:\n%s", p.id, j.name, p.err, tail(p.log, 30))
+		}
+	}
+	return nil
+}
+
+func (j *job) kill(p *proc) {
+	p.stopping.Store(true)
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// term sends SIGTERM and waits for the exit, which must be 0.
+func (j *job) term(p *proc) error {
+	p.stopping.Store(true)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return fmt.Errorf("replica %s after SIGTERM: %v (want exit 0)", p.id, p.err)
+		}
+		return nil
+	case <-time.After(60 * time.Second):
+		j.kill(p)
+		return fmt.Errorf("replica %s did not exit within 60s of SIGTERM", p.id)
+	}
+}
+
+func (j *job) stopAll() error {
+	var errs error
+	for _, p := range j.running() {
+		p.stopping.Store(true)
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range j.procs {
+		select {
+		case <-p.done:
+		case <-time.After(60 * time.Second):
+			j.kill(p)
+			errs = errors.Join(errs, fmt.Errorf("replica %s did not exit within 60s of SIGTERM", p.id))
+		}
+	}
+	return errs
+}
+
+func (b *bench) killAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.procs {
+		if p.alive() {
+			p.stopping.Store(true)
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+		}
+	}
+}
+
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ---- 1, 2. the count job's throughput and checkpoints ----
+
+// tput is a count job's throughput run: records/s from the start of its
+// processes to the last output committed; the time from the start to the
+// first output written (not yet committed), and records/s from then to the
+// N-th output written (zero if unknown). With several replicas, outputs
+// written before the generation change of the start-up are written again,
+// so the processing figure overstates.
+type tput struct {
+	rate, processing float64
+	startup          time.Duration
+}
+
+func (b *bench) throughput(ctx context.Context, idx, replicas int) (*job, tput, error) {
+	j, err := b.newJob(ctx, fmt.Sprintf("%s-j%d-%dr", b.id, idx+1, replicas))
+	if err != nil {
+		return nil, tput{}, err
+	}
+	cnt := newCounter(b.c.records)
+	obs, err := b.observe(ctx, j.out, nil, cnt.record)
+	if err != nil {
+		return nil, tput{}, err
+	}
+	defer obs.stop()
+
+	cpu0, bcpu0 := processCPU(), procCPU(b.c.brokerPID)
+	start := time.Now()
+	for r := range replicas {
+		if _, err := j.start(fmt.Sprintf("r%d", r+1)); err != nil {
+			return nil, tput{}, err
+		}
+	}
+	// The sinks' written-records counters, scraped every 100ms: when the
+	// first record and the N-th were written (acknowledged, not yet
+	// committed), separating start-up and the final commit from processing.
+	var firstWritten, allWritten atomic.Int64
+	scrapeCtx, stopScrape := context.WithCancel(ctx)
+	scraped := make(chan struct{})
+	go func() {
+		defer close(scraped)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-scrapeCtx.Done():
+				return
+			case <-t.C:
+			}
+			now := time.Now().UnixNano()
+			n := j.scrapeSum(scrapeCtx, "weir_sink_records_written_total")
+			if n > 0 && firstWritten.Load() == 0 {
+				firstWritten.Store(now)
+			}
+			if n >= float64(b.c.records) {
+				allWritten.Store(now)
+				return
+			}
+		}
+	}()
+	defer func() { stopScrape(); <-scraped }()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Minute)
+wait:
+	for {
+		select {
+		case <-cnt.reached:
+			break wait
+		case <-ctx.Done():
+			return nil, tput{}, ctx.Err()
+		case <-deadline:
+			return nil, tput{}, fmt.Errorf("observer saw %d of %d records after 10 minutes", cnt.seen.Load(), b.c.records)
+		case <-tick.C:
+			if err := j.check(); err != nil {
+				return nil, tput{}, err
+			}
+		}
+	}
+	end := time.Unix(0, cnt.doneAt.Load())
+	wall := end.Sub(start)
+	rate := float64(b.c.records) / wall.Seconds()
+	var jobCPU time.Duration
+	for _, p := range j.procs {
+		jobCPU += procCPU(p.cmd.Process.Pid)
+	}
+	first := time.Unix(0, cnt.first.Load())
+	stopScrape()
+	<-scraped
+	t := tput{rate: rate}
+	if fw, aw := firstWritten.Load(), allWritten.Load(); fw > 0 && aw > fw {
+		t.startup = time.Unix(0, fw).Sub(start)
+		t.processing = float64(b.c.records) / time.Unix(0, aw).Sub(time.Unix(0, fw)).Seconds()
+		info("count job, %d replica(s): %d records in %v: %.0f records/s; first output written %v after the start, all written %v later (%.0f records/s), all committed %v after that; first output committed %v after the start",
+			replicas, b.c.records, wall.Round(time.Millisecond), rate, t.startup.Round(time.Millisecond),
+			time.Unix(0, aw).Sub(time.Unix(0, fw)).Round(time.Millisecond), t.processing,
+			end.Sub(time.Unix(0, aw)).Round(time.Millisecond), first.Sub(start).Round(time.Millisecond))
+	} else {
+		info("count job, %d replica(s): %d records in %v: %.0f records/s; first output committed %v after the start (the written-records counters were not scraped in time)",
+			replicas, b.c.records, wall.Round(time.Millisecond), rate, first.Sub(start).Round(time.Millisecond))
+	}
+	info("  CPU: replicas %v, broker %s, this process (observer) %v", jobCPU.Round(time.Millisecond), cpuDelta(bcpu0, procCPU(b.c.brokerPID)), (processCPU() - cpu0).Round(time.Millisecond))
+
+	// 2. Checkpoint durations over the run.
+	durs, byCoord, err := b.checkpointDurations(ctx, j.name, start, end)
+	if err != nil {
+		return nil, tput{}, fmt.Errorf("checkpoint durations: %w", err)
+	}
+	hist := j.scrapeHistogram()
+	if len(durs) == 0 {
+		info("  no checkpoint completed during the run (it lasted %v)", wall.Round(time.Millisecond))
+	} else {
+		p50, p99 := quantile(durs, 0.50), quantile(durs, 0.99)
+		if idx == 0 {
+			result("checkpoint_duration_p50", "%.0f", ms(p50), "ms")
+			result("checkpoint_duration_p99", "%.0f", ms(p99), "ms")
+		}
+		info("  %d checkpoints triggered during the run completed: duration p50 %v, p99 %v, max %v (trigger's ts to the timestamp of the complete record on the commit topic)",
+			len(durs), p50, p99, slices.Max(durs))
+		info("  as the coordinator reports them (its clock ticks every 100ms): complete's ts: p50 %v, p99 %v; weir_checkpoint_duration_seconds: %s",
+			quantile(byCoord, 0.5), quantile(byCoord, 0.99), hist)
+	}
+	return j, t, nil
+}
+
+// checkpointDurations reads a job's trigger and commit topics and returns
+// complete.ts − trigger.ts of every completed checkpoint triggered within
+// [from, to].
+func (b *bench) checkpointDurations(ctx context.Context, jobName string, from, to time.Time) (exact, byCoord []time.Duration, err error) {
+	type msg struct {
+		Type string `json:"type"`
+		ID   uint64 `json:"id"`
+		TS   int64  `json:"ts"`
+	}
+	prefix := "_weir." + jobName + "."
+	triggers, completes, coordTS := map[uint64]int64{}, map[uint64]int64{}, map[uint64]int64{}
+	for _, t := range []string{prefix + "trigger", prefix + "commit"} {
+		// Read up to the end offsets of now: the topics keep growing (a
+		// checkpoint a second). Control records are kept so that the
+		// position reaches the end even when the last offset is a
+		// transaction marker.
+		ends, err := b.adm.ListCommittedOffsets(ctx, t)
+		if err != nil {
+			return nil, nil, err
+		}
+		left := map[int32]int64{}
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Offset > 0 {
+				left[o.Partition] = o.Offset
+			}
+		})
+		cl, err := kgo.NewClient(kgo.SeedBrokers(b.c.brokers...), kgo.ConsumeTopics(t),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.KeepControlRecords(), kgo.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			return nil, nil, err
+		}
+		deadline := time.Now().Add(time.Minute)
+		for len(left) > 0 {
+			if time.Now().After(deadline) {
+				cl.Close()
+				return nil, nil, fmt.Errorf("%s: not read to its end within a minute", t)
+			}
+			fs := cl.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				cl.Close()
+				return nil, nil, err
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				if r.Offset+1 >= left[r.Partition] {
+					delete(left, r.Partition)
+				}
+				var m msg
+				if r.Attrs.IsControl() || json.Unmarshal(r.Value, &m) != nil {
+					return
+				}
+				switch m.Type {
+				case "trigger":
+					triggers[m.ID] = m.TS
+				case "complete":
+					// The record's own timestamp: the coordinator's ts is
+					// the time of its last clock tick (every 100ms), not
+					// of the completion.
+					completes[m.ID] = r.Timestamp.UnixMilli()
+					coordTS[m.ID] = m.TS
+				}
+			})
+		}
+		cl.Close()
+	}
+	var out []time.Duration
+	for id, tts := range triggers {
+		cts, ok := completes[id]
+		if !ok || tts < from.UnixMilli() || tts > to.UnixMilli() {
+			continue
+		}
+		out = append(out, time.Duration(cts-tts)*time.Millisecond)
+		byCoord = append(byCoord, time.Duration(coordTS[id]-tts)*time.Millisecond)
+	}
+	slices.Sort(out)
+	slices.Sort(byCoord)
+	return out, byCoord, nil
+}
+
+// scrapeSum returns the sum of metric (all its label sets) over the running
+// replicas' /metrics; replicas not answering count 0.
+func (j *job) scrapeSum(ctx context.Context, metric string) float64 {
+	var sum float64
+	for _, p := range j.running() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.http+"/metrics", nil)
+		if err != nil {
+			continue
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(data), "\n") {
+			name, val, ok := strings.Cut(line, " ")
+			if !ok || (name != metric && !strings.HasPrefix(name, metric+"{")) {
+				continue
+			}
+			if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
+// scrapeHistogram sums weir_checkpoint_duration_seconds over the replicas'
+// /metrics (only the coordinator's observes) and describes it.
+func (j *job) scrapeHistogram() string {
+	buckets := map[float64]float64{}
+	var count, sum float64
+	for _, p := range j.running() {
+		resp, err := http.Get("http://" + p.http + "/metrics")
+		if err != nil {
+			return "scrape: " + err.Error()
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(data), "\n") {
+			name, val, ok := strings.Cut(line, " ")
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+			if err != nil {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(name, `weir_checkpoint_duration_seconds_bucket{le="`):
+				le := strings.TrimSuffix(strings.TrimPrefix(name, `weir_checkpoint_duration_seconds_bucket{le="`), `"}`)
+				f, err := strconv.ParseFloat(le, 64)
+				if err != nil { // +Inf
+					continue
+				}
+				buckets[f] += v
+			case name == "weir_checkpoint_duration_seconds_count":
+				count += v
+			case name == "weir_checkpoint_duration_seconds_sum":
+				sum += v
+			}
+		}
+	}
+	if count == 0 {
+		return "empty"
+	}
+	les := make([]float64, 0, len(buckets))
+	for le := range buckets {
+		les = append(les, le)
+	}
+	slices.Sort(les)
+	q := func(q float64) string {
+		for _, le := range les {
+			if buckets[le] >= q*count {
+				return fmt.Sprintf("<= %gms", le*1000)
+			}
+		}
+		return "> last bucket"
+	}
+	return fmt.Sprintf("%.0f checkpoints since the start, mean %.0fms, p50 %s, p99 %s", count, sum/count*1000, q(0.5), q(0.99))
+}
+
+// ---- 3. latency ----
+
+// steady produces input at the configured rate until stop, every record's
+// timestamp its produce call's time, and counts its keys into b.perKey.
+type steady struct {
+	stopc    chan struct{}
+	done     chan struct{}
+	produced atomic.Int64
+	err      error
+}
+
+func (b *bench) startSteady(ctx context.Context, seed uint64) (*steady, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.c.brokers...), kgo.DefaultProduceTopic(b.in), kgo.ProducerLinger(0))
+	if err != nil {
+		return nil, err
+	}
+	s := &steady{stopc: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		defer cl.Close()
+		var failed atomic.Pointer[error]
+		promise := func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+		}
+		rng := mrand.New(mrand.NewPCG(seed, 3))
+		perKey := map[string]int{}
+		const tick = 10 * time.Millisecond
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		start := time.Now()
+		i := 0
+	loop:
+		for {
+			select {
+			case <-s.stopc:
+				break loop
+			case <-ctx.Done():
+				break loop
+			case now := <-t.C:
+				// As many records as the rate asks for by now.
+				want := int(now.Sub(start).Seconds() * float64(b.c.rate))
+				for ; i < want; i++ {
+					k := keyName(rng.IntN(b.c.keys))
+					perKey[k]++
+					cl.Produce(ctx, &kgo.Record{Key: []byte(k), Value: inputValue(nil, -1-i, k), Timestamp: time.Now()}, promise)
+				}
+			}
+		}
+		if err := cl.Flush(context.WithoutCancel(ctx)); err != nil {
+			s.err = err
+		}
+		if p := failed.Load(); p != nil {
+			s.err = errors.Join(s.err, *p)
+		}
+		b.mu.Lock()
+		for k, n := range perKey {
+			b.perKey[k] += n
+		}
+		b.mu.Unlock()
+		s.produced.Store(int64(i))
+	}()
+	return s, nil
+}
+
+func (s *steady) stop() (int, error) {
+	close(s.stopc)
+	<-s.done
+	return int(s.produced.Load()), s.err
+}
+
+func (b *bench) latency(ctx context.Context, j *job) error {
+	from, err := b.committedEnds(ctx, j.out)
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	var lats []time.Duration
+	var seen atomic.Int64
+	obs, err := b.observe(ctx, j.out, from, func(r *kgo.Record, now time.Time) {
+		mu.Lock()
+		lats = append(lats, now.Sub(r.Timestamp))
+		mu.Unlock()
+		seen.Add(1)
+	})
+	if err != nil {
+		return err
+	}
+	defer obs.stop()
+	s, err := b.startSteady(ctx, 10)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-time.After(b.c.latencyFor):
+	case <-ctx.Done():
+	}
+	n, err := s.stop()
+	if err != nil {
+		return fmt.Errorf("steady input: %w", err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for seen.Load() < int64(n) {
+		if err := j.check(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("saw %d of %d outputs a minute after the input stopped", seen.Load(), n)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if int64(len(lats)) != int64(n) {
+		return fmt.Errorf("%d outputs for %d inputs", len(lats), n)
+	}
+	slices.Sort(lats)
+	p50, p99 := quantile(lats, 0.5), quantile(lats, 0.99)
+	result("e2e_latency_p50", "%.0f", ms(p50), "ms")
+	result("e2e_latency_p99", "%.0f", ms(p99), "ms")
+	info("latency, %d replicas: %d records at %d records/s over %v: p50 %v, p99 %v, min %v, max %v (checkpoint interval %v)",
+		len(j.running()), n, b.c.rate, b.c.latencyFor, p50.Round(time.Millisecond), p99.Round(time.Millisecond),
+		lats[0].Round(time.Millisecond), lats[len(lats)-1].Round(time.Millisecond), b.c.interval)
+	return nil
+}
+
+// ---- 4. recovery ----
+
+// coordinatorOf returns the running replica whose /metrics show it
+// triggering checkpoints (weir_checkpoint_triggered_total growing).
+func (j *job) coordinatorOf(ctx context.Context) (*proc, error) {
+	read := func() map[*proc]float64 {
+		out := map[*proc]float64{}
+		for _, p := range j.running() {
+			resp, err := http.Get("http://" + p.http + "/metrics")
+			if err != nil {
+				continue
+			}
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, line := range strings.Split(string(data), "\n") {
+				if v, ok := strings.CutPrefix(line, "weir_checkpoint_triggered_total "); ok {
+					out[p], _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+				}
+			}
+		}
+		return out
+	}
+	before := read()
+	if err := sleep(ctx, 2*j.b.c.interval+500*time.Millisecond); err != nil {
+		return nil, err
+	}
+	after := read()
+	var found *proc
+	for p, v := range after {
+		if v > before[p] {
+			if found != nil {
+				return nil, fmt.Errorf("replicas %s and %s both trigger checkpoints", found.id, p.id)
+			}
+			found = p
+		}
+	}
+	if found == nil {
+		return nil, errors.New("no replica triggered a checkpoint")
+	}
+	return found, nil
+}
+
+// recovery measures the kill -9 of a non-coordinator replica (the headline),
+// of the coordinator's replica, and a SIGTERM, with steady input.
+func (b *bench) recovery(ctx context.Context, j *job) error {
+	s, err := b.startSteady(ctx, 20)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if s != nil {
+			_, _ = s.stop()
+		}
+	}()
+	if err := b.waitSteady(ctx, j); err != nil {
+		return err
+	}
+
+	// kill -9 of a replica that is not the coordinator.
+	coord, err := j.coordinatorOf(ctx)
+	if err != nil {
+		return err
+	}
+	var victim *proc
+	for _, p := range j.running() {
+		if p != coord {
+			victim = p
+			break
+		}
+	}
+	d, err := b.outage(ctx, j, victim, syscall.SIGKILL)
+	if err != nil {
+		return err
+	}
+	result("recovery_after_kill_seconds", "%.2f", d.Seconds(), "s")
+	info("recovery after kill -9 of %s (not the coordinator, %d replicas): %.2fs, with kafka.session_timeout %v",
+		victim.id, len(j.running())+1, d.Seconds(), b.c.sessionTimeout)
+
+	// The killed replica comes back; then the coordinator's replica.
+	if _, err := j.start(victim.id); err != nil {
+		return err
+	}
+	if err := b.waitSteady(ctx, j); err != nil {
+		return err
+	}
+	coord, err = j.coordinatorOf(ctx)
+	if err != nil {
+		return err
+	}
+	d, err = b.outage(ctx, j, coord, syscall.SIGKILL)
+	if err != nil {
+		return err
+	}
+	result("recovery_after_coordinator_kill_seconds", "%.2f", d.Seconds(), "s")
+	info("recovery after kill -9 of %s (the coordinator): %.2fs", coord.id, d.Seconds())
+	if _, err := j.start(coord.id); err != nil {
+		return err
+	}
+	if err := b.waitSteady(ctx, j); err != nil {
+		return err
+	}
+
+	// Graceful: SIGTERM of a non-coordinator replica.
+	coord, err = j.coordinatorOf(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range j.running() {
+		if p != coord {
+			victim = p
+			break
+		}
+	}
+	d, err = b.outage(ctx, j, victim, syscall.SIGTERM)
+	if err != nil {
+		return err
+	}
+	result("recovery_after_sigterm_seconds", "%.2f", d.Seconds(), "s")
+	info("recovery after SIGTERM of %s (leaves the group): %.2fs", victim.id, d.Seconds())
+
+	n, err := s.stop()
+	s = nil
+	if err != nil {
+		return fmt.Errorf("steady input: %w", err)
+	}
+	info("steady input during the recovery measurements: %d records at %d records/s", n, b.c.rate)
+	return j.check()
+}
+
+// waitSteady waits until every output partition has new committed output,
+// and then two checkpoint intervals.
+func (b *bench) waitSteady(ctx context.Context, j *job) error {
+	if _, err := b.firstOutputs(ctx, j, func() error { return nil }, 2*time.Minute); err != nil {
+		return fmt.Errorf("waiting for steady output: %w", err)
+	}
+	return sleep(ctx, 2*b.c.interval)
+}
+
+// outage signals p and returns the time from the signal until every output
+// partition has new committed output.
+func (b *bench) outage(ctx context.Context, j *job, p *proc, sig syscall.Signal) (time.Duration, error) {
+	var at time.Time
+	last, err := b.firstOutputs(ctx, j, func() error {
+		at = time.Now()
+		if sig == syscall.SIGKILL {
+			j.kill(p)
+			return nil
+		}
+		return j.term(p)
+	}, 3*time.Minute)
+	if err != nil {
+		return 0, err
+	}
+	return last.Sub(at), nil
+}
+
+// firstOutputs positions a read_committed consumer at the committed end
+// offsets of j's output, calls act, and returns when every partition has
+// shown a record, the time of the last of these firsts.
+func (b *bench) firstOutputs(ctx context.Context, j *job, act func() error, timeout time.Duration) (time.Time, error) {
+	from, err := b.committedEnds(ctx, j.out)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var mu sync.Mutex
+	firsts := map[int32]time.Time{}
+	obs, err := b.observe(ctx, j.out, from, func(r *kgo.Record, now time.Time) {
+		mu.Lock()
+		if _, ok := firsts[r.Partition]; !ok {
+			firsts[r.Partition] = now
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer obs.stop()
+	if err := act(); err != nil {
+		return time.Time{}, err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		mu.Lock()
+		n := len(firsts)
+		var last time.Time
+		for _, t := range firsts {
+			if t.After(last) {
+				last = t
+			}
+		}
+		mu.Unlock()
+		if n == b.c.partitions {
+			return last, nil
+		}
+		if err := j.check(); err != nil {
+			return time.Time{}, err
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("only %d of %d output partitions had new committed output within %v", n, b.c.partitions, timeout)
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return time.Time{}, err
+		}
+	}
+}
+
+// ---- verification ----
+
+// verification is what verify found in one output.
+type verification struct {
+	topic string
+	// lost and duplicated count the outputs missing from or repeated in
+	// the exact sequence 1..n of their key (exactly-once violations);
+	// disordered counts the outputs with a lower count than the output
+	// of the same key before them (per-key order violations).
+	lost, duplicated, disordered int
+	problems                     []string
+}
+
+func (v *verification) ok() bool { return v.lost == 0 && v.duplicated == 0 && v.disordered == 0 }
+
+// verify reads topic read_committed from the start until it has total
+// records (and a second more), and checks that every key's counts are
+// exactly 1, 2, …, perKey[key], each once (exactly once), and in that order.
+func (b *bench) verify(ctx context.Context, topic string, perKey map[string]int, total int) (*verification, error) {
+	start := time.Now()
+	v := &verification{topic: topic}
+	counts := map[string][]int32{}
+	note := func(format string, args ...any) {
+		if len(v.problems) < 10 {
+			v.problems = append(v.problems, fmt.Sprintf(format, args...))
+		}
+	}
+	var seen atomic.Int64
+	obs, err := b.observe(ctx, topic, nil, func(r *kgo.Record, _ time.Time) {
+		var out struct {
+			Key   string `json:"key"`
+			Count int32  `json:"count"`
+		}
+		seen.Add(1)
+		if err := json.Unmarshal(r.Value, &out); err != nil || out.Key != string(r.Key) {
+			v.duplicated++ // not a count of its key: an output too many
+			note("%s[%d]@%d: %q is not the count of key %q", r.Topic, r.Partition, r.Offset, r.Value, r.Key)
+			return
+		}
+		cs := counts[out.Key]
+		if n := len(cs); n > 0 && out.Count < cs[n-1] {
+			v.disordered++
+			note("%s[%d]@%d (timestamp %s): key %s: count %d after %d", r.Topic, r.Partition, r.Offset,
+				r.Timestamp.UTC().Format("15:04:05.000"), out.Key, out.Count, cs[n-1])
+		}
+		counts[out.Key] = append(cs, out.Count)
+	})
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for seen.Load() < int64(total) && time.Now().Before(deadline) {
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			obs.stop()
+			return nil, err
+		}
+	}
+	// A little longer, to see an output too many.
+	_ = sleep(ctx, time.Second)
+	obs.stop()
+	for k, cs := range counts {
+		if _, ok := perKey[k]; !ok {
+			v.duplicated += len(cs)
+			note("key %s: %d outputs for a key never produced", k, len(cs))
+		}
+	}
+	for k, n := range perKey {
+		cs := slices.Clone(counts[k])
+		slices.Sort(cs)
+		have := map[int32]int{}
+		for _, c := range cs {
+			have[c]++
+		}
+		for c := int32(1); c <= int32(n); c++ {
+			switch m := have[c]; {
+			case m == 0:
+				v.lost++
+				note("key %s: count %d missing (%d inputs)", k, c, n)
+			case m > 1:
+				v.duplicated += m - 1
+				note("key %s: count %d %d times", k, c, m)
+			}
+			delete(have, c)
+		}
+		for c, m := range have {
+			v.duplicated += m
+			note("key %s: count %d, beyond its %d inputs", k, c, n)
+		}
+	}
+	info("verified %s: %d outputs for %d inputs over %d keys in %v: %d lost, %d duplicated (exactly-once violations), %d out of order per key",
+		topic, seen.Load(), total, len(perKey), time.Since(start).Round(time.Millisecond), v.lost, v.duplicated, v.disordered)
+	return v, nil
+}
+
+// ---- helpers ----
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// quantile is the nearest-rank quantile of sorted ds.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	i := int(float64(len(ds))*q+0.999999) - 1
+	return ds[max(0, min(i, len(ds)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU is the user + system CPU time of process pid from /proc, or -1.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return -1
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
+
+// loadAvg is the 1, 5 and 15 minute load averages, or "unknown".
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}
+
+func cpuDelta(a, b time.Duration) string {
+	if a < 0 || b < 0 {
+		return "unknown"
+	}
+	return (b - a).Round(time.Millisecond).String()
+}
+
+// brokerPIDFromFile reads the pid file scripts/kafka.sh writes for the
+// broker's port, looking upwards from the working directory.
+func brokerPIDFromFile(broker string) int {
+	_, port, ok := strings.Cut(broker, ":")
+	if !ok {
+		return 0
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return 0
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, ".cache", "kafka-run", port, "kafka.pid"))
+		if err == nil {
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+			return pid
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return 0
+		}
+		dir = parent
+	}
+}
