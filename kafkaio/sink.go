@@ -547,6 +547,9 @@ func (s *Sink) begin(ctx context.Context) error {
 	if waited > time.Second {
 		s.log.Warn("waited for a free transactional producer", "wait", waited, "pool_size", len(s.slots))
 	}
+	if err := s.awaitPreviousFlush(ctx, sl); err != nil {
+		return err
+	}
 	sl.err.Store(nil)
 	if err := sl.cl.BeginTransaction(); err != nil {
 		return s.fail(fmt.Errorf("begin transaction %s: %w", sl.txnID, err))
@@ -554,6 +557,52 @@ func (s *Sink) begin(ctx context.Context) error {
 	s.cur = sl
 	s.curOpened = time.Now()
 	return nil
+}
+
+// awaitPreviousFlush waits until the newest pre-committed transaction is
+// flushed, before the first record of the next epoch is produced through
+// another producer (slot sl, which it returns to the pool if it gives up).
+// Two producers writing to one partition at once would interleave their
+// records in the log, and read_committed readers would see the next epoch's
+// records before the end of the previous one: per-key order would break at
+// checkpoint boundaries. Waiting here keeps the barrier itself free of
+// Kafka: the wait is paid only when the next epoch has records, and only
+// for what is still in flight. By induction every older transaction is
+// flushed too. The wait is the weir_sink_flush_wait_seconds metric.
+func (s *Sink) awaitPreviousFlush(ctx context.Context, sl *sinkSlot) error {
+	s.mu.Lock()
+	var last *sinkTxn
+	if n := len(s.pending); n > 0 {
+		last = s.pending[n-1]
+	}
+	s.mu.Unlock()
+	if last == nil {
+		return nil
+	}
+	start := time.Now()
+	select {
+	case <-last.done:
+	case <-ctx.Done():
+		s.release(sl)
+		return fmt.Errorf("kafkaio: sink %s-%d waiting for the previous epoch's flush: %w", s.cfg.Stage, s.cfg.Partition, ctx.Err())
+	case <-s.ctx.Done():
+		s.release(sl)
+		return ErrSinkClosed
+	}
+	s.met.flushWait.Observe(time.Since(start).Seconds())
+	if last.err != nil {
+		s.release(sl)
+		return s.fail(fmt.Errorf("flush of checkpoint %d's transaction: %w", last.checkpoint, last.err))
+	}
+	return nil
+}
+
+// release returns an unused slot to the front of the pool.
+func (s *Sink) release(sl *sinkSlot) {
+	s.mu.Lock()
+	s.free = append([]*sinkSlot{sl}, s.free...)
+	s.mu.Unlock()
+	s.signalFreed()
 }
 
 // SinkPreCommit is the result of PreCommit: the transactions the task's

@@ -19,6 +19,7 @@ type SinkMetrics struct {
 	aborted        *prometheus.CounterVec
 	commitLatency  *prometheus.HistogramVec
 	poolWait       *prometheus.HistogramVec
+	flushWait      *prometheus.HistogramVec
 }
 
 // NewSinkMetrics creates the sink metrics and registers them on reg (never
@@ -52,11 +53,16 @@ func NewSinkMetrics(reg prometheus.Registerer) (*SinkMetrics, error) {
 			Help:    "Time a sink waited for a free transactional producer at the start of an epoch (0 when one was free).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, []string{"stage"}),
+		flushWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "weir_sink_flush_wait_seconds",
+			Help:    "Time the first record of an epoch waited for the previous epoch's flush, so that output keeps its order in every partition (0 when it was done).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"stage"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.recordsWritten, m.bytesWritten, m.committed, m.aborted, m.commitLatency, m.poolWait} {
+	for _, c := range []prometheus.Collector{m.recordsWritten, m.bytesWritten, m.committed, m.aborted, m.commitLatency, m.poolWait, m.flushWait} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("kafkaio: register sink metrics: %w", err)
 		}
@@ -71,6 +77,7 @@ type sinkTaskMetrics struct {
 	committed, aborted prometheus.Counter
 	commitLatency      prometheus.Observer
 	poolWait           prometheus.Observer
+	flushWait          prometheus.Observer
 }
 
 func (m *SinkMetrics) forTask(stage string, partition int32) sinkTaskMetrics {
@@ -82,5 +89,6 @@ func (m *SinkMetrics) forTask(stage string, partition int32) sinkTaskMetrics {
 		aborted:       m.aborted.WithLabelValues(stage, p),
 		commitLatency: m.commitLatency.WithLabelValues(stage),
 		poolWait:      m.poolWait.WithLabelValues(stage),
+		flushWait:     m.flushWait.WithLabelValues(stage),
 	}
 }
