@@ -20,6 +20,7 @@ import (
 // TestRunThenListCheckpoints runs one replica of the count job on kfake
 // until a few checkpoints completed, stops it, and lists them.
 func TestRunThenListCheckpoints(t *testing.T) {
+	clearConfigEnv(t)
 	c := kafkatest.NewKfake(t)
 	dir := t.TempDir()
 	c.CreateTopic(t, "in", 2, nil)
@@ -87,4 +88,17 @@ log: {level: error}
 		t.Fatalf("no retained checkpoint with 2 tasks and a size:\n%s", out.String())
 	}
 	t.Logf("\n%s", out.String())
+}
+
+// clearConfigEnv unsets, for the test, every WEIR_ variable the
+// configuration reads: `make test` exports WEIR_KAFKA_BROKERS (the real
+// broker), which would override the test's own YAML.
+func clearConfigEnv(t *testing.T) {
+	for _, k := range config.Keys() {
+		name := config.EnvName(k)
+		t.Setenv(name, "") // restores the old value after the test
+		if err := os.Unsetenv(name); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -203,8 +203,13 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("read the ack topic: %w", err)
 		case s := <-r.events:
+			// The core knows only the time it is told: tell it before each
+			// event, so that completion times and durations are exact
+			// rather than rounded to the tick.
+			core.Tick(r.opts.Now())
 			s.done <- core.Step(s.ev)
 		case m := <-acks:
+			core.Tick(r.opts.Now())
 			r.stepAck(core, m)
 		case <-ticker.C:
 			core.Tick(r.opts.Now())

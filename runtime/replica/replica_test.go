@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -44,7 +45,8 @@ func TestReplicasCountExactlyOnce(t *testing.T) {
 			for i := from; i < to; i++ {
 				k := fmt.Sprintf("k%03d", i%keys)
 				v, _ := json.Marshal(map[string]int{"i": i})
-				cl.Produce(ctx, &kgo.Record{Key: []byte(k), Value: v}, nil)
+				cl.Produce(ctx, &kgo.Record{Key: []byte(k), Value: v,
+					Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte(strconv.Itoa(i))}}}, nil)
 			}
 			if err := cl.Flush(ctx); err != nil {
 				t.Error(err)
@@ -171,6 +173,9 @@ func verifyCounts(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic
 			}
 			if err := json.Unmarshal(r.Value, &v); err != nil {
 				t.Fatalf("output %q: %v", r.Value, err)
+			}
+			if len(r.Headers) != 1 || r.Headers[0].Key != "trace" {
+				t.Fatalf("output %q lost its input's headers: %v", r.Value, r.Headers)
 			}
 			if v.Count != last[v.Key]+1 {
 				t.Fatalf("key %s: count %d after %d", v.Key, v.Count, last[v.Key])

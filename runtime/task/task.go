@@ -294,6 +294,7 @@ func (t *Task) loop() error {
 	ctx := t.ctx
 	out := &emitter{t: t}
 	var batch []stream.Record
+	var headers []stream.Header // one slab per batch for the records' headers
 	nextTimers := t.cfg.Now().Add(t.cfg.TimerInterval)
 	for {
 		pollCtx, cancel := context.WithDeadline(ctx, nextTimers)
@@ -312,10 +313,18 @@ func (t *Task) loop() error {
 				return err
 			}
 		} else if len(el.Records) > 0 {
-			batch = batch[:0]
+			batch, headers = batch[:0], headers[:0]
 			for _, r := range el.Records {
+				var hs []stream.Header
+				if len(r.Headers) > 0 {
+					start := len(headers)
+					for _, h := range r.Headers {
+						headers = append(headers, stream.Header{Key: h.Key, Value: h.Value})
+					}
+					hs = headers[start:len(headers):len(headers)]
+				}
 				batch = append(batch, stream.Record{
-					Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
+					Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: hs,
 					Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 				})
 			}
