@@ -41,6 +41,10 @@ test-short: ## Unit and kfake tests only (no Java, no S3 server needed)
 bench-kafkaio: ## Benchmark on the real broker: raw franz-go pipe vs Weir source -> exactly-once sink (ARGS=-short for a smoke run)
 	bash scripts/with-services.sh $(GO) run ./internal/tools/benchkafkaio $(ARGS)
 
+.PHONY: bench
+bench: build ## Product benchmark on the real broker: YAML count job vs raw franz-go pipe, checkpoint durations, e2e latency, recovery after kill -9 (ARGS=-short for a quick check)
+	bash scripts/with-services.sh $(GO) run ./internal/tools/bench -processor $(BIN)/processor $(ARGS)
+
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt check, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>&1); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
