@@ -101,6 +101,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/internal/benchutil"
 	"github.com/weir-stream/weir/internal/kafkatest"
 )
 
@@ -174,7 +175,7 @@ func main() {
 		c.processor = abs
 	}
 	if c.brokerPID == 0 {
-		c.brokerPID = brokerPIDFromFile(c.brokers[0])
+		c.brokerPID = benchutil.BrokerPID(c.brokers[0])
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -375,41 +376,11 @@ func run(ctx context.Context, c config) (err error) {
 // ---- topics, input ----
 
 func (b *bench) createTopic(ctx context.Context, t string) error {
-	resp, err := b.adm.CreateTopic(ctx, int32(b.c.partitions), 1, nil, t)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", t, err)
+	if err := benchutil.CreateTopic(ctx, b.adm, t, b.c.partitions); err != nil {
+		return err
 	}
 	b.topics = append(b.topics, t)
-	// Wait for leaders: a client that looks a new topic up too early backs
-	// off for its metadata min age, which would land in a measured time.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		md, err := b.adm.Metadata(ctx, t)
-		if err == nil {
-			td := md.Topics[t]
-			err = td.Err
-			if err == nil && len(td.Partitions) != b.c.partitions {
-				err = fmt.Errorf("%d partitions of %d", len(td.Partitions), b.c.partitions)
-			}
-			for _, pd := range td.Partitions {
-				if err == nil && (pd.Err != nil || pd.Leader < 0) {
-					err = fmt.Errorf("partition %d: no leader yet", pd.Partition)
-				}
-			}
-		}
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("topic %s not ready: %w", t, err)
-		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
+	return nil
 }
 
 // cleanup deletes the run's topics (with the jobs' control topics) and
@@ -627,7 +598,7 @@ func (b *bench) rawPipe(ctx context.Context, pass int) (time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	cpu0, bcpu0 := processCPU(), procCPU(b.c.brokerPID)
+	cpu0, bcpu0 := benchutil.ProcessCPU(), benchutil.ProcCPU(b.c.brokerPID)
 	start := time.Now()
 	errc := make(chan error, b.c.partitions)
 	for p := range b.c.partitions {
@@ -654,7 +625,7 @@ func (b *bench) rawPipe(ctx context.Context, pass int) (time.Duration, error) {
 	}
 	wall := time.Unix(0, cnt.doneAt.Load()).Sub(start)
 	info("raw pipe, pass %d: %d records in %v: %.0f records/s; CPU: this process (pipe + observer) %v, broker %s",
-		pass, b.c.records, wall.Round(time.Millisecond), float64(b.c.records)/wall.Seconds(), (processCPU() - cpu0).Round(time.Millisecond), cpuDelta(bcpu0, procCPU(b.c.brokerPID)))
+		pass, b.c.records, wall.Round(time.Millisecond), float64(b.c.records)/wall.Seconds(), (benchutil.ProcessCPU() - cpu0).Round(time.Millisecond), cpuDelta(bcpu0, benchutil.ProcCPU(b.c.brokerPID)))
 	return wall, nil
 }
 
@@ -921,7 +892,7 @@ func (b *bench) throughput(ctx context.Context, idx, replicas int) (*job, tput, 
 	}
 	defer obs.stop()
 
-	cpu0, bcpu0 := processCPU(), procCPU(b.c.brokerPID)
+	cpu0, bcpu0 := benchutil.ProcessCPU(), benchutil.ProcCPU(b.c.brokerPID)
 	start := time.Now()
 	for r := range replicas {
 		if _, err := j.start(fmt.Sprintf("r%d", r+1)); err != nil {
@@ -979,7 +950,7 @@ wait:
 	rate := float64(b.c.records) / wall.Seconds()
 	var jobCPU time.Duration
 	for _, p := range j.procs {
-		jobCPU += procCPU(p.cmd.Process.Pid)
+		jobCPU += benchutil.ProcCPU(p.cmd.Process.Pid)
 	}
 	first := time.Unix(0, cnt.first.Load())
 	stopScrape()
@@ -996,7 +967,7 @@ wait:
 		info("count job, %d replica(s): %d records in %v: %.0f records/s; first output committed %v after the start (the written-records counters were not scraped in time)",
 			replicas, b.c.records, wall.Round(time.Millisecond), rate, first.Sub(start).Round(time.Millisecond))
 	}
-	info("  CPU: replicas %v, broker %s, this process (observer) %v", jobCPU.Round(time.Millisecond), cpuDelta(bcpu0, procCPU(b.c.brokerPID)), (processCPU() - cpu0).Round(time.Millisecond))
+	info("  CPU: replicas %v, broker %s, this process (observer) %v", jobCPU.Round(time.Millisecond), cpuDelta(bcpu0, benchutil.ProcCPU(b.c.brokerPID)), (benchutil.ProcessCPU() - cpu0).Round(time.Millisecond))
 
 	// 2. Checkpoint durations over the run.
 	durs, byCoord, err := b.checkpointDurations(ctx, j.name, start, end)
@@ -1630,39 +1601,6 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// procCPU is the user + system CPU time of process pid from /proc, or -1.
-func procCPU(pid int) time.Duration {
-	if pid <= 0 {
-		return -1
-	}
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return -1
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return -1
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
-}
-
 // loadAvg is the 1, 5 and 15 minute load averages, or "unknown".
 func loadAvg() string {
 	data, err := os.ReadFile("/proc/loadavg")
@@ -1677,29 +1615,4 @@ func cpuDelta(a, b time.Duration) string {
 		return "unknown"
 	}
 	return (b - a).Round(time.Millisecond).String()
-}
-
-// brokerPIDFromFile reads the pid file scripts/kafka.sh writes for the
-// broker's port, looking upwards from the working directory.
-func brokerPIDFromFile(broker string) int {
-	_, port, ok := strings.Cut(broker, ":")
-	if !ok {
-		return 0
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return 0
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, ".cache", "kafka-run", port, "kafka.pid"))
-		if err == nil {
-			pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-			return pid
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return 0
-		}
-		dir = parent
-	}
 }

@@ -53,7 +53,6 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -66,6 +65,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/internal/benchutil"
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/kafkaio"
 )
@@ -129,7 +129,7 @@ func main() {
 		fatal(err)
 	}
 	if c.brokerPID == 0 {
-		c.brokerPID = brokerPIDFromFile(c.brokers[0])
+		c.brokerPID = benchutil.BrokerPID(c.brokers[0])
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -283,57 +283,10 @@ func run(ctx context.Context, c config) error {
 }
 
 func (b *bench) createTopic(ctx context.Context, t string) error {
-	resp, err := b.adm.CreateTopic(ctx, int32(b.c.partitions), 1, nil, t)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", t, err)
+	if err := benchutil.CreateTopic(ctx, b.adm, t, b.c.partitions); err != nil {
+		return err
 	}
 	b.topics = append(b.topics, t)
-	return b.waitTopic(ctx, t)
-}
-
-// waitTopic waits until every partition of a new topic has a leader. A
-// client that looks the topic up too early is told it does not exist and
-// asks again only after its metadata min age (5s in kgo), which would land
-// in the measured time.
-func (b *bench) waitTopic(ctx context.Context, t string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		md, err := b.adm.Metadata(ctx, t)
-		if err == nil {
-			err = topicReady(md.Topics[t], b.c.partitions)
-		}
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("topic %s not ready 30s after its creation: %w", t, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-func topicReady(td kadm.TopicDetail, partitions int) error {
-	if td.Err != nil {
-		return td.Err
-	}
-	if len(td.Partitions) != partitions {
-		return fmt.Errorf("%d partitions of %d", len(td.Partitions), partitions)
-	}
-	for _, pd := range td.Partitions {
-		switch {
-		case pd.Err != nil:
-			return fmt.Errorf("partition %d: %w", pd.Partition, pd.Err)
-		case pd.Leader < 0:
-			return fmt.Errorf("partition %d: no leader", pd.Partition)
-		}
-	}
 	return nil
 }
 
@@ -446,11 +399,11 @@ func (b *bench) measure(ctx context.Context, round int, name, profile string, p 
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cpu0, bcpu0 := processCPU(), procCPU(b.c.brokerPID)
+	cpu0, bcpu0 := benchutil.ProcessCPU(), benchutil.ProcCPU(b.c.brokerPID)
 	start := time.Now()
 	extra, err := timed(ctx)
-	m := measurement{round: round, name: name, wall: time.Since(start), cpu: processCPU() - cpu0, brokerCPU: -1, extra: extra}
-	if bcpu1 := procCPU(b.c.brokerPID); bcpu0 >= 0 && bcpu1 >= 0 {
+	m := measurement{round: round, name: name, wall: time.Since(start), cpu: benchutil.ProcessCPU() - cpu0, brokerCPU: -1, extra: extra}
+	if bcpu1 := benchutil.ProcCPU(b.c.brokerPID); bcpu0 >= 0 && bcpu1 >= 0 {
 		m.brokerCPU = bcpu1 - bcpu0
 	}
 	return m, err
@@ -1038,67 +991,4 @@ func offsetsAtStart(partitions int) map[int32]kgo.Offset {
 		m[int32(p)] = kgo.NewOffset().AtStart()
 	}
 	return m
-}
-
-// processCPU is this process's user + system CPU time.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// procCPU is the user + system CPU time of process pid from /proc, or -1.
-func procCPU(pid int) time.Duration {
-	if pid <= 0 {
-		return -1
-	}
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return -1
-	}
-	// Fields after the command name, which is in parentheses and may hold
-	// spaces: state is field 3, utime 14, stime 15.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return -1
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	stt, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	const clockTicks = 100 // USER_HZ on Linux
-	return time.Duration(ut+stt) * time.Second / clockTicks
-}
-
-// brokerPIDFromFile reads the pid file scripts/kafka.sh writes for the
-// broker on broker's port, looking from the working directory up; 0 if
-// there is none.
-func brokerPIDFromFile(broker string) int {
-	_, port, ok := strings.Cut(broker, ":")
-	if !ok {
-		return 0
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return 0
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, ".cache", "kafka-run", port, "kafka.pid"))
-		if err == nil {
-			pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-			return pid
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return 0
-		}
-		dir = parent
-	}
 }
