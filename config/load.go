@@ -46,7 +46,8 @@ func Load(src Source) (*Config, error) {
 
 	// Defaults, so that viper knows every scalar key (and so binds its
 	// environment variable).
-	for k, val := range flatten(def) {
+	scalars := flatten(def)
+	for k, val := range scalars {
 		v.SetDefault(k, val)
 	}
 	var raw []map[string]any
@@ -82,7 +83,7 @@ func Load(src Source) (*Config, error) {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	for _, k := range sortedKeys(flatten(def)) {
+	for _, k := range sortedKeys(scalars) {
 		env := EnvName(k)
 		if val, ok := lookup(env); ok {
 			v.Set(k, val)
@@ -90,7 +91,7 @@ func Load(src Source) (*Config, error) {
 	}
 	if src.Flags != nil {
 		src.Flags.Visit(func(f *pflag.Flag) {
-			if _, known := flatten(def)[f.Name]; !known {
+			if _, known := scalars[f.Name]; !known {
 				return
 			}
 			if sv, ok := f.Value.(pflag.SliceValue); ok {

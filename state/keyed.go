@@ -384,10 +384,10 @@ func (s *AggregatingState[IN, ACC, OUT]) Clear() error {
 }
 
 // ReducingState combines the values added for a key with a reduce function
-// (Flink ReducingState).
+// (Flink ReducingState). It stores one value per key, as ValueState does,
+// under a state kind of its own.
 type ReducingState[V any] struct {
-	handle
-	codec  Codec[V]
+	value  ValueState[V]
 	reduce func(a, b V) V
 }
 
@@ -397,46 +397,23 @@ func NewReducingState[V any](b *Backend, name string, codec Codec[V], reduce fun
 	if err != nil {
 		return nil, err
 	}
-	return &ReducingState[V]{handle: h, codec: codec, reduce: reduce}, nil
+	return &ReducingState[V]{value: ValueState[V]{handle: h, codec: codec}, reduce: reduce}, nil
 }
 
 // Get returns the current key's reduced value, and whether there is one.
-func (s *ReducingState[V]) Get() (V, bool, error) {
-	var v V
-	k, err := s.key()
-	if err != nil {
-		return v, false, err
-	}
-	var derr error
-	ok, err := s.getRaw(k, func(p []byte) error {
-		v, derr = s.codec.Decode(p)
-		return derr
-	})
-	return v, ok, err
-}
+func (s *ReducingState[V]) Get() (V, bool, error) { return s.value.Get() }
 
 // Add reduces v into the current key's value.
 func (s *ReducingState[V]) Add(v V) error {
-	old, ok, err := s.Get()
+	old, ok, err := s.value.Get()
 	if err != nil {
 		return err
 	}
 	if ok {
 		v = s.reduce(old, v)
 	}
-	k, _ := s.key()
-	s.vbuf = s.appendTTL(s.vbuf[:0])
-	if s.vbuf, err = s.codec.Append(s.vbuf, v); err != nil {
-		return err
-	}
-	return s.set(k, s.vbuf)
+	return s.value.Put(v)
 }
 
 // Clear removes the current key's value.
-func (s *ReducingState[V]) Clear() error {
-	k, err := s.key()
-	if err != nil {
-		return err
-	}
-	return s.delete(k)
-}
+func (s *ReducingState[V]) Clear() error { return s.value.Clear() }

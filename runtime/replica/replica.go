@@ -71,19 +71,17 @@ type Replica struct {
 	taskIDs []control.TaskID // every task of the job, fixed at start
 
 	// Owned by Run's goroutine.
-	gen       uint64
-	tasks     map[control.TaskID]*task.Task
-	coord     *coordRole
-	lastView  membership.View
-	lastGen   *control.Generation
-	completed uint64
+	gen      uint64
+	tasks    map[control.TaskID]*task.Task
+	coord    *coordRole
+	lastView membership.View
+	lastGen  *control.Generation
 
 	ready atomic.Bool
 }
 
 // coordRole is the coordinator runner while this replica holds the role.
 type coordRole struct {
-	r      *runner.Runner
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -245,8 +243,6 @@ func (r *Replica) session(ctx context.Context) error {
 		case control.Generation:
 			g := m
 			r.lastGen = &g
-		case control.Complete:
-			r.completed = max(r.completed, m.ID)
 		}
 	}
 	tail, err := kafkaio.NewControlTail(r.kopts, r.topics, map[control.Topic]kgo.Offset{
@@ -297,6 +293,7 @@ func (r *Replica) session(ctx context.Context) error {
 	// new generation, whose record arrives on the tail.
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
+	var coordRetry <-chan time.Time // set while the role waits to be taken again
 	for {
 		var coordDone chan error
 		if r.coord != nil {
@@ -321,9 +318,15 @@ func (r *Replica) session(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			r.log.Warn("coordinator role given up; taking it again on the next view", "err", err)
+			r.log.Warn("coordinator role given up", "err", err)
 			if !errors.Is(err, kafkaio.ErrFenced) && r.lastView.IsCoordinator() {
-				time.Sleep(time.Second)
+				// Still the coordinator by the last view: take the role
+				// again after a pause, without stopping the dispatch.
+				coordRetry = time.After(time.Second)
+			}
+		case <-coordRetry:
+			coordRetry = nil
+			if r.coord == nil && r.lastView.IsCoordinator() {
 				r.onView(ctx, r.lastView)
 			}
 		case <-ticker.C:
@@ -382,7 +385,7 @@ func (r *Replica) onView(ctx context.Context, v membership.View) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := r.coord.r.Submit(sctx, coordinator.Assign{Assignment: a}); err != nil {
+	if err := r.runner.Submit(sctx, coordinator.Assign{Assignment: a}); err != nil {
 		r.log.Error("assign tasks", "err", err)
 	}
 }
@@ -407,7 +410,7 @@ func (r *Replica) startCoordinator(ctx context.Context) error {
 		r.runner = run
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	role := &coordRole{r: r.runner, cancel: cancel, done: make(chan error, 1)}
+	role := &coordRole{cancel: cancel, done: make(chan error, 1)}
 	go func() { role.done <- r.runner.Run(cctx) }()
 	r.coord = role
 	r.met.coordinator.Set(1)
@@ -443,7 +446,6 @@ func (r *Replica) onRecord(ctx context.Context, rec kafkaio.ControlRecord) error
 			}
 		}
 	case control.Complete:
-		r.completed = max(r.completed, m.ID)
 		if m.Gen != r.gen {
 			return nil
 		}

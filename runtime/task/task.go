@@ -96,9 +96,6 @@ type Task struct {
 	err    error // set before done is closed
 
 	async sync.WaitGroup // snapshots' asynchronous parts
-
-	// RestoreInfo says how the state was restored (zero if not restored).
-	RestoreInfo state.RestoreInfo
 }
 
 // Start restores the task from cfg.RestoreFrom (or starts it empty),
