@@ -110,6 +110,11 @@ func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapsho
 		return nil, fmt.Errorf("%w: checkpoint %d is not after the last snapshot %d", ErrSnapshot, id, b.lastSnap)
 	}
 	start := time.Now()
+	// The record cache's writes belong to the checkpoint.
+	if err := b.flushCache(); err != nil {
+		b.metrics.snapshotsFailed.Inc()
+		return nil, fmt.Errorf("state: snapshot %d: %w", id, err)
+	}
 	dir := b.snapPath(id)
 	if err := b.fs.RemoveAll(dir); err != nil { // a leftover of a crash
 		return nil, fmt.Errorf("state: snapshot %d: remove %s: %w", id, dir, err)
@@ -310,12 +315,20 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 			if start < size || len(e.Parts) == 0 {
 				key := objstore.SharedKey(b.cfg.Task, fmt.Sprintf("%s-%s.%d-%d", b.instance, n, start, size))
 				e.Parts = append(e.Parts, Part{Key: key, Size: size - start})
-				_, up, wait := b.acquire(s, n, key)
+				got, up, wait := b.acquire(s, n, key)
 				switch {
 				case wait:
 					waits = append(waits, i)
 				case up != nil:
 					jobs = append(jobs, job{file: i, part: len(e.Parts) - 1, offset: start, shared: up})
+				default:
+					// Another pending snapshot uploaded this very piece
+					// (the WAL did not grow in between).
+					if got.Size != size-start {
+						return nil, fmt.Errorf("WAL piece %s: local size %d, uploaded size %d", key, size-start, got.Size)
+					}
+					e.Parts[len(e.Parts)-1].SHA256 = got.SHA256
+					reused++
 				}
 			}
 		default:
