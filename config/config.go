@@ -122,6 +122,9 @@ type State struct {
 	Dir string `mapstructure:"dir"`
 	// BlockCacheBytes is the size of the block cache all tasks share.
 	BlockCacheBytes int64 `mapstructure:"block_cache_bytes"`
+	// RecordCacheBytes bounds each task's record cache (value, aggregate
+	// and reduce state in front of Pebble); 0 turns it off.
+	RecordCacheBytes int64 `mapstructure:"record_cache_bytes"`
 }
 
 // HTTP configures the metrics, health and admin endpoints.
@@ -165,8 +168,9 @@ func Default() Config {
 			Mode:              ModeExactlyOnce,
 		},
 		State: State{
-			Dir:             "weir-state",
-			BlockCacheBytes: 256 << 20,
+			Dir:              "weir-state",
+			BlockCacheBytes:  256 << 20,
+			RecordCacheBytes: 8 << 20,
 		},
 		HTTP:    HTTP{Address: ":9464"},
 		Log:     Log{Level: "info", Format: "text"},

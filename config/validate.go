@@ -87,6 +87,9 @@ func (c *Config) Validate() error {
 	if c.State.Dir == "" {
 		v.add("state.dir", "required")
 	}
+	if c.State.RecordCacheBytes < 0 {
+		v.add("state.record_cache_bytes", "%d: must be 0 (off) or more", c.State.RecordCacheBytes)
+	}
 	if c.State.BlockCacheBytes < 1<<20 {
 		v.add("state.block_cache_bytes", "%d: must be at least 1 MiB", c.State.BlockCacheBytes)
 	}

@@ -74,6 +74,10 @@ type Config struct {
 	// compare its checksum with the manifest, not only its size. It costs a
 	// full read of the state.
 	VerifyLocalChecksums bool
+	// RecordCacheBytes bounds the task's record cache, the write-back cache
+	// of value, aggregating and reducing state in front of Pebble. Zero
+	// means DefaultRecordCacheBytes; a negative value turns the cache off.
+	RecordCacheBytes int64
 	// MemTableSize overrides the Pebble memtable size (default 64 MiB).
 	MemTableSize uint64
 	// TunePebble, if set, may change the Pebble options after the defaults
@@ -111,6 +115,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.DownloadConcurrency == 0 {
 		c.DownloadConcurrency = 4
+	}
+	if c.RecordCacheBytes == 0 {
+		c.RecordCacheBytes = DefaultRecordCacheBytes
 	}
 	if c.MemTableSize == 0 {
 		c.MemTableSize = 64 << 20
@@ -216,6 +223,7 @@ type Backend struct {
 	lastSnap    int64
 	wo          *pebble.WriteOptions
 	restoreInfo RestoreInfo
+	rc          *recordCache // nil: off
 
 	mu snapMu
 }
@@ -281,6 +289,9 @@ func newBackend(cfg Config) (*Backend, error) {
 		states:   make(map[string]*stateInfo),
 		wo:       pebble.NoSync,
 	}
+	if cfg.RecordCacheBytes > 0 {
+		b.rc = newRecordCache(cfg.RecordCacheBytes)
+	}
 	b.mu.confirmed = make(map[string]FileEntry)
 	b.mu.confirmedKeys = make(map[string]struct{})
 	b.mu.uploads = make(map[string]*upload)
@@ -332,7 +343,8 @@ func (b *Backend) openDB() error {
 }
 
 // DB returns the underlying Pebble database, for benchmarks and diagnostics.
-// Writing to it directly bypasses the keyed state encoding.
+// Writing to it directly bypasses the keyed state encoding and the record
+// cache; call Flush before reading it.
 func (b *Backend) DB() *pebble.DB { return b.db }
 
 // Restored returns the manifest the backend was restored from, or nil if it

@@ -41,14 +41,14 @@ func TestCrashDuringSnapshotAndRestore(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	want := model{}
 	mutate(t, rng, kv, want, 2000)
-	_ = b.DB().Flush()
+	_ = flushDB(b)
 	r1 := snapshotNow(t, b, 1, "")
 	_ = b.NotifyComplete(ctx, 1)
 	want1 := want.clone()
 
 	c := &clones{fs: fs, rng: rand.New(rand.NewPCG(1, 1))}
 	mutate(t, rng, kv, want, 2000)
-	_ = b.DB().Flush()
+	_ = flushDB(b)
 	mutate(t, rng, kv, want, 200)
 	s2, err := b.Snapshot(2, nil)
 	if err != nil {

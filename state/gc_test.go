@@ -22,7 +22,7 @@ func checkpointRun(t *testing.T, b *Backend, reg *Registry, kv *ValueState[strin
 	states := map[int64]model{}
 	for id := from; id <= to; id++ {
 		mutate(t, rng, kv, want, 1500)
-		_ = b.DB().Flush()
+		_ = flushDB(b)
 		r := snapshotNow(t, b, id, "")
 		if err := WriteMetadata(ctx, b.cfg.Store, id, []byte("meta")); err != nil {
 			t.Fatal(err)
@@ -135,7 +135,7 @@ func TestInjectedFailuresDeclineAndKeepReferenced(t *testing.T) {
 			before := listKeys(t, store, "")
 
 			mutate(t, rng, kv, want, 1500)
-			_ = b.DB().Flush()
+			_ = flushDB(b)
 			fb.fail(tc.op, tc.match, tc.times, tc.transient)
 			s, err := b.Snapshot(3, nil)
 			if err != nil {
@@ -269,7 +269,7 @@ func TestCollectGarbage(t *testing.T) {
 	// Checkpoint 4 uploads but never completes (its task "crashed"):
 	// a stranger to the registry.
 	mutate(t, rng, kv, want, 1500)
-	_ = b.DB().Flush()
+	_ = flushDB(b)
 	r4 := snapshotNow(t, b, 4, "")
 	_ = store.Put(ctx, objstore.MetadataKey(4), []byte("meta")) // coordinator died before complete
 

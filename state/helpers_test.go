@@ -207,6 +207,9 @@ func (m model) clone() model {
 func dump(t testing.TB, b *Backend) model {
 	t.Helper()
 	prefix := statePrefix("kv")
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	it, err := b.DB().NewIter(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -274,4 +277,13 @@ func memFSConfig(t testing.TB, store *objstore.Store, fs vfs.FS) Config {
 	cfg := testConfig(t, store, "/state/job1/t0")
 	cfg.FS = fs
 	return cfg
+}
+
+// flushDB writes the record cache and then Pebble's memtable to files, for
+// tests that need state in SSTs.
+func flushDB(b *Backend) error {
+	if err := b.Flush(); err != nil {
+		return err
+	}
+	return b.DB().Flush()
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -202,43 +203,102 @@ func (h *handle) visible(exp int64) (visible, expired bool) {
 	return !expired || h.info.ttl.ReturnExpired, expired
 }
 
+// cached reports whether the handle's entries go through the record cache:
+// the kinds with one Pebble key per user key.
+func (h *handle) cached() bool {
+	if h.b.rc == nil {
+		return false
+	}
+	switch h.info.kind {
+	case kindValue, kindAggregating, kindReducing:
+		return true
+	}
+	return false
+}
+
 // getRaw reads the value under key and calls fn with its payload, which is
 // valid only during fn. It applies TTL: an expired value is deleted and not
 // shown (unless ReturnExpired), a read refreshes the TTL if UpdateOnRead.
 func (h *handle) getRaw(key []byte, fn func(payload []byte) error) (bool, error) {
-	v, closer, err := h.b.db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
+	var v []byte
+	var c io.Closer // nil when v is the cache's
+	closer := func() {
+		if c != nil {
+			_ = c.Close()
+		}
 	}
-	if err != nil {
-		return false, fmt.Errorf("state: get %q: %w", h.info.name, err)
+	if h.cached() {
+		e, err := h.cacheEntry(key)
+		if err != nil {
+			return false, err
+		}
+		if !e.present {
+			return false, nil
+		}
+		v = e.val
+	} else {
+		pv, pc, err := h.b.db.Get(key)
+		if errors.Is(err, pebble.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("state: get %q: %w", h.info.name, err)
+		}
+		v, c = pv, pc
 	}
 	exp, payload, err := h.splitTTL(v)
 	if err != nil {
-		_ = closer.Close()
+		closer()
 		return false, err
 	}
 	vis, expired := h.visible(exp)
 	if !vis {
-		_ = closer.Close()
+		closer()
 		return false, h.delete(key)
 	}
 	if h.info.ttl.enabled() && h.info.ttl.UpdateOnRead && !expired {
 		h.vbuf = h.appendTTL(h.vbuf[:0])
 		h.vbuf = append(h.vbuf, payload...)
 		err = fn(payload)
-		_ = closer.Close()
+		closer()
 		if err != nil {
 			return false, err
 		}
 		return true, h.set(key, h.vbuf)
 	}
 	err = fn(payload)
-	_ = closer.Close()
+	closer()
 	return err == nil, err
 }
 
+// cacheEntry returns key's record cache entry, reading Pebble on a miss.
+func (h *handle) cacheEntry(key []byte) (*cacheEntry, error) {
+	rc := h.b.rc
+	if e := rc.lookup(key); e != nil {
+		return e, nil
+	}
+	v, c, err := h.b.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return rc.add(h.b.db, key, nil, false, false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state: get %q: %w", h.info.name, err)
+	}
+	e, err := rc.add(h.b.db, key, v, true, false)
+	_ = c.Close()
+	return e, err
+}
+
 func (h *handle) set(key, value []byte) error {
+	if h.cached() {
+		rc := h.b.rc
+		if e := rc.lookup(key); e != nil {
+			rc.set(e, value)
+			return nil
+		}
+		_, err := rc.add(h.b.db, key, value, true, true)
+		return err
+	}
 	if err := h.b.db.Set(key, value, h.b.wo); err != nil {
 		return fmt.Errorf("state: put %q: %w", h.info.name, err)
 	}
@@ -246,6 +306,15 @@ func (h *handle) set(key, value []byte) error {
 }
 
 func (h *handle) delete(key []byte) error {
+	if h.cached() {
+		rc := h.b.rc
+		if e := rc.lookup(key); e != nil {
+			rc.del(e)
+			return nil
+		}
+		_, err := rc.add(h.b.db, key, nil, false, true)
+		return err
+	}
 	if err := h.b.db.Delete(key, h.b.wo); err != nil {
 		return fmt.Errorf("state: delete %q: %w", h.info.name, err)
 	}

@@ -74,7 +74,7 @@ func killHelper(root string) error {
 	rng := rand.New(rand.NewPCG(41, 42))
 	want := model{}
 	mutate(&testing.T{}, rng, kv, want, 3000)
-	_ = b.DB().Flush()
+	_ = flushDB(b)
 	s1, err := b.Snapshot(1, []byte("one"))
 	if err != nil {
 		return err
@@ -92,7 +92,7 @@ func killHelper(root string) error {
 	}
 	os.Stdout.WriteString("CHK1 " + r1.Handle + "\n")
 	mutate(&testing.T{}, rng, kv, want, 20000)
-	_ = b.DB().Flush()
+	_ = flushDB(b)
 	s2, err := b.Snapshot(2, []byte("two"))
 	if err != nil {
 		return err

@@ -22,6 +22,10 @@ type metrics struct {
 	restoreSeconds  prometheus.Observer
 	downloadedBytes prometheus.Counter
 	stateBytes      prometheus.Gauge
+	cacheHits       prometheus.Counter
+	cacheMisses     prometheus.Counter
+	cacheEvictions  prometheus.Counter
+	cacheBytes      prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, task string) (*metrics, error) {
@@ -66,12 +70,29 @@ func newMetrics(reg prometheus.Registerer, task string) (*metrics, error) {
 	if m.downloadedBytes, err = counter("weir_state_restore_downloaded_bytes_total", "Bytes downloaded by state restores."); err != nil {
 		return nil, err
 	}
-	g, err := register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "weir_state_snapshot_size_bytes", Help: "Total size of the files of the task's last snapshot."}, []string{"task"}))
-	if err != nil {
+	if m.cacheHits, err = counter("weir_state_cache_hits_total", "Keyed state reads answered by the record cache (published at each flush)."); err != nil {
 		return nil, err
 	}
-	m.vecs = append(m.vecs, g)
-	m.stateBytes = g.WithLabelValues(task)
+	if m.cacheMisses, err = counter("weir_state_cache_misses_total", "Keyed state reads and writes of keys the record cache did not hold (published at each flush)."); err != nil {
+		return nil, err
+	}
+	if m.cacheEvictions, err = counter("weir_state_cache_evictions_total", "Entries evicted from the record cache because it was full."); err != nil {
+		return nil, err
+	}
+	gauge := func(name, help string) (prometheus.Gauge, error) {
+		v, err := register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"task"}))
+		if err != nil {
+			return nil, err
+		}
+		m.vecs = append(m.vecs, v)
+		return v.WithLabelValues(task), nil
+	}
+	if m.stateBytes, err = gauge("weir_state_snapshot_size_bytes", "Total size of the files of the task's last snapshot."); err != nil {
+		return nil, err
+	}
+	if m.cacheBytes, err = gauge("weir_state_cache_bytes", "Bytes the task's record cache holds, as of its last flush."); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 

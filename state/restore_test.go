@@ -20,7 +20,7 @@ func oneCheckpoint(t *testing.T, store *objstore.Store, dir string) (*Backend, *
 	kv, _ := NewValueState(b, "kv", StringCodec{})
 	want := model{}
 	mutate(t, rand.New(rand.NewPCG(21, 22)), kv, want, 3000)
-	_ = b.DB().Flush()
+	_ = flushDB(b)
 	mutate(t, rand.New(rand.NewPCG(23, 24)), kv, want, 300) // some in the WAL only
 	res := snapshotNow(t, b, 1, "ops")
 	if err := b.NotifyComplete(context.Background(), 1); err != nil {
@@ -121,7 +121,7 @@ func TestLocalRecovery(t *testing.T) {
 	// Changes after the checkpoint must not leak into the restore.
 	kv, _ := NewValueState(b, "kv", StringCodec{})
 	put(t, kv, "after", "checkpoint")
-	_ = b.DB().Flush()
+	_ = flushDB(b)
 	if err := b.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestLocalRecovery(t *testing.T) {
 	// Writing on and restoring locally again still gives the checkpoint.
 	kv2, _ := NewValueState(r, "kv", StringCodec{})
 	put(t, kv2, "x", "y")
-	_ = r.DB().Flush()
+	_ = flushDB(r)
 	_ = r.Close(ctx)
 	r = restoreTest(t, cfg, res.Handle)
 	if !r.RestoreInfo().Local || !maps.Equal(dump(t, r), want) {

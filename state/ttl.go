@@ -17,6 +17,14 @@ func (b *Backend) PurgeExpired(limit int) (int, error) {
 	if b.db == nil {
 		return 0, ErrClosed
 	}
+	// Purging deletes in Pebble behind the record cache: flush it, and drop
+	// it afterwards so that no purged entry is still served from it.
+	if err := b.flushCache(); err != nil {
+		return 0, err
+	}
+	if b.rc != nil {
+		defer b.rc.drop()
+	}
 	removed := 0
 	now := b.cfg.Now().UnixMilli()
 	for _, si := range b.states {
