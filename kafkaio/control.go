@@ -216,15 +216,28 @@ func NewAckWriter(opts []kgo.Opt, ts ControlTopics) (*AckWriter, error) {
 
 // Send appends one ack or decline and waits until Kafka has it.
 func (w *AckWriter) Send(ctx context.Context, m control.Message) error {
-	if t, ok := control.TopicOf(m); !ok || t != control.TopicAck {
-		return fmt.Errorf("kafkaio: ack writer cannot send a %s record", m.Type())
+	return w.SendAll(ctx, m)
+}
+
+// SendAll sends ms in one round: every record is produced before any is
+// waited for. It returns when all are durable, or the first error.
+func (w *AckWriter) SendAll(ctx context.Context, ms ...control.Message) error {
+	if len(ms) == 0 {
+		return nil
 	}
-	b, err := control.Encode(m)
-	if err != nil {
-		return err
+	recs := make([]*kgo.Record, 0, len(ms))
+	for _, m := range ms {
+		if t, ok := control.TopicOf(m); !ok || t != control.TopicAck {
+			return fmt.Errorf("kafkaio: ack writer cannot send a %s record", m.Type())
+		}
+		b, err := control.Encode(m)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, &kgo.Record{Topic: w.topic, Key: []byte(m.Type()), Value: b})
 	}
-	if err := w.cl.ProduceSync(ctx, &kgo.Record{Topic: w.topic, Key: []byte(m.Type()), Value: b}).FirstErr(); err != nil {
-		return fmt.Errorf("send %s: %w", m.Type(), err)
+	if err := w.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("send %d %s record(s): %w", len(ms), ms[0].Type(), err)
 	}
 	return nil
 }
@@ -238,6 +251,29 @@ type ControlHistory struct {
 	// End is the offset after the last committed record: a tail started at
 	// End misses nothing and repeats nothing.
 	End int64
+}
+
+// StableEnd returns control topic t's last stable offset: a read_committed
+// tail started there sees every record committed from now on, including
+// those of a transaction open right now. Start a tail at an explicit
+// StableEnd rather than at AtEnd, which is resolved whenever the tail's
+// client first fetches, so that a record written in between is not lost.
+func StableEnd(ctx context.Context, opts []kgo.Opt, ts ControlTopics, t control.Topic) (int64, error) {
+	name := ts.Name(t)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	lsos, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("last stable offset of %s: %w", name, err)
+	}
+	lso, ok := lsos.Lookup(name, 0)
+	if !ok || lso.Err != nil {
+		return 0, fmt.Errorf("last stable offset of %s: %v", name, lso.Err)
+	}
+	return lso.Offset, nil
 }
 
 // ReadControlHistory reads control topic t from its start to its last stable

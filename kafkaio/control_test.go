@@ -217,3 +217,83 @@ func TestControlTailAndAcks(t *testing.T) {
 		}
 	})
 }
+
+// A tail started at StableEnd sees exactly what is committed after the call,
+// including a transaction that was open during it, however late its client
+// first fetches; SendAll writes a batch of acks in order.
+func TestStableEndTail(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx, opts, ts := controlSetup(t, c)
+		acks, err := kafkaio.NewAckWriter(opts, ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer acks.Close()
+		task := control.TaskID{Stage: "main", Index: 0}
+		if err := acks.SendAll(ctx, control.Running{Gen: 1, Task: task}, control.Running{Gen: 1, Task: control.TaskID{Stage: "main", Index: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := acks.SendAll(ctx); err != nil {
+			t.Fatalf("empty SendAll: %v", err)
+		}
+
+		// A transaction left open on the trigger topic: StableEnd stops
+		// before it.
+		open := c.Client(t, kgo.TransactionalID(kafkatest.Name(t, "open")), kgo.TransactionTimeout(60*time.Second))
+		if err := open.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		pending, _ := control.Encode(control.Trigger{ID: 5, Gen: 1, TS: 1, Kind: control.KindCheckpoint})
+		if err := open.ProduceSync(ctx, &kgo.Record{Topic: ts.Trigger, Key: []byte("trigger"), Value: pending}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		ackEnd, err := kafkaio.StableEnd(ctx, opts, ts, control.TopicAck)
+		if err != nil || ackEnd != 2 {
+			t.Fatalf("ack StableEnd = %d, %v; want 2", ackEnd, err)
+		}
+		trigEnd, err := kafkaio.StableEnd(ctx, opts, ts, control.TopicTrigger)
+		if err != nil || trigEnd != 0 {
+			t.Fatalf("trigger StableEnd = %d, %v; want 0 (a transaction is open)", trigEnd, err)
+		}
+		// Written after the call, before the tail exists.
+		if err := acks.Send(ctx, control.Running{Gen: 2, Task: task}); err != nil {
+			t.Fatal(err)
+		}
+		if err := open.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		tail, err := kafkaio.NewControlTail(opts, ts, map[control.Topic]kgo.Offset{
+			control.TopicAck:     kgo.NewOffset().At(ackEnd),
+			control.TopicTrigger: kgo.NewOffset().At(trigEnd),
+		}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tail.Close()
+		seen := map[string]bool{}
+		for range 2 {
+			r, err := tail.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := r.Msg.(type) {
+			case control.Running:
+				if m.Gen != 2 || r.Offset != 2 {
+					t.Fatalf("ack tail: %+v at %d, want running of generation 2 at offset 2", m, r.Offset)
+				}
+				seen["running"] = true
+			case control.Trigger:
+				if m.ID != 5 {
+					t.Fatalf("trigger tail: %+v", m)
+				}
+				seen["trigger"] = true
+			default:
+				t.Fatalf("unexpected %+v", r.Msg)
+			}
+		}
+		if !seen["running"] || !seen["trigger"] {
+			t.Fatalf("tail saw %v", seen)
+		}
+	})
+}

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -146,7 +147,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	defer w.Close()
 
-	core, err := r.restore(ctx)
+	core, ackEnd, err := r.restore(ctx)
 	if err != nil {
 		return err
 	}
@@ -155,10 +156,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		"last_completed_id", st.LastCompleted, "retained", len(st.Completed))
 	r.metrics.observeStatus(st)
 
-	// Acks are read from the end: a new coordinator starts a new generation,
-	// which aborts whatever was pending, so older acks cannot matter.
+	// Acks are read from the end as it was before this coordinator wrote
+	// anything: it starts a new generation, which aborts whatever was
+	// pending, so older acks cannot matter, and every ack of its own
+	// generation comes after that end.
 	tail, err := kafkaio.NewControlTail(r.opts.Kafka, r.opts.Topics,
-		map[control.Topic]kgo.Offset{control.TopicAck: kgo.NewOffset().AtEnd()}, log)
+		map[control.Topic]kgo.Offset{control.TopicAck: kgo.NewOffset().At(ackEnd)}, log)
 	if err != nil {
 		return err
 	}
@@ -228,15 +231,30 @@ func (r *Runner) Run(ctx context.Context) error {
 }
 
 // restore rebuilds the core from the commit topic and the newest record of
-// the trigger topic.
-func (r *Runner) restore(ctx context.Context) (*coordinator.Core, error) {
-	commits, err := kafkaio.ReadControlHistory(ctx, r.opts.Kafka, r.opts.Topics, control.TopicCommit)
-	if err != nil {
-		return nil, fmt.Errorf("read the commit topic: %w", err)
-	}
-	triggers, err := kafkaio.ReadControlHistory(ctx, r.opts.Kafka, r.opts.Topics, control.TopicTrigger)
-	if err != nil {
-		return nil, fmt.Errorf("read the trigger topic: %w", err)
+// the trigger topic, and returns the ack topic's end, where the ack tail
+// starts. The three reads are independent and run in parallel; they follow
+// the fencing, so no zombie writes behind them.
+func (r *Runner) restore(ctx context.Context) (*coordinator.Core, int64, error) {
+	var commits, triggers kafkaio.ControlHistory
+	var ackEnd int64
+	var errs [3]error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		commits, errs[0] = kafkaio.ReadControlHistory(ctx, r.opts.Kafka, r.opts.Topics, control.TopicCommit)
+		if errs[0] != nil {
+			errs[0] = fmt.Errorf("read the commit topic: %w", errs[0])
+		}
+	})
+	wg.Go(func() {
+		triggers, errs[1] = kafkaio.ReadControlHistory(ctx, r.opts.Kafka, r.opts.Topics, control.TopicTrigger)
+		if errs[1] != nil {
+			errs[1] = fmt.Errorf("read the trigger topic: %w", errs[1])
+		}
+	})
+	wg.Go(func() { ackEnd, errs[2] = kafkaio.StableEnd(ctx, r.opts.Kafka, r.opts.Topics, control.TopicAck) })
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, 0, err
 	}
 	history := make([]control.Message, 0, len(commits.Records)+1)
 	for _, rec := range commits.Records {
@@ -247,9 +265,9 @@ func (r *Runner) restore(ctx context.Context) (*coordinator.Core, error) {
 	}
 	core, err := coordinator.Restore(r.opts.Core, r.opts.Now(), history)
 	if err != nil {
-		return nil, fmt.Errorf("rebuild the coordinator from %d records: %w", len(history), err)
+		return nil, 0, fmt.Errorf("rebuild the coordinator from %d records: %w", len(history), err)
 	}
-	return core, nil
+	return core, ackEnd, nil
 }
 
 func (r *Runner) stepAck(core *coordinator.Core, m control.Message) {
@@ -260,6 +278,7 @@ func (r *Runner) stepAck(core *coordinator.Core, m control.Message) {
 	case control.Decline:
 		err = core.Step(coordinator.Decline{Decline: a})
 	case control.Running:
+		r.opts.Logger.Debug("task running", "component", "coordinator", "task", a.Task, "generation", a.Gen)
 		err = core.Step(coordinator.TaskRunning{Gen: a.Gen, Task: a.Task})
 	default:
 		return // another record type on the ack topic is no business of ours

@@ -12,6 +12,7 @@
 package replica
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -124,39 +125,22 @@ func (r *Replica) prepare(ctx context.Context) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	if err := kafkaio.EnsureControlTopics(ctx, adm, r.topics, int16(r.cfg.Kafka.ReplicationFactor)); err != nil {
-		return err
-	}
-	srcs := r.opts.Job.Sources()
-	if len(srcs) != 1 {
-		return fmt.Errorf("job %s has %d sources; one is supported", r.opts.Job.Name(), len(srcs))
-	}
-	details, err := adm.ListTopics(ctx, srcs[0].Topics...)
+	// Three independent round trips to the broker: in parallel, start-up
+	// time is what users wait for after every restart.
+	var parts int
+	err = all(
+		func() error {
+			return kafkaio.EnsureControlTopics(ctx, adm, r.topics, int16(r.cfg.Kafka.ReplicationFactor))
+		},
+		func() error {
+			var err error
+			parts, err = r.inputPartitions(ctx, adm)
+			return err
+		},
+		func() error { return r.checkSinks(ctx, adm) },
+	)
 	if err != nil {
-		return fmt.Errorf("describe input topics: %w", err)
-	}
-	parts := -1
-	for _, topic := range srcs[0].Topics {
-		d, ok := details[topic]
-		if !ok || d.Err != nil {
-			return fmt.Errorf("input topic %s: %w", topic, errors.Join(d.Err, errMissing(ok)))
-		}
-		if parts >= 0 && len(d.Partitions) != parts {
-			return fmt.Errorf("input topics must have the same number of partitions (co-partitioning): %s has %d, others %d", topic, len(d.Partitions), parts)
-		}
-		parts = len(d.Partitions)
-	}
-	for _, sink := range r.opts.Job.Sinks() {
-		if sink.Delivery == stream.DeliveryAtLeastOnce {
-			continue
-		}
-		if err := kafkaio.SinkCheckTimeouts(ctx, adm, kafkaio.SinkTimeouts{
-			TransactionTimeout: sink.TransactionTimeout,
-			CheckpointInterval: r.cfg.Checkpoint.Interval,
-			CheckpointTimeout:  r.cfg.Checkpoint.Timeout,
-		}); err != nil {
-			return permanent{fmt.Errorf("sink %s: %w", sink.Topic, err)}
-		}
+		return err
 	}
 	r.taskIDs = r.taskIDs[:0]
 	for i := range parts {
@@ -180,6 +164,60 @@ func (r *Replica) prepare(ctx context.Context) error {
 		r.cache = pebble.NewCache(r.cfg.State.BlockCacheBytes)
 	}
 	return nil
+}
+
+// inputPartitions returns the partition count of the job's input topics,
+// which must all have the same (co-partitioning).
+func (r *Replica) inputPartitions(ctx context.Context, adm *kadm.Client) (int, error) {
+	srcs := r.opts.Job.Sources()
+	if len(srcs) != 1 {
+		return 0, fmt.Errorf("job %s has %d sources; one is supported", r.opts.Job.Name(), len(srcs))
+	}
+	details, err := adm.ListTopics(ctx, srcs[0].Topics...)
+	if err != nil {
+		return 0, fmt.Errorf("describe input topics: %w", err)
+	}
+	parts := -1
+	for _, topic := range srcs[0].Topics {
+		d, ok := details[topic]
+		if !ok || d.Err != nil {
+			return 0, fmt.Errorf("input topic %s: %w", topic, errors.Join(d.Err, errMissing(ok)))
+		}
+		if parts >= 0 && len(d.Partitions) != parts {
+			return 0, fmt.Errorf("input topics must have the same number of partitions (co-partitioning): %s has %d, others %d", topic, len(d.Partitions), parts)
+		}
+		parts = len(d.Partitions)
+	}
+	return parts, nil
+}
+
+// checkSinks checks the exactly-once sinks' transaction timeouts against
+// the broker's limit and the checkpoint timing.
+func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
+	for _, sink := range r.opts.Job.Sinks() {
+		if sink.Delivery == stream.DeliveryAtLeastOnce {
+			continue
+		}
+		if err := kafkaio.SinkCheckTimeouts(ctx, adm, kafkaio.SinkTimeouts{
+			TransactionTimeout: sink.TransactionTimeout,
+			CheckpointInterval: r.cfg.Checkpoint.Interval,
+			CheckpointTimeout:  r.cfg.Checkpoint.Timeout,
+		}); err != nil {
+			return permanent{fmt.Errorf("sink %s: %w", sink.Topic, err)}
+		}
+	}
+	return nil
+}
+
+// all runs fns concurrently and returns their errors, joined.
+func all(fns ...func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // stageName names the job's only stage (task IDs are "<stage>/<index>").
@@ -233,8 +271,45 @@ func (r *Replica) Run(ctx context.Context) error {
 // when ctx ends.
 func (r *Replica) session(ctx context.Context) error {
 
-	// Where this replica stands: the newest generation in the history.
-	hist, err := kafkaio.ReadControlHistory(ctx, r.kopts, r.topics, control.TopicCommit)
+	// Where this replica stands (the newest generation in the history),
+	// where triggers start, and the group: independent round trips, in
+	// parallel.
+	var hist kafkaio.ControlHistory
+	var triggerEnd int64
+	var member *membership.Member
+	err := all(
+		func() error {
+			var err error
+			hist, err = kafkaio.ReadControlHistory(ctx, r.kopts, r.topics, control.TopicCommit)
+			return err
+		},
+		func() error {
+			var err error
+			triggerEnd, err = kafkaio.StableEnd(ctx, r.kopts, r.topics, control.TopicTrigger)
+			return err
+		},
+		func() error {
+			var err error
+			member, err = membership.Join(ctx, membership.Options{
+				Kafka: r.kopts, Group: r.cfg.Kafka.TopicPrefix + "members", Topic: r.topics.Commit,
+				ReplicaID: r.opts.ReplicaID, LocalTasks: r.localTaskNames,
+				SessionTimeout: r.cfg.Kafka.SessionTimeout, Logger: r.log, Registerer: r.opts.Registerer,
+			})
+			if err != nil {
+				return fmt.Errorf("join the replicas' group: %w", err)
+			}
+			return nil
+		},
+	)
+	if member != nil {
+		defer func() {
+			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer lcancel()
+			if err := member.Leave(lctx); err != nil {
+				r.log.Warn("leave group", "err", err)
+			}
+		}()
+	}
 	if err != nil {
 		return err
 	}
@@ -247,7 +322,7 @@ func (r *Replica) session(ctx context.Context) error {
 	}
 	tail, err := kafkaio.NewControlTail(r.kopts, r.topics, map[control.Topic]kgo.Offset{
 		control.TopicCommit:  kgo.NewOffset().At(hist.End),
-		control.TopicTrigger: kgo.NewOffset().AtEnd(),
+		control.TopicTrigger: kgo.NewOffset().At(triggerEnd),
 	}, r.log)
 	if err != nil {
 		return err
@@ -269,22 +344,6 @@ func (r *Replica) session(ctx context.Context) error {
 			case <-runCtx.Done():
 				return
 			}
-		}
-	}()
-
-	member, err := membership.Join(ctx, membership.Options{
-		Kafka: r.kopts, Group: r.cfg.Kafka.TopicPrefix + "members", Topic: r.topics.Commit,
-		ReplicaID: r.opts.ReplicaID, LocalTasks: r.localTaskNames,
-		SessionTimeout: r.cfg.Kafka.SessionTimeout, Logger: r.log, Registerer: r.opts.Registerer,
-	})
-	if err != nil {
-		return fmt.Errorf("join the replicas' group: %w", err)
-	}
-	defer func() {
-		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer lcancel()
-		if err := member.Leave(lctx); err != nil {
-			r.log.Warn("leave group", "err", err)
 		}
 	}()
 
@@ -521,10 +580,16 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	r.gen = g.Gen
 	r.met.restoreSeconds.Observe(time.Since(start).Seconds())
 	r.met.tasks.Set(float64(len(r.tasks)))
-	for _, id := range mine {
-		if err := r.acks.Send(ctx, control.Running{Gen: g.Gen, Task: id}); err != nil {
-			return fmt.Errorf("report task %s running: %w", id, err)
+	if len(mine) > 0 {
+		running := make([]control.Message, len(mine))
+		for i, id := range mine {
+			running[i] = control.Running{Gen: g.Gen, Task: id}
 		}
+		sent := time.Now()
+		if err := r.acks.SendAll(ctx, running...); err != nil {
+			return fmt.Errorf("report %d tasks running: %w", len(mine), err)
+		}
+		r.log.Debug("reported tasks running", "generation", g.Gen, "tasks", len(mine), "send", time.Since(sent))
 	}
 	r.ready.Store(true)
 	return nil
@@ -536,6 +601,7 @@ func (r *Replica) taskConfig(id control.TaskID, g control.Generation) task.Confi
 		Kafka: r.kopts, Prefix: r.cfg.Kafka.TopicPrefix, Store: r.store,
 		StateDir: filepath.Join(r.cfg.State.Dir, r.cfg.Job.Name, task.StateName(id)),
 		Cache:    r.cache, Acks: r.acks,
+		RecordCacheBytes:         cmp.Or(r.cfg.State.RecordCacheBytes, -1), // config: 0 is off
 		MaxConcurrentCheckpoints: r.cfg.Checkpoint.MaxConcurrent,
 		SinkMetrics:              r.sinkMet,
 		Logger:                   r.log, Registerer: r.opts.Registerer,

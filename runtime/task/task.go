@@ -52,6 +52,9 @@ type Config struct {
 	StateDir string
 	// Cache is the replica's shared Pebble block cache.
 	Cache *pebble.Cache
+	// RecordCacheBytes bounds the task's record cache, as in state.Config:
+	// 0 means the default, negative turns it off.
+	RecordCacheBytes int64
 	// Acks appends the task's acks and declines.
 	Acks *kafkaio.AckWriter
 	// MaxConcurrentCheckpoints sizes the sink's transaction pool.
@@ -124,6 +127,7 @@ func (t *Task) open(ctx context.Context, name string) error {
 	scfg := state.Config{
 		Dir: cfg.StateDir, Task: name, Store: cfg.Store, Cache: cfg.Cache,
 		Logger: t.log, Registerer: cfg.Registerer, Now: cfg.Now,
+		RecordCacheBytes: cfg.RecordCacheBytes,
 	}
 	var opState operatorState
 	if cfg.RestoreFrom > 0 {
@@ -162,43 +166,11 @@ func (t *Task) open(ctx context.Context, name string) error {
 	if n := len(opState.Sinks); n > 0 && n != len(cfg.Job.Sinks()) {
 		return fmt.Errorf("checkpoint %d has transactions of %d sinks; the job has %d", cfg.RestoreFrom, n, len(cfg.Job.Sinks()))
 	}
-	for i, spec := range cfg.Job.Sinks() {
-		mode := kafkaio.SinkExactlyOnce
-		if spec.Delivery == stream.DeliveryAtLeastOnce {
-			mode = kafkaio.SinkAtLeastOnce
-		}
-		sink, err := kafkaio.NewSink(kafkaio.SinkConfig{
-			ClientOpts:               append(append([]kgo.Opt{}, cfg.Kafka...), kgo.DefaultProduceTopic(spec.Topic)),
-			TransactionalIDPrefix:    cfg.Prefix,
-			Stage:                    sinkStage(cfg.ID.Stage, i),
-			Partition:                int32(cfg.ID.Index),
-			Mode:                     mode,
-			MaxConcurrentCheckpoints: cfg.MaxConcurrentCheckpoints,
-			TransactionTimeout:       spec.TransactionTimeout,
-			Logger:                   t.log.With("sink", spec.Topic),
-			Metrics:                  cfg.SinkMetrics,
-		})
-		if err != nil {
-			return fmt.Errorf("sink %s: %w", spec.Topic, err)
-		}
-		t.sinks = append(t.sinks, sink)
-		var handles []kafkaio.SinkTxnHandle
-		if i < len(opState.Sinks) {
-			handles = opState.Sinks[i]
-		}
-		// Commit what the checkpoint pre-committed, then fence the rest of
-		// the pool, before anything is written (DESIGN.md section 6).
-		if err := sink.Recover(ctx, handles); err != nil {
-			return fmt.Errorf("recover sink %s from checkpoint %d: %w", spec.Topic, cfg.RestoreFrom, err)
-		}
-	}
-
 	sources := cfg.Job.Sources()
 	if len(sources) != 1 {
 		return fmt.Errorf("job %s has %d sources; this runtime runs exactly one", cfg.Job.Name(), len(sources))
 	}
-	src := sources[0]
-	srcCfg, err := sourceConfig(src)
+	srcCfg, err := sourceConfig(sources[0])
 	if err != nil {
 		return err
 	}
@@ -209,12 +181,61 @@ func (t *Task) open(ctx context.Context, name string) error {
 	srcCfg.Name = cfg.ID.String()
 	srcCfg.Logger = t.log
 	srcCfg.Registerer = cfg.Registerer
-	source, err := kafkaio.NewSource(ctx, srcCfg)
-	if err != nil {
-		return fmt.Errorf("source: %w", err)
+
+	// The sinks' recovery (commit what the checkpoint pre-committed, fence
+	// the rest of each pool) and the source's start are independent round
+	// trips to the broker: they run in parallel. No record is read before
+	// open returns, so nothing is written before every sink has recovered
+	// (DESIGN.md section 6).
+	specs := cfg.Job.Sinks()
+	t.sinks = make([]*kafkaio.Sink, len(specs))
+	errs := make([]error, len(specs)+1)
+	var wg sync.WaitGroup
+	for i, spec := range specs {
+		var handles []kafkaio.SinkTxnHandle
+		if i < len(opState.Sinks) {
+			handles = opState.Sinks[i]
+		}
+		wg.Go(func() { t.sinks[i], errs[i] = t.openSink(ctx, i, spec, handles) })
 	}
-	t.source = source
-	return nil
+	wg.Go(func() {
+		src, err := kafkaio.NewSource(ctx, srcCfg)
+		if err != nil {
+			errs[len(specs)] = fmt.Errorf("source: %w", err)
+			return
+		}
+		t.source = src
+	})
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// openSink creates sink i and recovers it from the checkpoint's handles.
+func (t *Task) openSink(ctx context.Context, i int, spec stream.KafkaSink, handles []kafkaio.SinkTxnHandle) (*kafkaio.Sink, error) {
+	cfg := t.cfg
+	mode := kafkaio.SinkExactlyOnce
+	if spec.Delivery == stream.DeliveryAtLeastOnce {
+		mode = kafkaio.SinkAtLeastOnce
+	}
+	sink, err := kafkaio.NewSink(kafkaio.SinkConfig{
+		ClientOpts:               append(append([]kgo.Opt{}, cfg.Kafka...), kgo.DefaultProduceTopic(spec.Topic)),
+		TransactionalIDPrefix:    cfg.Prefix,
+		Stage:                    sinkStage(cfg.ID.Stage, i),
+		Partition:                int32(cfg.ID.Index),
+		Mode:                     mode,
+		MaxConcurrentCheckpoints: cfg.MaxConcurrentCheckpoints,
+		TransactionTimeout:       spec.TransactionTimeout,
+		Logger:                   t.log.With("sink", spec.Topic),
+		Metrics:                  cfg.SinkMetrics,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sink %s: %w", spec.Topic, err)
+	}
+	if err := sink.Recover(ctx, handles); err != nil {
+		// Returned, so that closeParts closes it with the others.
+		return sink, fmt.Errorf("recover sink %s from checkpoint %d: %w", spec.Topic, cfg.RestoreFrom, err)
+	}
+	return sink, nil
 }
 
 // manifestHandle reads checkpoint RestoreFrom's _metadata and returns this
@@ -545,7 +566,9 @@ func (t *Task) closeParts(ctx context.Context) error {
 		t.source.Close()
 	}
 	for _, sink := range t.sinks {
-		errs = append(errs, sink.Close(ctx))
+		if sink != nil { // nil: its creation failed
+			errs = append(errs, sink.Close(ctx))
+		}
 	}
 	if t.chain != nil {
 		errs = append(errs, t.chain.Close())
