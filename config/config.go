@@ -131,6 +131,9 @@ type State struct {
 type HTTP struct {
 	// Address to listen on, host:port; empty turns HTTP off.
 	Address string `mapstructure:"address"`
+	// Pprof also serves Go's profiler under /debug/pprof/ (net/http/pprof).
+	// Off by default: profiles show internals, and a CPU profile costs CPU.
+	Pprof bool `mapstructure:"pprof"`
 }
 
 // Log configures logging.
