@@ -591,13 +591,17 @@ func (b *Backend) dropSnapshot(ctx context.Context, s *Snapshot) {
 	keys = append(keys, s.written...)
 	b.mu.Unlock()
 
+	// In parallel: when the store is failing, each delete spends its
+	// retries, and the task declines only after this. Best effort: failures
+	// are logged and left to garbage collection (Registry.CollectGarbage).
 	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
-	for _, k := range keys {
+	_ = parallel(ctx, b.cfg.UploadConcurrency, keys, func(ctx context.Context, k string) error {
 		if err := b.cfg.Store.Delete(ctx, k); err != nil {
 			b.cfg.Logger.Warn("delete object of dropped snapshot", "checkpoint", s.id, "key", k, "err", err)
 		}
-	}
+		return nil
+	})
 	b.live.forget(s.dir)
 	_ = b.fs.Remove(b.snapMarker(s.id))
 	if err := b.fs.RemoveAll(s.dir); err != nil {

@@ -203,7 +203,11 @@ func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
 			CheckpointInterval: r.cfg.Checkpoint.Interval,
 			CheckpointTimeout:  r.cfg.Checkpoint.Timeout,
 		}); err != nil {
-			return permanent{fmt.Errorf("sink %s: %w", sink.Topic, err)}
+			err = fmt.Errorf("sink %s: %w", sink.Topic, err)
+			if errors.Is(err, kafkaio.ErrSinkTimeoutConfig) {
+				return permanent{err} // fix the configuration
+			}
+			return err // the brokers could not be asked: retried
 		}
 	}
 	return nil

@@ -40,22 +40,47 @@ func TestReplicasCountExactlyOnce(t *testing.T) {
 		c.CreateTopic(t, out, partitions, nil)
 		dir := t.TempDir()
 
-		produce := func(from, to int) {
-			cl := c.Client(t, kgo.DefaultProduceTopic(in))
-			for i := from; i < to; i++ {
-				k := fmt.Sprintf("k%03d", i%keys)
-				v, _ := json.Marshal(map[string]int{"i": i})
-				cl.Produce(ctx, &kgo.Record{Key: []byte(k), Value: v,
-					Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte(strconv.Itoa(i))}}}, nil)
-			}
-			if err := cl.Flush(ctx); err != nil {
-				t.Error(err)
-			}
-		}
+		produce := func(from, to int) { produceInput(ctx, t, c, in, keys, from, to) }
 		produce(0, records/3)
 
-		start := func(id string) (r *replica.Replica, stop func()) {
-			yaml := fmt.Sprintf(`
+		start := func(id string) (*replica.Replica, func()) {
+			tr := startReplica(ctx, t, id, jobYAML(job, in, out, c.Brokers[0], "file://"+dir+"/checkpoints", dir, id))
+			return tr.Replica, tr.stop
+		}
+		a, stopA := start("a")
+		b, _ := start("b")
+		waitReady(t, a, b)
+		waitCommitted(ctx, t, c, out, records/6)
+		stopA() // graceful: leaves the group; b takes every task
+		produce(records/3, 2*records/3)
+		waitCommitted(ctx, t, c, out, records/2)
+		a, _ = start("a") // and back: a new generation places tasks on both
+		waitReady(t, a, b)
+		produce(2*records/3, records)
+		verifyCounts(ctx, t, c, out, keys, records)
+	})
+}
+
+// produceInput writes records from..to-1 into in, keyed round-robin over
+// keys keys, each with a "trace" header.
+func produceInput(ctx context.Context, t *testing.T, c *kafkatest.Cluster, in string, keys, from, to int) {
+	t.Helper()
+	cl := c.Client(t, kgo.DefaultProduceTopic(in))
+	for i := from; i < to; i++ {
+		k := fmt.Sprintf("k%03d", i%keys)
+		v, _ := json.Marshal(map[string]int{"i": i})
+		cl.Produce(ctx, &kgo.Record{Key: []byte(k), Value: v,
+			Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte(strconv.Itoa(i))}}}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// jobYAML is the YAML count job from in to out, checkpointing every 300ms
+// to storage, with replica id's state under dir.
+func jobYAML(job, in, out, broker, storage, dir, id string) string {
+	return fmt.Sprintf(`
 job:
   name: %s
   pipeline:
@@ -63,67 +88,67 @@ job:
     - aggregate: {op: count}
     - sink: {topic: %s}
 kafka: {brokers: [%s], session_timeout: 6s}
-checkpoint: {interval: 300ms, timeout: 20s, storage: "file://%s/checkpoints"}
+checkpoint: {interval: 300ms, timeout: 20s, storage: "%s"}
 state: {dir: "%s/state-%s"}
 http: {address: ""}
 process: {replica_id: %s, grace_period: 20s}
-`, job, in, out, c.Brokers[0], dir, dir, id, id)
-			cfg, err := config.Load(config.Source{YAML: []byte(yaml), Env: func(string) (string, bool) { return "", false }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			j, err := pipeline.Compile(cfg.Job)
-			if err != nil {
-				t.Fatal(err)
-			}
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			if testing.Verbose() {
-				log = slog.New(slog.NewTextHandler(testLog{t, id}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			}
-			r, err = replica.New(ctx, replica.Options{Config: cfg, Job: j, ReplicaID: id, Logger: log, Registerer: prometheus.NewRegistry()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rctx, rcancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- r.Run(rctx) }()
-			var once sync.Once
-			stop = func() {
-				once.Do(func() {
-					rcancel()
-					if err := <-done; err != nil {
-						t.Errorf("replica %s: %v", id, err)
-					}
-				})
-			}
-			t.Cleanup(stop)
-			return r, stop
-		}
-		waitReady := func(rs ...*replica.Replica) {
-			t.Helper()
-			deadline := time.Now().Add(time.Minute)
-			for _, r := range rs {
-				for !r.Ready() {
-					if time.Now().After(deadline) {
-						t.Fatal("replica not ready within a minute")
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
-			}
-		}
+`, job, in, out, broker, storage, dir, id, id)
+}
 
-		a, stopA := start("a")
-		b, _ := start("b")
-		waitReady(a, b)
-		waitCommitted(ctx, t, c, out, records/6)
-		stopA() // graceful: leaves the group; b takes every task
-		produce(records/3, 2*records/3)
-		waitCommitted(ctx, t, c, out, records/2)
-		a, _ = start("a") // and back: a new generation places tasks on both
-		waitReady(a, b)
-		produce(2*records/3, records)
-		verifyCounts(ctx, t, c, out, keys, records)
-	})
+// testReplica is a replica running in this process.
+type testReplica struct {
+	*replica.Replica
+	reg  *prometheus.Registry
+	done chan error // Run's result
+	stop func()     // cancels Run and checks it returned nil; idempotent
+}
+
+func startReplica(ctx context.Context, t *testing.T, id, yaml string) *testReplica {
+	t.Helper()
+	cfg, err := config.Load(config.Source{YAML: []byte(yaml), Env: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := pipeline.Compile(cfg.Job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(testLog{t, id}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	tr := &testReplica{reg: prometheus.NewRegistry(), done: make(chan error, 1)}
+	tr.Replica, err = replica.New(ctx, replica.Options{Config: cfg, Job: j, ReplicaID: id, Logger: log, Registerer: tr.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	go func() { tr.done <- tr.Run(rctx) }()
+	var once sync.Once
+	tr.stop = func() {
+		once.Do(func() {
+			rcancel()
+			if err := <-tr.done; err != nil {
+				t.Errorf("replica %s: %v", id, err)
+			}
+		})
+	}
+	t.Cleanup(tr.stop)
+	return tr
+}
+
+// waitReady waits up to a minute for every replica to be ready.
+func waitReady(t *testing.T, rs ...*replica.Replica) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for _, r := range rs {
+		for !r.Ready() {
+			if time.Now().After(deadline) {
+				t.Fatal("replica not ready within a minute")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }
 
 type testLog struct {
@@ -151,6 +176,18 @@ func waitCommitted(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topi
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%s never reached %d committed offsets", topic, n)
+}
+
+// committedOffsets sums topic's last stable offsets.
+func committedOffsets(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic string) int64 {
+	t.Helper()
+	lsos, err := c.Admin(t).ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	lsos.Each(func(o kadm.ListedOffset) { sum += o.Offset })
+	return sum
 }
 
 // verifyCounts reads out read_committed and checks every key's counts are

@@ -1,0 +1,196 @@
+package replica_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/weir-stream/weir/internal/kafkatest"
+)
+
+// metricValue sums the samples of metric name in reg whose labels include
+// the given name=value pairs.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				sum += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// stillRunning fails the test if the replica's Run returned.
+func stillRunning(t *testing.T, r *testReplica, when string) {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		t.Fatalf("%s: the replica exited (%v); it must wait and retry", when, err)
+	default:
+	}
+}
+
+// A replica started while Kafka is unreachable does not exit: it retries
+// with backoff, is not ready and counts the retries; once the broker is up
+// it runs the job exactly once. kfake only: the test starts the broker on a
+// port chosen beforehand, which the shared real broker cannot do.
+func TestReplicaWaitsForKafka(t *testing.T) {
+	const (
+		keys    = 20
+		records = 1000
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	broker := "127.0.0.1:" + strconv.Itoa(port)
+	dir := t.TempDir()
+	job := kafkatest.Name(t, "down")
+	in, out := job+"-in", job+"-out"
+
+	r := startReplica(ctx, t, "a", jobYAML(job, in, out, broker, "file://"+dir+"/checkpoints", dir, "a"))
+	time.Sleep(2 * time.Second)
+	stillRunning(t, r, "Kafka unreachable")
+	if r.Ready() {
+		t.Fatal("ready without Kafka")
+	}
+	if n := metricValue(t, r.reg, "weir_replica_retries_total", "what", "connect"); n < 2 {
+		t.Fatalf("weir_replica_retries_total{what=connect} = %v after 2s without Kafka, want >= 2", n)
+	}
+
+	c := kafkatest.NewKfake(t, kfake.Ports(port))
+	c.CreateTopic(t, in, 2, nil)
+	c.CreateTopic(t, out, 2, nil)
+	produceInput(ctx, t, c, in, keys, 0, records)
+	waitReady(t, r.Replica)
+	verifyCounts(ctx, t, c, out, keys, records)
+}
+
+// Object storage that fails, at start and in the middle of a run, stops
+// nothing for good: at start the replica retries (not ready, retries
+// counted); mid-run checkpoints fail (counted), no output is committed
+// while they do, and the replica keeps running; when storage is back,
+// checkpoints complete and every key's counts are exactly 1..N. Storage is
+// file:// whose root is replaced by a regular file during the outage.
+func TestReplicaSurvivesStorageOutage(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		const (
+			keys    = 20
+			records = 1500
+		)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		job := kafkatest.Name(t, "store")
+		in, out := job+"-in", job+"-out"
+		c.CreateTopic(t, in, 2, nil)
+		c.CreateTopic(t, out, 2, nil)
+		dir := t.TempDir()
+		root := filepath.Join(dir, "bucket")
+		block := func() {
+			t.Helper()
+			if err := os.WriteFile(root, []byte("not a directory"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		block()
+
+		produceInput(ctx, t, c, in, keys, 0, records/3)
+		r := startReplica(ctx, t, "a", jobYAML(job, in, out, c.Brokers[0], "file://"+root+"/checkpoints", dir, "a"))
+		time.Sleep(1500 * time.Millisecond)
+		stillRunning(t, r, "storage unreachable at start")
+		if r.Ready() {
+			t.Fatal("ready without object storage")
+		}
+		if n := metricValue(t, r.reg, "weir_replica_retries_total", "what", "connect"); n < 1 {
+			t.Fatal("no retry counted while object storage was unreachable")
+		}
+		if err := os.Remove(root); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, r.Replica)
+		waitCommitted(ctx, t, c, out, records/3)
+
+		// Mid-run: the bucket's root disappears behind a file.
+		moved := root + ".away"
+		if err := os.Rename(root, moved); err != nil {
+			t.Fatal(err)
+		}
+		block()
+		failedBefore := metricValue(t, r.reg, "weir_checkpoint_failed_total")
+		committed := committedOffsets(ctx, t, c, out)
+		produceInput(ctx, t, c, in, keys, records/3, 2*records/3)
+		deadline := time.Now().Add(30 * time.Second)
+		for metricValue(t, r.reg, "weir_checkpoint_failed_total") < failedBefore+1 {
+			if time.Now().After(deadline) {
+				t.Fatal("no checkpoint failed within 30s of the storage outage")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// The failure restarts the job from the last completed checkpoint,
+		// which cannot be read now: the tasks wait, and /readyz says so.
+		for r.Ready() {
+			if time.Now().After(deadline) {
+				t.Fatal("still ready 30s into the storage outage")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for metricValue(t, r.reg, "weir_replica_retries_total", "what", "start_task") < 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("no task start retry counted 30s into the storage outage")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		stillRunning(t, r, "storage outage mid-run")
+		if now := committedOffsets(ctx, t, c, out); now != committed {
+			t.Fatalf("output committed while no checkpoint could complete: %d -> %d offsets", committed, now)
+		}
+
+		// Back: the same objects under the same root.
+		if err := os.Remove(root); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(moved, root); err != nil {
+			t.Fatal(err)
+		}
+		produceInput(ctx, t, c, in, keys, 2*records/3, records)
+		waitReady(t, r.Replica)
+		verifyCounts(ctx, t, c, out, keys, records)
+		stillRunning(t, r, "after the outage")
+	})
+}
