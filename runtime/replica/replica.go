@@ -557,7 +557,7 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 			var t *task.Task
 			err := retry(ctx, r.log, r.met, "start_task", func() error {
 				var err error
-				t, err = task.Start(ctx, r.taskConfig(id, g))
+				t, err = task.Open(ctx, r.taskConfig(id, g))
 				if errors.Is(err, kafkaio.ErrSinkTxnAborted) {
 					// Output of a completed checkpoint is lost: never go on
 					// silently (DESIGN.md invariant 5).
@@ -594,6 +594,10 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 			return fmt.Errorf("report %d tasks running: %w", len(mine), err)
 		}
 		r.log.Debug("reported tasks running", "generation", g.Gen, "tasks", len(mine), "send", time.Since(sent))
+	}
+	// Every task is open: all start processing now.
+	for _, id := range mine {
+		r.tasks[id].Run()
 	}
 	r.ready.Store(true)
 	return nil

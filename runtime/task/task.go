@@ -95,15 +95,29 @@ type Task struct {
 
 	ctx    context.Context // the task's life; cancelled by Stop
 	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // set before done is closed
+	done    chan struct{}
+	err     error     // set before done is closed
+	started sync.Once // Run, or Stop of a task that never ran
 
 	async sync.WaitGroup // snapshots' asynchronous parts
 }
 
-// Start restores the task from cfg.RestoreFrom (or starts it empty),
-// recovers its sink's pre-committed transactions, and starts its goroutine.
+// Start is Open followed by Run.
 func Start(ctx context.Context, cfg Config) (*Task, error) {
+	t, err := Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	t.Run()
+	return t, nil
+}
+
+// Open restores the task from cfg.RestoreFrom (or opens it empty), recovers
+// its sinks' pre-committed transactions and creates its source; Run starts
+// processing. A replica opens all its tasks of a generation before it runs
+// any, so that the last ones to open do not compete for CPU with the first
+// ones processing, and it reports them running at once.
+func Open(ctx context.Context, cfg Config) (*Task, error) {
 	if cfg.TimerInterval <= 0 {
 		cfg.TimerInterval = 100 * time.Millisecond
 	}
@@ -118,9 +132,12 @@ func Start(ctx context.Context, cfg Config) (*Task, error) {
 		return nil, fmt.Errorf("start task %s: %w", cfg.ID, err)
 	}
 	t.ctx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	go t.run()
 	return t, nil
 }
+
+// Run starts the task's goroutine. It does nothing after the first call, or
+// after Stop.
+func (t *Task) Run() { t.started.Do(func() { go t.run() }) }
 
 func (t *Task) open(ctx context.Context, name string) error {
 	cfg := t.cfg
@@ -555,6 +572,7 @@ func (t *Task) CaughtUp() bool { return t.source.CaughtUp() }
 // next owner to commit), and the state is closed.
 func (t *Task) Stop(ctx context.Context) error {
 	t.cancel()
+	t.started.Do(func() { close(t.done) }) // never ran
 	<-t.done
 	t.async.Wait()
 	return t.closeParts(ctx)
