@@ -75,8 +75,27 @@ func (b blobBucket) Upload(ctx context.Context, key string, r io.Reader, opts *b
 		// opaque bytes.
 		o.ContentType = "application/octet-stream"
 	}
-	return b.b.Upload(ctx, key, r, &o)
+	// Not blob.Bucket.Upload: it copies through a fresh 1 MiB buffer per
+	// object, which for the many small files of every checkpoint was most
+	// of the garbage a replica made outside its records.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := b.b.NewWriter(ctx, key, &o)
+	if err != nil {
+		return err
+	}
+	// The wrappers hide ReadFrom and WriteTo, which would bring the 1 MiB
+	// buffer back.
+	if _, err := io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{r}, make([]byte, uploadBufferSize)); err != nil {
+		cancel() // aborts the write: nothing is stored
+		_ = w.Close()
+		return err
+	}
+	return w.Close()
 }
+
+// uploadBufferSize is the copy buffer of one upload.
+const uploadBufferSize = 64 << 10
 
 func (b blobBucket) NewReader(ctx context.Context, key string) (io.ReadCloser, error) {
 	return b.b.NewReader(ctx, key, nil)
