@@ -33,6 +33,7 @@ const cacheEntryOverhead = 96
 // costs no atomic operation.
 type recordCache struct {
 	entries map[string]*cacheEntry
+	last    *cacheEntry // the entry found last: a read then a write of one key probe the map once
 	dirty   []*cacheEntry
 	size    int64
 	max     int64
@@ -58,9 +59,14 @@ func (e *cacheEntry) cost() int64 { return int64(len(e.key)+cap(e.val)) + cacheE
 
 // lookup returns the entry of key, or nil. It does not allocate.
 func (c *recordCache) lookup(key []byte) *cacheEntry {
+	if c.last != nil && c.last.key == string(key) {
+		c.hits++
+		return c.last
+	}
 	e := c.entries[string(key)]
 	if e != nil {
 		c.hits++
+		c.last = e
 	} else {
 		c.misses++
 	}
@@ -81,6 +87,7 @@ func (c *recordCache) add(db *pebble.DB, key, val []byte, present, dirty bool) (
 		e.val = append([]byte(nil), val...)
 	}
 	c.entries[e.key] = e
+	c.last = e
 	c.size += e.cost()
 	if dirty {
 		c.markDirty(e)
@@ -147,6 +154,7 @@ func (c *recordCache) evict(db *pebble.DB, target int64) error {
 	if err := c.flush(db, pebble.NoSync); err != nil {
 		return err
 	}
+	c.last = nil
 	for k, e := range c.entries {
 		if c.size <= target {
 			break
@@ -161,6 +169,7 @@ func (c *recordCache) evict(db *pebble.DB, target int64) error {
 // drop empties the cache; it must be clean (flushed).
 func (c *recordCache) drop() {
 	clear(c.entries)
+	c.last = nil
 	c.size = 0
 }
 
