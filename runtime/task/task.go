@@ -93,8 +93,8 @@ type Task struct {
 	sinks   []*kafkaio.Sink // by index in Job.Sinks
 	chain   stream.Task
 
-	ctx    context.Context // the task's life; cancelled by Stop
-	cancel context.CancelFunc
+	ctx     context.Context // the task's life; cancelled by Stop
+	cancel  context.CancelFunc
 	done    chan struct{}
 	err     error     // set before done is closed
 	started sync.Once // Run, or Stop of a task that never ran
