@@ -79,12 +79,19 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 // serve runs one replica and its HTTP endpoints until ctx ends. onCommitted,
 // if set, is called for every completed checkpoint.
 func serve(ctx context.Context, cfg *config.Config, logOut io.Writer, onCommitted func(uint64)) error {
+	reg := prometheus.NewRegistry()
+	return serveWith(ctx, cfg, logOut, onCommitted, reg, reg)
+}
+
+// serveWith is serve with the registry /metrics serves (gatherer) and the
+// registerer the replica registers its metrics with, normally the same
+// registry; a test wraps the registerer to see every metric registered.
+func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onCommitted func(uint64), gatherer prometheus.Gatherer, reg prometheus.Registerer) error {
 	log := newLogger(cfg, logOut)
 	job, err := pipeline.Compile(cfg.Job)
 	if err != nil {
 		return fmt.Errorf("job: %w", err)
 	}
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	rep, err := replica.New(ctx, replica.Options{
@@ -98,7 +105,7 @@ func serve(ctx context.Context, cfg *config.Config, logOut io.Writer, onCommitte
 	var srv *http.Server
 	if cfg.HTTP.Address != "" {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{Registry: reg}))
 		if cfg.HTTP.Pprof {
 			mux.HandleFunc("/debug/pprof/", pprof.Index)
 			mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/internal/kafkatest"
+)
+
+// recordingRegisterer registers with a registry and remembers every
+// collector, so that metric vectors without samples are seen too.
+type recordingRegisterer struct {
+	*prometheus.Registry
+	mu   sync.Mutex
+	cols []prometheus.Collector
+}
+
+func (r *recordingRegisterer) Register(c prometheus.Collector) error {
+	err := r.Registry.Register(c)
+	if err == nil {
+		r.mu.Lock()
+		r.cols = append(r.cols, c)
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func (r *recordingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+var fqNameRe = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+// names returns the names of every metric the collectors describe.
+func (r *recordingRegisterer) names() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ch := make(chan *prometheus.Desc, 64)
+	go func() {
+		for _, c := range r.cols {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	out := map[string]bool{}
+	for d := range ch {
+		if m := fqNameRe.FindStringSubmatch(d.String()); m != nil {
+			out[m[1]] = true
+		}
+	}
+	return out
+}
+
+// TestMetricsDocumentedAndOnTheDashboard runs a replica of the count job on
+// kfake until checkpoints complete and compares every weir_ metric it
+// registered with docs/metrics.md, both ways, and checks that every metric
+// the Grafana dashboard queries exists.
+func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
+	clearConfigEnv(t)
+	c := kafkatest.NewKfake(t)
+	dir := t.TempDir()
+	c.CreateTopic(t, "in", 2, nil)
+	c.CreateTopic(t, "out", 2, nil)
+	file := filepath.Join(dir, "job.yaml")
+	yaml := fmt.Sprintf(`job:
+  name: metrics
+  pipeline:
+    - source: {topics: [in]}
+    - aggregate: {op: count}
+    - sink: {topic: out}
+kafka: {brokers: [%s]}
+checkpoint: {interval: 200ms, storage: "file://%s/chk"}
+state: {dir: "%s/state"}
+http: {address: ""}
+log: {level: error}
+`, c.Brokers[0], dir, dir)
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(config.Source{File: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := c.Client(t, kgo.DefaultProduceTopic("in"))
+	for i := range 100 {
+		prod.Produce(context.Background(), &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%7), Value: []byte(`{}`)}, nil)
+	}
+	if err := prod.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	reg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	completed := make(chan uint64, 100)
+	done := make(chan error, 1)
+	go func() { done <- serveWith(ctx, cfg, io.Discard, func(id uint64) { completed <- id }, reg.Registry, reg) }()
+	for n := 0; n < 2; {
+		select {
+		case <-completed:
+			n++
+		case err := <-done:
+			t.Fatalf("replica stopped: %v", err)
+		case <-ctx.Done():
+			t.Fatal("no two completed checkpoints within a minute")
+		}
+	}
+	registered := reg.names()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("replica: %v", err)
+	}
+
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if !strings.HasPrefix(line, "| `weir_") {
+			continue
+		}
+		first := strings.SplitN(line, "|", 3)[1]
+		for _, m := range regexp.MustCompile("`(weir_[a-z0-9_]+)`").FindAllStringSubmatch(first, -1) {
+			documented[m[1]] = true
+		}
+	}
+	var undocumented, missing []string
+	for n := range registered {
+		if strings.HasPrefix(n, "weir_") && !documented[n] {
+			undocumented = append(undocumented, n)
+		}
+	}
+	for n := range documented {
+		if !registered[n] {
+			missing = append(missing, n)
+		}
+	}
+	sort.Strings(undocumented)
+	sort.Strings(missing)
+	if len(undocumented) > 0 {
+		t.Errorf("registered but not in docs/metrics.md: %v", undocumented)
+	}
+	if len(missing) > 0 {
+		t.Errorf("in docs/metrics.md but never registered: %v", missing)
+	}
+
+	raw, err := os.ReadFile("../../deploy/grafana/weir-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboard: %v", err)
+	}
+	metricRe := regexp.MustCompile(`\b((?:weir|go|process)_[a-z0-9_]+)\s*\{`)
+	queried := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			ms := metricRe.FindAllStringSubmatch(tg.Expr, -1)
+			if len(ms) == 0 {
+				t.Errorf("panel %q: query %q names no metric", p.Title, tg.Expr)
+			}
+			for _, m := range ms {
+				name := m[1]
+				base := name
+				for _, suf := range []string{"_bucket", "_sum", "_count"} {
+					if b, ok := strings.CutSuffix(name, suf); ok && registered[b] {
+						base = b
+					}
+				}
+				if !registered[base] {
+					t.Errorf("panel %q queries %s, which the replica does not have", p.Title, name)
+				}
+				queried++
+			}
+		}
+	}
+	if queried < 30 {
+		t.Errorf("the dashboard queries %d metrics; expected the full dashboard", queried)
+	}
+}
