@@ -82,13 +82,9 @@ func TestTxnAdminLingering(t *testing.T) {
 		}
 		want := []string{"a1", "a2", "after-a"}
 		sinkWantValues(t, "after the commit", sinkCommitted(t, ctx, c, e.topic, len(want), 300*time.Millisecond), want)
-		all, err := admin.ListTxns(ctx, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(all) != 1 || all[0].TransactionalID != idA || all[0].Open() {
-			t.Fatalf("all transactions of the job %+v, want %s ended", all, idA)
-		}
+		eventuallyTxns(t, ctx, admin, "after the commit", func(all []kafkaio.TxnInfo) bool {
+			return len(all) == 1 && all[0].TransactionalID == idA && !all[0].Open()
+		})
 
 		// Abort: ends exactly the open transaction.
 		lingerB := adminLinger(t, ctx, e, idB, "b1")
@@ -98,13 +94,7 @@ func TestTxnAdminLingering(t *testing.T) {
 		if _, err := admin.AbortTxn(ctx, idB); err == nil {
 			t.Fatalf("aborting %s twice succeeded", idB)
 		}
-		open, err = admin.ListTxns(ctx, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(open) != 0 {
-			t.Fatalf("open transactions after the abort: %+v", open)
-		}
+		eventuallyTxns(t, ctx, admin, "after the abort", noneOpen)
 		if err := lingerB.EndTransaction(ctx, kgo.TryCommit); err == nil {
 			t.Fatal("the fenced producer committed its aborted transaction")
 		}
@@ -116,9 +106,7 @@ func TestTxnAdminLingering(t *testing.T) {
 		if err := admin.FenceTxn(ctx, idC, 0); err != nil {
 			t.Fatalf("fence %s: %v", idC, err)
 		}
-		if open, err := admin.ListTxns(ctx, true); err != nil || len(open) != 0 {
-			t.Fatalf("open transactions after the fence: %+v, %v", open, err)
-		}
+		eventuallyTxns(t, ctx, admin, "after the fence", noneOpen)
 		if err := lingerC.EndTransaction(ctx, kgo.TryCommit); err == nil {
 			t.Fatal("the fenced producer committed")
 		}
@@ -165,4 +153,35 @@ func TestTxnAdminAbortRecorded(t *testing.T) {
 			t.Fatalf("commit after the abort: %v, want ErrSinkTxnAborted", err)
 		}
 	})
+}
+
+func noneOpen(all []kafkaio.TxnInfo) bool {
+	for _, i := range all {
+		if i.Open() {
+			return false
+		}
+	}
+	return true
+}
+
+// eventuallyTxns polls the job's transactions until ok holds, for up to 10s:
+// a broker answers EndTxn, or the InitProducerID that fences, before it has
+// written the transaction's markers, so the transaction may still be
+// PrepareCommit or PrepareAbort for a moment.
+func eventuallyTxns(t *testing.T, ctx context.Context, admin *kafkaio.TxnAdmin, when string, ok func([]kafkaio.TxnInfo) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		all, err := admin.ListTxns(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(all) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: transactions of the job %+v", when, all)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
