@@ -110,7 +110,9 @@ log: {level: error}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	completed := make(chan uint64, 100)
 	done := make(chan error, 1)
-	go func() { done <- serveWith(ctx, cfg, io.Discard, func(id uint64) { completed <- id }, reg.Registry, reg) }()
+	go func() {
+		done <- serveWith(ctx, cfg, io.Discard, func(id uint64) { completed <- id }, reg.Registry, reg)
+	}()
 	for n := 0; n < 2; {
 		select {
 		case <-completed:
