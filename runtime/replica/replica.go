@@ -275,12 +275,14 @@ func (r *Replica) Run(ctx context.Context) error {
 // when ctx ends.
 func (r *Replica) session(ctx context.Context) error {
 
-	// Where this replica stands (the newest generation in the history),
-	// where triggers start, and the group: independent round trips, in
-	// parallel.
+	// Where this replica stands (the newest generation in the history) and
+	// where triggers start: two independent reads, in parallel. Both come
+	// before the join: the generation that this replica's joining starts
+	// must arrive on the tail, so the tail's start is fixed first; and a
+	// replica that cannot follow the control topics must not join (each
+	// join and leave would restart every replica's tasks).
 	var hist kafkaio.ControlHistory
 	var triggerEnd int64
-	var member *membership.Member
 	err := all(
 		func() error {
 			var err error
@@ -292,28 +294,7 @@ func (r *Replica) session(ctx context.Context) error {
 			triggerEnd, err = kafkaio.StableEnd(ctx, r.kopts, r.topics, control.TopicTrigger)
 			return err
 		},
-		func() error {
-			var err error
-			member, err = membership.Join(ctx, membership.Options{
-				Kafka: r.kopts, Group: r.cfg.Kafka.TopicPrefix + "members", Topic: r.topics.Commit,
-				ReplicaID: r.opts.ReplicaID, LocalTasks: r.localTaskNames,
-				SessionTimeout: r.cfg.Kafka.SessionTimeout, Logger: r.log, Registerer: r.opts.Registerer,
-			})
-			if err != nil {
-				return fmt.Errorf("join the replicas' group: %w", err)
-			}
-			return nil
-		},
 	)
-	if member != nil {
-		defer func() {
-			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer lcancel()
-			if err := member.Leave(lctx); err != nil {
-				r.log.Warn("leave group", "err", err)
-			}
-		}()
-	}
 	if err != nil {
 		return err
 	}
@@ -348,6 +329,22 @@ func (r *Replica) session(ctx context.Context) error {
 			case <-runCtx.Done():
 				return
 			}
+		}
+	}()
+
+	member, err := membership.Join(ctx, membership.Options{
+		Kafka: r.kopts, Group: r.cfg.Kafka.TopicPrefix + "members", Topic: r.topics.Commit,
+		ReplicaID: r.opts.ReplicaID, LocalTasks: r.localTaskNames,
+		SessionTimeout: r.cfg.Kafka.SessionTimeout, Logger: r.log, Registerer: r.opts.Registerer,
+	})
+	if err != nil {
+		return fmt.Errorf("join the replicas' group: %w", err)
+	}
+	defer func() {
+		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer lcancel()
+		if err := member.Leave(lctx); err != nil {
+			r.log.Warn("leave group", "err", err)
 		}
 	}()
 
