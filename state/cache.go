@@ -38,7 +38,7 @@ type recordCache struct {
 	size    int64
 	max     int64
 
-	// Since the last publish.
+	// Since the last publish. Hits and misses count reads only.
 	hits, misses, evictions int64
 }
 
@@ -60,15 +60,11 @@ func (e *cacheEntry) cost() int64 { return int64(len(e.key)+cap(e.val)) + cacheE
 // lookup returns the entry of key, or nil. It does not allocate.
 func (c *recordCache) lookup(key []byte) *cacheEntry {
 	if c.last != nil && c.last.key == string(key) {
-		c.hits++
 		return c.last
 	}
 	e := c.entries[string(key)]
 	if e != nil {
-		c.hits++
 		c.last = e
-	} else {
-		c.misses++
 	}
 	return e
 }
@@ -95,13 +91,19 @@ func (c *recordCache) add(db *pebble.DB, key, val []byte, present, dirty bool) (
 	return e, nil
 }
 
-// set replaces e's value with a copy of val.
-func (c *recordCache) set(e *cacheEntry, val []byte) {
+// set replaces e's value with a copy of val. If the value grew the cache
+// past its budget, it evicts (after a flush, so e may go too: callers hold
+// no entry across set).
+func (c *recordCache) set(db *pebble.DB, e *cacheEntry, val []byte) error {
 	before := cap(e.val)
 	e.val = append(e.val[:0], val...)
 	e.present = true
 	c.size += int64(cap(e.val) - before)
 	c.markDirty(e)
+	if c.size > c.max {
+		return c.evict(db, c.max*3/4)
+	}
+	return nil
 }
 
 // del marks e deleted.

@@ -147,6 +147,9 @@ func TestRecordCacheDifferential(tt *testing.T) {
 				if a != b {
 					t.Fatalf("step %d: %s(%s, %d): cache off %s, cache %d bytes %s", i, op, key, v, a, cacheBytes, b)
 				}
+				if size := got.b.rc.size; size > cacheBytes {
+					t.Fatalf("step %d: the cache holds %d bytes, over its budget of %d", i, size, cacheBytes)
+				}
 			}
 		}
 		if a, b := dumpAll(t, ref.b), dumpAll(t, got.b); !maps.Equal(a, b) {
@@ -219,5 +222,38 @@ func TestRecordCacheHitPathAndCollapse(t *testing.T) {
 	b.SetCurrentKey(key)
 	if n, ok, err := s.Get(); err != nil || !ok || n != 999 {
 		t.Fatalf("Get = %d, %v, %v", n, ok, err)
+	}
+}
+
+// A value that grows in place (a hot key's accumulator) cannot take the
+// cache past its budget: the write that crosses it flushes and evicts.
+func TestRecordCacheBoundedByGrowingValues(t *testing.T) {
+	store, _ := newStore(t)
+	cfg := testConfig(t, store, t.TempDir())
+	cfg.RecordCacheBytes = 4 << 10
+	b := openTest(t, cfg)
+	s, _ := NewValueState(b, "acc", StringCodec{})
+	for i := range 20 {
+		b.SetCurrentKey(fmt.Appendf(nil, "cold-%d", i))
+		if err := s.Put("x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.SetCurrentKey([]byte("hot"))
+	v := ""
+	for i := range 300 {
+		v += "0123456789"
+		if err := s.Put(v); err != nil {
+			t.Fatal(err)
+		}
+		if b.rc.size > cfg.RecordCacheBytes {
+			t.Fatalf("after write %d (%d bytes) the cache holds %d bytes, budget %d", i, len(v), b.rc.size, cfg.RecordCacheBytes)
+		}
+	}
+	if got, ok, err := s.Get(); err != nil || !ok || got != v {
+		t.Fatalf("Get: %d bytes, %v, %v", len(got), ok, err)
+	}
+	if b.rc.evictions == 0 {
+		t.Fatal("no eviction: the test exercises nothing")
 	}
 }

@@ -275,8 +275,10 @@ func (h *handle) getRaw(key []byte, fn func(payload []byte) error) (bool, error)
 func (h *handle) cacheEntry(key []byte) (*cacheEntry, error) {
 	rc := h.b.rc
 	if e := rc.lookup(key); e != nil {
+		rc.hits++
 		return e, nil
 	}
+	rc.misses++
 	v, c, err := h.b.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return rc.add(h.b.db, key, nil, false, false)
@@ -293,8 +295,7 @@ func (h *handle) set(key, value []byte) error {
 	if h.cached() {
 		rc := h.b.rc
 		if e := rc.lookup(key); e != nil {
-			rc.set(e, value)
-			return nil
+			return rc.set(h.b.db, e, value)
 		}
 		_, err := rc.add(h.b.db, key, value, true, true)
 		return err
