@@ -270,8 +270,11 @@ func StableEnd(ctx context.Context, opts []kgo.Opt, ts ControlTopics, t control.
 		return 0, fmt.Errorf("last stable offset of %s: %w", name, err)
 	}
 	lso, ok := lsos.Lookup(name, 0)
-	if !ok || lso.Err != nil {
-		return 0, fmt.Errorf("last stable offset of %s: %v", name, lso.Err)
+	if !ok {
+		return 0, fmt.Errorf("last stable offset of %s: partition 0 not in the answer", name)
+	}
+	if lso.Err != nil {
+		return 0, fmt.Errorf("last stable offset of %s: %w", name, lso.Err)
 	}
 	return lso.Offset, nil
 }

@@ -74,7 +74,9 @@ func (s *Snapshot) SyncDuration() time.Duration { return s.syncDur }
 // flushes the WAL (to the page cache) and creates a Pebble checkpoint in
 // snap/<id>/: the SSTs held for hard links made later (see liveFS), the WAL
 // linked with its length at the barrier recorded, copies of the small
-// MANIFEST and OPTIONS. Its cost is bounded by the manifest's size (at most
+// MANIFEST and OPTIONS. Before that it flushes the record cache into one
+// Pebble batch, which costs up to Config.RecordCacheBytes of writes. Beyond
+// that its cost is bounded by the manifest's size (at most
 // MaxManifestFileSize), whatever the size of the state, the number of files
 // or what was written since the last flush. operatorState (source offsets, sink
 // transaction handles) is stored in the task manifest as is.
@@ -328,7 +330,9 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 						return nil, fmt.Errorf("WAL piece %s: local size %d, uploaded size %d", key, size-start, got.Size)
 					}
 					e.Parts[len(e.Parts)-1].SHA256 = got.SHA256
-					reused++
+					if start == 0 {
+						reused++ // not counted above
+					}
 				}
 			}
 		default:

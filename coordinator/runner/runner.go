@@ -251,7 +251,12 @@ func (r *Runner) restore(ctx context.Context) (*coordinator.Core, int64, error) 
 			errs[1] = fmt.Errorf("read the trigger topic: %w", errs[1])
 		}
 	})
-	wg.Go(func() { ackEnd, errs[2] = kafkaio.StableEnd(ctx, r.opts.Kafka, r.opts.Topics, control.TopicAck) })
+	wg.Go(func() {
+		ackEnd, errs[2] = kafkaio.StableEnd(ctx, r.opts.Kafka, r.opts.Topics, control.TopicAck)
+		if errs[2] != nil {
+			errs[2] = fmt.Errorf("read the ack topic's end: %w", errs[2])
+		}
+	})
 	wg.Wait()
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, 0, err

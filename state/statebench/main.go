@@ -45,6 +45,7 @@ type config struct {
 	lbaseMiB        int
 	memtableMiB     int
 	manifestKiB     int
+	recordCache     int64
 }
 
 func main() {
@@ -66,6 +67,7 @@ func main() {
 	flag.IntVar(&c.lbaseMiB, "lbase-mib", 0, "override Pebble's LBaseMaxBytes in MiB (experiments)")
 	flag.IntVar(&c.memtableMiB, "memtable-mib", 0, "override the memtable size in MiB (experiments)")
 	flag.IntVar(&c.manifestKiB, "manifest-kib", 0, "override Pebble's MaxManifestFileSize in KiB (experiments)")
+	flag.Int64Var(&c.recordCache, "record-cache-bytes", -1, "the backend's record cache (state.Config.RecordCacheBytes); off by default, so that the figures are Pebble's and the snapshot's own: with it on, the synchronous part also flushes up to this many bytes")
 	flag.Parse()
 	if *short {
 		size, small = "32MiB", "8MiB"
@@ -162,11 +164,12 @@ func newBench(c config, cache *pebble.Cache, name string) (*bench, error) {
 		return nil, err
 	}
 	cfg := state.Config{
-		Dir:    filepath.Join(root, "state"),
-		Task:   "t0",
-		Store:  store,
-		Cache:  cache,
-		Logger: slog.New(slog.DiscardHandler),
+		Dir:              filepath.Join(root, "state"),
+		Task:             "t0",
+		Store:            store,
+		Cache:            cache,
+		Logger:           slog.New(slog.DiscardHandler),
+		RecordCacheBytes: c.recordCache,
 		TunePebble: func(o *pebble.Options) {
 			if c.l0Threshold > 0 {
 				o.L0CompactionThreshold = c.l0Threshold
@@ -218,6 +221,9 @@ func (x *bench) load(size int64) error {
 		}
 	}
 	x.keys = max(x.keys, n)
+	if err := x.b.Flush(); err != nil { // the record cache, if on
+		return err
+	}
 	if err := x.b.DB().Flush(); err != nil {
 		return err
 	}
