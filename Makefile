@@ -45,6 +45,14 @@ bench-kafkaio: ## Benchmark on the real broker: raw franz-go pipe vs Weir source
 bench: build ## Product benchmark on the real broker: YAML count job vs raw franz-go pipe, checkpoint durations, e2e latency, recovery after kill -9 (ARGS=-short for a quick check)
 	bash scripts/with-services.sh $(GO) run ./internal/tools/bench -processor $(BIN)/processor $(ARGS)
 
+.PHONY: helm-check
+helm-check: build ## Lint and render the Helm chart, validate the configuration it renders (installs helm into .cache)
+	bash scripts/helm-check.sh
+
+.PHONY: image
+image: ## Build the container image weir:$(VERSION) with docker (Dockerfile)
+	docker build --build-arg VERSION=$(VERSION) -t weir:$(VERSION) .
+
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt check, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>&1); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Checks the Helm chart (make helm-check): helm lint, then helm template with
+# the defaults and with every optional part switched on, and the rendered
+# configuration file passed through `bin/processor validate`; values the
+# chart owns (state.dir, http.address, process.replica_id) must be refused.
+# Helm is installed with `go install` into .cache/bin on first use.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
+HELM=.cache/bin/helm-$HELM_VERSION
+CHART=deploy/helm/weir
+if [[ ! -x $HELM ]]; then
+	mkdir -p .cache/bin
+	start=$SECONDS
+	GOBIN=$PWD/.cache/bin go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+	mv .cache/bin/helm "$HELM"
+	echo "helm-check: installed helm $HELM_VERSION in $((SECONDS - start))s"
+fi
+[[ -x bin/processor ]] || make build >/dev/null
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$HELM" lint --strict "$CHART"
+
+# render NAME ARGS...: renders the chart into $work/NAME.yaml.
+render() {
+	local name=$1
+	shift
+	"$HELM" template "weir-$name" "$CHART" --namespace streams "$@" >"$work/$name.yaml"
+}
+
+# job_yaml NAME: the ConfigMap's job.yaml of a rendering, unindented.
+job_yaml() {
+	awk '/^kind: ConfigMap/{cm=1} cm && /^  job.yaml: \|/{on=1; next} on && /^---/{exit} on{sub(/^    /, ""); print}' "$work/$1.yaml"
+}
+
+expect() { # expect NAME PATTERN: the rendering must contain PATTERN
+	grep -qE -- "$2" "$work/$1.yaml" || { echo "helm-check: $1: no match for: $2" >&2; exit 1; }
+}
+
+render defaults
+render full --set persistence.enabled=false --set serviceMonitor.enabled=true \
+	--set podDisruptionBudget.enabled=false --set serviceAccount.create=false \
+	--set replicaCount=5 --set 'env[0].name=WEIR_LOG_LEVEL' --set 'env[0].value=debug' \
+	--set 'resources.limits.memory=2Gi' --set 'affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool' \
+	--set 'affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists'
+
+for r in defaults full; do
+	job_yaml "$r" >"$work/$r-job.yaml"
+	# The rendered file is what the container runs: it must validate, with
+	# the replica ID the pod's environment gives.
+	env -i PATH="$PATH" HOME="$HOME" WEIR_PROCESS_REPLICA_ID=weir-0 bin/processor validate -c "$work/$r-job.yaml" >/dev/null ||
+		{ echo "helm-check: $r: the rendered job.yaml does not validate:" >&2; cat "$work/$r-job.yaml" >&2; exit 1; }
+	grep -q '^  dir: /var/lib/weir$' "$work/$r-job.yaml" || { echo "helm-check: $r: state.dir is not the volume" >&2; exit 1; }
+	grep -q "^  address: ':9464'$\|^  address: \":9464\"$\|^  address: :9464$" "$work/$r-job.yaml" || { echo "helm-check: $r: http.address is not :9464" >&2; cat "$work/$r-job.yaml" >&2; exit 1; }
+done
+
+expect defaults '^kind: StatefulSet'
+expect defaults 'replicas: 3'
+expect defaults 'fieldPath: metadata.name'
+expect defaults 'path: /readyz'
+expect defaults 'path: /healthz'
+expect defaults 'volumeClaimTemplates:'
+expect defaults '^kind: PodDisruptionBudget'
+expect defaults '^kind: ServiceAccount'
+expect defaults 'checksum/config: [0-9a-f]{64}'
+expect defaults 'podAntiAffinity:'
+expect full 'replicas: 5'
+expect full '^kind: ServiceMonitor'
+expect full 'emptyDir: \{\}'
+expect full 'name: WEIR_LOG_LEVEL'
+expect full 'memory: 2Gi'
+expect full 'nodeAffinity:'
+if grep -qE '^kind: (PodDisruptionBudget|ServiceAccount)' "$work/full.yaml"; then
+	echo "helm-check: full: disabled parts were rendered" >&2
+	exit 1
+fi
+if grep -q 'volumeClaimTemplates:' "$work/full.yaml"; then
+	echo "helm-check: full: persistence.enabled=false still claims volumes" >&2
+	exit 1
+fi
+
+# Keys the chart owns are refused, naming the key.
+for kv in config.state.dir=/tmp config.http.address=:1 config.process.replica_id=x; do
+	if out=$("$HELM" template weir "$CHART" --set "$kv" 2>&1); then
+		echo "helm-check: --set $kv was accepted" >&2
+		exit 1
+	fi
+	grep -q "${kv%%=*}" <<<"$out" || { echo "helm-check: --set $kv: error does not name the key: $out" >&2; exit 1; }
+done
+
+echo "helm-check: chart $(awk '/^version:/{print $2}' $CHART/Chart.yaml) ok"
