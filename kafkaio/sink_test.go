@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/internal/promtest"
 	"github.com/weir-stream/weir/kafkaio"
 )
 
@@ -160,30 +161,6 @@ func sinkWantValues(t *testing.T, what string, got, want []string) {
 	}
 }
 
-// sinkMetric sums every series of the named metric (a histogram's count).
-func sinkMetric(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			switch {
-			case m.Counter != nil:
-				sum += m.Counter.GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	return sum
-}
-
 func sinkHistogramSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -247,13 +224,13 @@ func TestSinkCommitPath(t *testing.T) {
 			committed = append(committed, vs...)
 			sinkWantValues(t, fmt.Sprintf("after complete %d", epoch), sinkCommitted(t, ctx, c, e.topic, len(committed), 200*time.Millisecond), committed)
 		}
-		if got := sinkMetric(t, e.reg, "weir_sink_transactions_committed_total"); got != 4 {
+		if got := promtest.Sum(t, e.reg, "weir_sink_transactions_committed_total"); got != 4 {
 			t.Errorf("transactions committed %v, want 4 (the empty epoch has none)", got)
 		}
-		if got := sinkMetric(t, e.reg, "weir_sink_records_written_total"); got != 135 {
+		if got := promtest.Sum(t, e.reg, "weir_sink_records_written_total"); got != 135 {
 			t.Errorf("records written %v, want 135", got)
 		}
-		if got := sinkMetric(t, e.reg, "weir_sink_commit_latency_seconds"); got != 4 {
+		if got := promtest.Sum(t, e.reg, "weir_sink_commit_latency_seconds"); got != 4 {
 			t.Errorf("commit latency observations %v, want 4", got)
 		}
 		if open := sinkOpenTxns(t, ctx, e); len(open) != 0 {
@@ -416,7 +393,7 @@ func TestSinkClosedWithoutCommit(t *testing.T) {
 		}
 		e.sink(t, ctx, handles, nil)
 		sinkWantValues(t, "after recovery", sinkCommitted(t, ctx, c, e.topic, len(v1), 500*time.Millisecond), v1)
-		if got := sinkMetric(t, e.reg, "weir_sink_transactions_aborted_total"); got != 1 {
+		if got := promtest.Sum(t, e.reg, "weir_sink_transactions_aborted_total"); got != 1 {
 			t.Errorf("transactions aborted %v, want 1 (the open epoch at close)", got)
 		}
 	})
@@ -572,7 +549,7 @@ func TestSinkAtLeastOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := sinkMetric(t, e.reg, "weir_sink_records_written_total"); got != 50 {
+		if got := promtest.Sum(t, e.reg, "weir_sink_records_written_total"); got != 50 {
 			t.Fatalf("records acknowledged when PreCommit returned: %v, want 50", got)
 		}
 		if hs, err := pc.Wait(ctx); err != nil || len(hs) != 0 {

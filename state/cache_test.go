@@ -129,14 +129,14 @@ func TestRecordCacheDifferential(tt *testing.T) {
 			case "snapshot":
 				id++
 				res := snapshotSide(t, got.b, id)
-				want := dumpAll(t, got.b)
+				want := rawEntries(t, got.b)
 				cfg := testConfig(tt, got.b.cfg.Store, tt.TempDir())
 				cfg.Now = clock.Now
 				r, err := Restore(context.Background(), cfg, res.Handle)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if d := dumpAll(t, r); !maps.Equal(d, want) {
+				if d := rawEntries(t, r); !maps.Equal(d, want) {
 					t.Fatalf("step %d: restored checkpoint %d differs from the live state:\n got %v\nwant %v", i, id, d, want)
 				}
 				_ = r.Close(context.Background())
@@ -152,7 +152,7 @@ func TestRecordCacheDifferential(tt *testing.T) {
 				}
 			}
 		}
-		if a, b := dumpAll(t, ref.b), dumpAll(t, got.b); !maps.Equal(a, b) {
+		if a, b := rawEntries(t, ref.b), rawEntries(t, got.b); !maps.Equal(a, b) {
 			t.Fatalf("final state differs:\n cache off %v\n cache on  %v", a, b)
 		}
 	})
@@ -171,25 +171,6 @@ func snapshotSide(t *rapid.T, b *Backend, id int64) *SnapshotResult {
 		t.Fatal(err)
 	}
 	return res
-}
-
-// dumpAll returns every keyed-state entry in Pebble, after a flush.
-func dumpAll(t *rapid.T, b *Backend) map[string]string {
-	if err := b.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	it, err := b.DB().NewIter(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Close()
-	out := map[string]string{}
-	for ok := it.First(); ok; ok = it.Next() {
-		if len(it.Key()) > 0 && it.Key()[0] == keyedStateTag {
-			out[string(it.Key())] = string(it.Value())
-		}
-	}
-	return out
 }
 
 // A hit reads and writes without allocating, and writes collapse: many

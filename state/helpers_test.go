@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -203,10 +202,12 @@ func (m model) clone() model {
 	return c
 }
 
-// dump reads every key of value state "kv" by iterating the database.
-func dump(t testing.TB, b *Backend) model {
-	t.Helper()
-	prefix := statePrefix("kv")
+// fataler is what the dump helpers need of a *testing.T or a *rapid.T.
+type fataler interface{ Fatal(args ...any) }
+
+// rawEntries returns every keyed-state entry in Pebble, after flushing the
+// record cache, by iterating the database.
+func rawEntries(t fataler, b *Backend) map[string]string {
 	if err := b.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -215,15 +216,27 @@ func dump(t testing.TB, b *Backend) model {
 		t.Fatal(err)
 	}
 	defer it.Close()
+	out := map[string]string{}
+	for ok := it.First(); ok; ok = it.Next() {
+		if len(it.Key()) > 0 && it.Key()[0] == keyedStateTag {
+			out[string(it.Key())] = string(it.Value())
+		}
+	}
+	return out
+}
+
+// dump reads every key of value state "kv" by iterating the database.
+func dump(t testing.TB, b *Backend) model {
+	t.Helper()
+	prefix := statePrefix("kv")
 	out := model{}
-	for valid := it.First(); valid; valid = it.Next() {
-		k := it.Key()
-		if !bytes.HasPrefix(k, prefix) {
+	for k, v := range rawEntries(t, b) {
+		if !strings.HasPrefix(k, string(prefix)) {
 			t.Fatalf("unexpected key %q", k)
 		}
 		rest := k[len(prefix):]
 		n := int(rest[0]) // test keys are shorter than 128 bytes
-		out[string(rest[1:1+n])] = string(it.Value())
+		out[rest[1:1+n]] = v
 	}
 	return out
 }

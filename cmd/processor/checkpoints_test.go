@@ -17,9 +17,11 @@ import (
 	"github.com/weir-stream/weir/internal/kafkatest"
 )
 
-// TestRunThenListCheckpoints runs one replica of the count job on kfake
-// until a few checkpoints completed, stops it, and lists them.
-func TestRunThenListCheckpoints(t *testing.T) {
+// countJob writes the YAML count job `name` (kfake topics in and out, 2
+// partitions each, 100 input records over 7 keys, a checkpoint every 200ms)
+// and loads it. It returns the configuration and the file's path.
+func countJob(t *testing.T, name string) (*config.Config, string) {
+	t.Helper()
 	clearConfigEnv(t)
 	c := kafkatest.NewKfake(t)
 	dir := t.TempDir()
@@ -27,7 +29,7 @@ func TestRunThenListCheckpoints(t *testing.T) {
 	c.CreateTopic(t, "out", 2, nil)
 	file := filepath.Join(dir, "job.yaml")
 	yaml := fmt.Sprintf(`job:
-  name: listing
+  name: %s
   pipeline:
     - source: {topics: [in]}
     - aggregate: {op: count}
@@ -37,7 +39,7 @@ checkpoint: {interval: 200ms, storage: "file://%s/chk"}
 state: {dir: "%s/state"}
 http: {address: ""}
 log: {level: error}
-`, c.Brokers[0], dir, dir)
+`, name, c.Brokers[0], dir, dir)
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -52,27 +54,44 @@ log: {level: error}
 	if err := prod.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	return cfg, file
+}
 
+// runUntilCheckpoints runs serve (as run calls it, with onCommitted) until n
+// checkpoints completed, calls atEnd while it still runs, then stops it.
+func runUntilCheckpoints(t *testing.T, n int, serve func(ctx context.Context, onCommitted func(uint64)) error, atEnd func()) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	completed := make(chan uint64, 100)
 	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, cfg, io.Discard, func(id uint64) { completed <- id })
-	}()
-	for n := 0; n < 3; {
+	go func() { done <- serve(ctx, func(id uint64) { completed <- id }) }()
+	for seen := 0; seen < n; {
 		select {
 		case <-completed:
-			n++
+			seen++
 		case err := <-done:
 			t.Fatalf("replica stopped: %v", err)
 		case <-ctx.Done():
-			t.Fatal("no three completed checkpoints within a minute")
+			t.Fatalf("no %d completed checkpoints within a minute", n)
 		}
+	}
+	if atEnd != nil {
+		atEnd()
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("replica: %v", err)
 	}
+}
+
+// TestRunThenListCheckpoints runs one replica of the count job on kfake
+// until a few checkpoints completed, stops it, and lists them.
+func TestRunThenListCheckpoints(t *testing.T) {
+	cfg, file := countJob(t, "listing")
+	runUntilCheckpoints(t, 3, func(ctx context.Context, onCommitted func(uint64)) error {
+		return serve(ctx, cfg, io.Discard, onCommitted)
+	}, nil)
 
 	var out bytes.Buffer
 	root := newRootCmd(&out)

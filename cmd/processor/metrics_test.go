@@ -3,22 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/weir-stream/weir/config"
-	"github.com/weir-stream/weir/internal/kafkatest"
 )
 
 // recordingRegisterer registers with a registry and remembers every
@@ -74,60 +67,12 @@ func (r *recordingRegisterer) names() map[string]bool {
 // registered with docs/metrics.md, both ways, and checks that every metric
 // the Grafana dashboard queries exists.
 func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
-	clearConfigEnv(t)
-	c := kafkatest.NewKfake(t)
-	dir := t.TempDir()
-	c.CreateTopic(t, "in", 2, nil)
-	c.CreateTopic(t, "out", 2, nil)
-	file := filepath.Join(dir, "job.yaml")
-	yaml := fmt.Sprintf(`job:
-  name: metrics
-  pipeline:
-    - source: {topics: [in]}
-    - aggregate: {op: count}
-    - sink: {topic: out}
-kafka: {brokers: [%s]}
-checkpoint: {interval: 200ms, storage: "file://%s/chk"}
-state: {dir: "%s/state"}
-http: {address: ""}
-log: {level: error}
-`, c.Brokers[0], dir, dir)
-	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(config.Source{File: file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prod := c.Client(t, kgo.DefaultProduceTopic("in"))
-	for i := range 100 {
-		prod.Produce(context.Background(), &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%7), Value: []byte(`{}`)}, nil)
-	}
-	if err := prod.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	cfg, _ := countJob(t, "metrics")
 	reg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	completed := make(chan uint64, 100)
-	done := make(chan error, 1)
-	go func() {
-		done <- serveWith(ctx, cfg, io.Discard, func(id uint64) { completed <- id }, reg.Registry, reg)
-	}()
-	for n := 0; n < 2; {
-		select {
-		case <-completed:
-			n++
-		case err := <-done:
-			t.Fatalf("replica stopped: %v", err)
-		case <-ctx.Done():
-			t.Fatal("no two completed checkpoints within a minute")
-		}
-	}
-	registered := reg.names()
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("replica: %v", err)
-	}
+	var registered map[string]bool
+	runUntilCheckpoints(t, 2, func(ctx context.Context, onCommitted func(uint64)) error {
+		return serveWith(ctx, cfg, io.Discard, onCommitted, reg.Registry, reg)
+	}, func() { registered = reg.names() })
 
 	doc, err := os.ReadFile("../../docs/metrics.md")
 	if err != nil {

@@ -9,48 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/internal/promtest"
 )
-
-// metricValue sums the samples of metric name in reg whose labels include
-// the given name=value pairs.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue metrics
-				}
-			}
-			switch {
-			case m.GetCounter() != nil:
-				sum += m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
-}
 
 // stillRunning fails the test if the replica's Run returned.
 func stillRunning(t *testing.T, r *testReplica, when string) {
@@ -90,7 +53,7 @@ func TestReplicaWaitsForKafka(t *testing.T) {
 	if r.Ready() {
 		t.Fatal("ready without Kafka")
 	}
-	if n := metricValue(t, r.reg, "weir_replica_retries_total", "what", "connect"); n < 2 {
+	if n := promtest.Sum(t, r.reg, "weir_replica_retries_total", "what", "connect"); n < 2 {
 		t.Fatalf("weir_replica_retries_total{what=connect} = %v after 2s without Kafka, want >= 2", n)
 	}
 
@@ -137,7 +100,7 @@ func TestReplicaSurvivesStorageOutage(t *testing.T) {
 		if r.Ready() {
 			t.Fatal("ready without object storage")
 		}
-		if n := metricValue(t, r.reg, "weir_replica_retries_total", "what", "connect"); n < 1 {
+		if n := promtest.Sum(t, r.reg, "weir_replica_retries_total", "what", "connect"); n < 1 {
 			t.Fatal("no retry counted while object storage was unreachable")
 		}
 		if err := os.Remove(root); err != nil {
@@ -158,11 +121,11 @@ func TestReplicaSurvivesStorageOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 		block()
-		failedBefore := metricValue(t, r.reg, "weir_checkpoint_failed_total")
+		failedBefore := promtest.Sum(t, r.reg, "weir_checkpoint_failed_total")
 		committed := committedRecords(ctx, t, c, out)
 		produceInput(ctx, t, c, in, keys, records/3, 2*records/3)
 		deadline := time.Now().Add(30 * time.Second)
-		for metricValue(t, r.reg, "weir_checkpoint_failed_total") < failedBefore+1 {
+		for promtest.Sum(t, r.reg, "weir_checkpoint_failed_total") < failedBefore+1 {
 			if time.Now().After(deadline) {
 				t.Fatal("no checkpoint failed within 30s of the storage outage")
 			}
@@ -176,7 +139,7 @@ func TestReplicaSurvivesStorageOutage(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		for metricValue(t, r.reg, "weir_replica_retries_total", "what", "start_task") < 1 {
+		for promtest.Sum(t, r.reg, "weir_replica_retries_total", "what", "start_task") < 1 {
 			if time.Now().After(deadline) {
 				t.Fatal("no task start retry counted 30s into the storage outage")
 			}
