@@ -45,6 +45,12 @@ bench-kafkaio: ## Benchmark on the real broker: raw franz-go pipe vs Weir source
 bench: build ## Product benchmark on the real broker: YAML count job vs raw franz-go pipe, checkpoint durations, e2e latency, recovery after kill -9 (ARGS=-short for a quick check)
 	bash scripts/with-services.sh $(GO) run ./internal/tools/bench -processor $(BIN)/processor $(ARGS)
 
+.PHONY: cloud-up cloud-down
+cloud-up: ## Start the gs:// and azblob:// emulators (fake-gcs-server, Azurite); installs them first
+	bash scripts/cloud.sh up
+cloud-down: ## Stop the emulators
+	bash scripts/cloud.sh down
+
 .PHONY: helm-check
 helm-check: build ## Lint and render the Helm chart, validate the configuration it renders (installs helm into .cache)
 	bash scripts/helm-check.sh

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs a command with the real Kafka broker and the real S3 server up:
-# starts whichever of them is not running, exports their addresses
-# (WEIR_KAFKA_BROKERS, WEIR_S3_ENDPOINT, ...), runs the command, and stops
-# what it started, whatever the command's outcome.
+# Runs a command with the real Kafka broker, the real S3 server and the gs://
+# and azblob:// emulators up: starts whichever of them is not running,
+# exports their addresses (WEIR_KAFKA_BROKERS, WEIR_S3_ENDPOINT,
+# STORAGE_EMULATOR_HOST, ...), runs the command, and stops what it started,
+# whatever the command's outcome.
 #
 #   scripts/with-services.sh go test ./...
 set -euo pipefail
@@ -20,7 +21,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for svc in kafka s3; do
+for svc in kafka s3 cloud; do
 	if ! bash "$root/scripts/$svc.sh" status >/dev/null 2>&1; then
 		bash "$root/scripts/$svc.sh" up
 		started+=("$svc")

@@ -135,7 +135,7 @@ const testJob = "job1"
 // wrapper around it.
 func newStore(t testing.TB) (*objstore.Store, *faultyBucket) {
 	t.Helper()
-	fb := &faultyBucket{Bucket: objstore.FromBlob(memblob.OpenBucket(nil))}
+	fb := &faultyBucket{Bucket: objstore.FromBlob("mem://", memblob.OpenBucket(nil))}
 	s, err := objstore.New(fb, testJob, objstore.Options{Retry: objstore.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func killHelper(root string) error {
 	if err != nil {
 		return err
 	}
-	sb := &slowBucket{Bucket: objstore.FromBlob(b0)}
+	sb := &slowBucket{Bucket: objstore.FromBlob("file://", b0)}
 	store, err := objstore.New(sb, testJob, objstore.Options{})
 	if err != nil {
 		return err

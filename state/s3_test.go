@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/weir-stream/weir/internal/cloudtest"
 	"github.com/weir-stream/weir/internal/s3test"
 	"github.com/weir-stream/weir/state/objstore"
 )
@@ -16,6 +17,20 @@ import (
 // verification, and a corrupt object detected.
 func TestS3SnapshotRestore(t *testing.T) {
 	_, url := s3test.Bucket(t)
+	checkSnapshotRestoreOn(t, url)
+}
+
+// The same on the gs:// and azblob:// emulators (fake-gcs-server, Azurite).
+func TestCloudSnapshotRestore(t *testing.T) {
+	for _, scheme := range cloudtest.Schemes() {
+		t.Run(scheme, func(t *testing.T) {
+			_, url := cloudtest.Bucket(t, scheme)
+			checkSnapshotRestoreOn(t, url)
+		})
+	}
+}
+
+func checkSnapshotRestoreOn(t *testing.T, url string) {
 	ctx := context.Background()
 	store, err := objstore.Open(ctx, url, testJob, objstore.Options{})
 	if err != nil {
@@ -28,10 +43,10 @@ func TestS3SnapshotRestore(t *testing.T) {
 	rng := rand.New(rand.NewPCG(51, 52))
 	res, states := checkpointRun(t, b, reg, kv, rng, model{}, 1, 4)
 	if res[4].ReusedFiles == 0 {
-		t.Fatal("no incremental reuse on S3")
+		t.Fatal("no incremental reuse")
 	}
 	if err := WriteMetadata(ctx, store, 4, []byte("again")); !errors.Is(err, objstore.ErrExists) {
-		t.Fatalf("conditional put on S3: %v", err)
+		t.Fatalf("conditional put: %v", err)
 	}
 	for _, id := range []int64{1, 2} {
 		if err := reg.Release(ctx, id); err != nil {
@@ -46,7 +61,7 @@ func TestS3SnapshotRestore(t *testing.T) {
 		}
 		r := restoreTest(t, testConfig(t, s2, t.TempDir()), res[id].Handle)
 		if r.RestoreInfo().Local || !maps.Equal(dump(t, r), states[id]) {
-			t.Fatalf("checkpoint %d restored from S3 wrong (local=%v)", id, r.RestoreInfo().Local)
+			t.Fatalf("checkpoint %d restored wrong (local=%v)", id, r.RestoreInfo().Local)
 		}
 		_ = r.Close(ctx)
 		_ = s2.Close()
@@ -69,6 +84,6 @@ func TestS3SnapshotRestore(t *testing.T) {
 	_, err = Restore(ctx, testConfig(t, store, t.TempDir()), res[4].Handle)
 	var fe *FileError
 	if !errors.Is(err, ErrCorruptFile) || !errors.As(err, &fe) || fe.File != victim.Name || fe.Checkpoint != 4 {
-		t.Fatalf("corrupt S3 object: %v", err)
+		t.Fatalf("corrupt object: %v", err)
 	}
 }

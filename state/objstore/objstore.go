@@ -25,9 +25,11 @@ import (
 	"time"
 
 	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/fileblob" // file:// URLs, the default checkpoint.storage
-	_ "gocloud.dev/blob/memblob"  // mem:// URLs, for tests
-	_ "gocloud.dev/blob/s3blob"   // s3:// URLs (AWS S3 and S3-compatible servers)
+	_ "gocloud.dev/blob/azureblob" // azblob:// URLs (Azure Blob Storage, Azurite)
+	_ "gocloud.dev/blob/fileblob"  // file:// URLs, the default checkpoint.storage
+	_ "gocloud.dev/blob/gcsblob"   // gs:// URLs (Google Cloud Storage)
+	_ "gocloud.dev/blob/memblob"   // mem:// URLs, for tests
+	_ "gocloud.dev/blob/s3blob"    // s3:// URLs (AWS S3 and S3-compatible servers)
 	"gocloud.dev/gcerrors"
 )
 
@@ -60,10 +62,21 @@ type Bucket interface {
 	Close() error
 }
 
-// FromBlob adapts a gocloud.dev bucket. Closing the Bucket closes b.
-func FromBlob(b *blob.Bucket) Bucket { return blobBucket{b} }
+// FromBlob adapts a gocloud.dev bucket opened from url. Closing the Bucket
+// closes b.
+func FromBlob(url string, b *blob.Bucket) Bucket {
+	u, err := neturl.Parse(url)
+	return blobBucket{b: b, smallCopy: err == nil && (u.Scheme == "file" || u.Scheme == "mem")}
+}
 
-type blobBucket struct{ b *blob.Bucket }
+type blobBucket struct {
+	b *blob.Bucket
+	// smallCopy uploads through a 64 KiB buffer: for drivers without an
+	// uploader of their own (file://, mem://), blob.Bucket.Upload copies
+	// through a fresh 1 MiB buffer per object. The cloud drivers stream
+	// through their own uploaders, which blob.Bucket.Upload uses.
+	smallCopy bool
+}
 
 func (b blobBucket) Upload(ctx context.Context, key string, r io.Reader, opts *blob.WriterOptions) error {
 	o := blob.WriterOptions{}
@@ -75,7 +88,10 @@ func (b blobBucket) Upload(ctx context.Context, key string, r io.Reader, opts *b
 		// opaque bytes.
 		o.ContentType = "application/octet-stream"
 	}
-	// Not blob.Bucket.Upload: it copies through a fresh 1 MiB buffer per
+	if !b.smallCopy {
+		return b.b.Upload(ctx, key, r, &o)
+	}
+	// blob.Bucket.Upload would copy through a fresh 1 MiB buffer per
 	// object, which for the many small files of every checkpoint was most
 	// of the garbage a replica made outside its records.
 	ctx, cancel := context.WithCancel(ctx)
@@ -183,7 +199,7 @@ func Open(ctx context.Context, url, job string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state/objstore: open %s: %w", url, err)
 	}
-	s, err := New(FromBlob(b), job, opts)
+	s, err := New(FromBlob(url, b), job, opts)
 	if err != nil {
 		_ = b.Close()
 		return nil, err

@@ -36,7 +36,7 @@ func (f *flaky) Upload(ctx context.Context, key string, r io.Reader, opts *blob.
 }
 
 func newTestStore(t *testing.T) (*Store, *flaky) {
-	f := &flaky{Bucket: FromBlob(memblob.OpenBucket(nil))}
+	f := &flaky{Bucket: FromBlob("mem://", memblob.OpenBucket(nil))}
 	s, err := New(f, "job", Options{Retry: RetryPolicy{MaxAttempts: 4, InitialBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
