@@ -30,7 +30,7 @@ func newRootCmd(out io.Writer) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetOut(out)
-	root.AddCommand(newVersionCmd(), newValidateCmd(), newRunCmd(), newDevCmd(), newCheckpointsCmd())
+	root.AddCommand(newVersionCmd(), newValidateCmd(), newRunCmd(), newDevCmd(), newCheckpointsCmd(), newTransactionsCmd())
 	return root
 }
 
