@@ -89,7 +89,13 @@ func (b blobBucket) Upload(ctx context.Context, key string, r io.Reader, opts *b
 		o.ContentType = "application/octet-stream"
 	}
 	if !b.smallCopy {
-		return b.b.Upload(ctx, key, r, &o)
+		// A reader error must abort the upload: blob.Bucket.Upload closes
+		// the writer even then, which for drivers without an uploader of
+		// their own (gcsblob) commits what was written so far. Cancelling
+		// the writer's context first makes Close abort instead.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		return b.b.Upload(ctx, key, &cancelOnError{r: r, cancel: cancel}, &o)
 	}
 	// blob.Bucket.Upload would copy through a fresh 1 MiB buffer per
 	// object, which for the many small files of every checkpoint was most
@@ -108,6 +114,20 @@ func (b blobBucket) Upload(ctx context.Context, key string, r io.Reader, opts *b
 		return err
 	}
 	return w.Close()
+}
+
+// cancelOnError cancels an upload's context when its reader fails.
+type cancelOnError struct {
+	r      io.Reader
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnError) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && err != io.EOF {
+		c.cancel()
+	}
+	return n, err
 }
 
 // uploadBufferSize is the copy buffer of one upload.
