@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -99,7 +98,7 @@ func (a *TxnAdmin) ListTxns(ctx context.Context, openOnly bool) ([]TxnInfo, erro
 	}
 	var ids []string
 	for _, id := range listed.TransactionalIDs() {
-		if strings.HasPrefix(id, a.prefix) && (!openOnly || txnOpen(listed[id].State)) {
+		if IsSinkTxnID(a.prefix, id) && (!openOnly || txnOpen(listed[id].State)) {
 			ids = append(ids, id)
 		}
 	}
@@ -133,7 +132,7 @@ func (a *TxnAdmin) ListTxns(ctx context.Context, openOnly bool) ([]TxnInfo, erro
 // on kfake and on Apache Kafka alike; see docs/sinks.md for when aborting is
 // right. It returns the transaction as it was described.
 func (a *TxnAdmin) AbortTxn(ctx context.Context, txnID string) (TxnInfo, error) {
-	if !strings.HasPrefix(txnID, a.prefix) {
+	if !IsSinkTxnID(a.prefix, txnID) {
 		return TxnInfo{}, fmt.Errorf("%w: %s (prefix %s)", ErrTxnNotInJob, txnID, a.prefix)
 	}
 	d, err := describeTxn(ctx, a.cl, txnID)
@@ -162,7 +161,7 @@ func (a *TxnAdmin) AbortTxn(ctx context.Context, txnID string) (TxnInfo, error) 
 // transaction that the newest completed checkpoint recorded this way loses
 // its output silently. Prefer AbortTxn.
 func (a *TxnAdmin) FenceTxn(ctx context.Context, txnID string, timeout time.Duration) error {
-	if !strings.HasPrefix(txnID, a.prefix) {
+	if !IsSinkTxnID(a.prefix, txnID) {
 		return fmt.Errorf("%w: %s (prefix %s)", ErrTxnNotInJob, txnID, a.prefix)
 	}
 	if timeout <= 0 {
@@ -208,7 +207,7 @@ func txnInfo(d kadm.DescribedTransaction, now time.Time) TxnInfo {
 // *SinkTxnAbortedError. Committing a transaction that no completed checkpoint
 // recorded duplicates output; see docs/sinks.md.
 func (a *TxnAdmin) CommitTxn(ctx context.Context, h SinkTxnHandle) error {
-	if !strings.HasPrefix(h.TransactionalID, a.prefix) {
+	if !IsSinkTxnID(a.prefix, h.TransactionalID) {
 		return fmt.Errorf("%w: %s (prefix %s)", ErrTxnNotInJob, h.TransactionalID, a.prefix)
 	}
 	outcome, err := commitTxnHandle(ctx, a.cl, h, 0, a.log)

@@ -185,3 +185,22 @@ func eventuallyTxns(t *testing.T, ctx context.Context, admin *kafkaio.TxnAdmin, 
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// The job's prefix alone would match other jobs' IDs when job names contain
+// dots; IsSinkTxnID does not, nor the coordinator's ID.
+func TestIsSinkTxnID(t *testing.T) {
+	prefix := "_weir.clicks."
+	for id, want := range map[string]bool{
+		kafkaio.SinkTxnID(prefix, "main", 3, 0):    true,
+		kafkaio.SinkTxnID(prefix, "main.s1", 0, 2): true,
+		"_weir.clicks.v2.main-0-0":                 false, // job "clicks.v2"
+		"_weir.clicks.s1.main-0-0":                 false, // job "clicks.s1"
+		kafkaio.CoordinatorTransactionalID(prefix): false,
+		"_weir.clicks.main-0":                      false,
+		"_weir.other.main-0-0":                     false,
+	} {
+		if got := kafkaio.IsSinkTxnID(prefix, id); got != want {
+			t.Errorf("IsSinkTxnID(%q, %q) = %v, want %v", prefix, id, got, want)
+		}
+	}
+}

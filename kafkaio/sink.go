@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +58,21 @@ func DefaultSinkPoolSize(maxConcurrent int) int { return max(maxConcurrent, 1) +
 // <prefix><stage>-<partition>-<slot>.
 func SinkTxnID(prefix, stage string, partition int32, slot int) string {
 	return prefix + stage + "-" + strconv.Itoa(int(partition)) + "-" + strconv.Itoa(slot)
+}
+
+// sinkTxnIDRest matches what follows the prefix in a sink's transactional
+// ID: a stage name without dots (or with a ".s<i>" sink suffix), the
+// partition and the slot. Job names may contain dots, so the prefix alone
+// ("_weir.clicks.") would also match another job's IDs
+// ("_weir.clicks.v2.main-0-0"); the rest cannot.
+var sinkTxnIDRest = regexp.MustCompile(`^[A-Za-z0-9_-]+?(\.s[0-9]+)?-[0-9]+-[0-9]+$`)
+
+// IsSinkTxnID reports whether id is the transactional ID of one of the
+// sinks of the job whose prefix is prefix (not its coordinator's, not
+// another job's).
+func IsSinkTxnID(prefix, id string) bool {
+	rest, ok := strings.CutPrefix(id, prefix)
+	return ok && sinkTxnIDRest.MatchString(rest)
 }
 
 // SinkConfig configures the sink of one task (stage, partition).

@@ -24,7 +24,8 @@ func newTransactionsCmd() *cobra.Command {
 		Short: "List, commit, abort or fence the job's Kafka transactions",
 		Long: `A transaction left open blocks every read_committed consumer of the
 partitions it wrote to. These commands act on the job's transactional IDs only
-(those starting with kafka.topic_prefix). Which action is right depends on
+(kafka.topic_prefix followed by a sink's stage, partition and slot; never the
+coordinator's, never another job's). Which action is right depends on
 whether the newest completed checkpoint recorded the transaction: read
 docs/sinks.md, "Lingering transactions", first. Starting the job is always
 safe: its recovery commits what the checkpoint recorded and fences the rest.`,
@@ -50,6 +51,20 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 		addConfigFlags(c.Flags())
 		return c
 	}
+	// The actions change what consumers of the output see, and none can be
+	// undone: each needs --yes.
+	var yes bool
+	guarded := func(c *cobra.Command) *cobra.Command {
+		withConfig(c).Flags().BoolVar(&yes, "yes", false, "confirm: you checked, as docs/sinks.md says, whether the newest completed checkpoint recorded the transaction")
+		run := c.RunE
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if !yes {
+				return fmt.Errorf("%s cannot be undone: read docs/sinks.md, \"Lingering transactions\" (or start the job, whose recovery decides safely), then run it again with --yes", cmd.CommandPath())
+			}
+			return run(cmd, args)
+		}
+		return c
+	}
 
 	var all, asJSON bool
 	list := withConfig(&cobra.Command{
@@ -69,10 +84,15 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 	list.Flags().BoolVar(&all, "all", false, "list every transactional ID of the job, not only those with an open transaction")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON, one object per line")
 
-	abort := withConfig(&cobra.Command{
-		Use:   "abort -c FILE TRANSACTIONAL_ID",
-		Short: "Abort the transaction open on TRANSACTIONAL_ID now (its input is replayed from the checkpoint)",
-		Args:  cobra.ExactArgs(1),
+	abort := guarded(&cobra.Command{
+		Use:   "abort -c FILE TRANSACTIONAL_ID --yes",
+		Short: "Abort the transaction open on TRANSACTIONAL_ID now",
+		Long: `abort ends the transaction open on the ID now with EndTxn(abort), at the
+producer ID and epoch the broker describes. If no completed checkpoint
+recorded it, its input is replayed when the job restarts: nothing is lost. If
+the newest completed checkpoint recorded it, its output is lost (the next
+recovery reports it). See docs/sinks.md, "Lingering transactions".`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin) error {
 				info, err := a.AbortTxn(ctx, args[0])
@@ -88,8 +108,8 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 
 	var pid int64
 	var epoch int16
-	commit := withConfig(&cobra.Command{
-		Use:   "commit -c FILE TRANSACTIONAL_ID --producer-id N --epoch E",
+	commit := guarded(&cobra.Command{
+		Use:   "commit -c FILE TRANSACTIONAL_ID --producer-id N --epoch E --yes",
 		Short: "Commit the transaction with this producer ID and epoch (as recorded by the newest completed checkpoint)",
 		Long: `commit ends the transaction with a raw EndTxn(commit) at the given producer ID
 and epoch, as the job's recovery does. Take them from the task manifest of the
@@ -114,8 +134,8 @@ checkpoint recorded duplicates its output when the job replays its input.`,
 	commit.Flags().Int16Var(&epoch, "epoch", 0, "the transaction's producer epoch")
 
 	var timeout time.Duration
-	fence := withConfig(&cobra.Command{
-		Use:   "fence -c FILE TRANSACTIONAL_ID",
+	fence := guarded(&cobra.Command{
+		Use:   "fence -c FILE TRANSACTIONAL_ID --yes",
 		Short: "Fence TRANSACTIONAL_ID: abort what is open and stop every older producer of it (prefer abort)",
 		Long: `fence calls InitProducerID on the ID, as a new producer of it would. On Apache
 Kafka a later recovery cannot tell a transaction fenced this way from a

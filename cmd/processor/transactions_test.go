@@ -72,10 +72,15 @@ log: {level: error}
 		if err != nil || !strings.Contains(got, idA) || !strings.Contains(got, "Ongoing") || !strings.Contains(got, out+"[0]") {
 			t.Fatalf("list: %v\n%s", err, got)
 		}
-		if got, err := cli(t, "transactions", "abort", "-c", file, "someone-else.main-0-0"); err == nil {
-			t.Fatalf("aborting another job's transaction succeeded:\n%s", got)
+		if got, err := cli(t, "transactions", "abort", "-c", file, idA); err == nil || !strings.Contains(err.Error(), "--yes") {
+			t.Fatalf("abort without --yes: %v\n%s", err, got)
 		}
-		if got, err := cli(t, "transactions", "abort", "-c", file, idA); err != nil || !strings.Contains(got, "aborted "+idA) {
+		for _, other := range []string{"someone-else.main-0-0", prefix + "v2.main-0-0", prefix + "coordinator"} {
+			if got, err := cli(t, "transactions", "abort", "-c", file, other, "--yes"); err == nil {
+				t.Fatalf("aborting %s, not a sink transaction of the job, succeeded:\n%s", other, got)
+			}
+		}
+		if got, err := cli(t, "transactions", "abort", "-c", file, idA, "--yes"); err != nil || !strings.Contains(got, "aborted "+idA) {
 			t.Fatalf("abort: %v\n%s", err, got)
 		}
 		// The broker ends it just after answering (PrepareAbort first).
@@ -99,10 +104,10 @@ log: {level: error}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cli(t, "transactions", "commit", "-c", file, idB); err == nil {
+		if _, err := cli(t, "transactions", "commit", "-c", file, idB, "--yes"); err == nil {
 			t.Fatal("commit without --producer-id and --epoch was accepted")
 		}
-		got, err = cli(t, "transactions", "commit", "-c", file, idB, "--producer-id", fmt.Sprint(pid), "--epoch", fmt.Sprint(epoch))
+		got, err = cli(t, "transactions", "commit", "-c", file, idB, "--producer-id", fmt.Sprint(pid), "--epoch", fmt.Sprint(epoch), "--yes")
 		if err != nil || !strings.Contains(got, "committed "+idB) {
 			t.Fatalf("commit: %v\n%s", err, got)
 		}
