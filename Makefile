@@ -30,20 +30,21 @@ test: ## Every test, with -race, on kfake, the real Kafka broker and the real S3
 
 .PHONY: test-e2e
 test-e2e: ## The end-to-end exactly-once test alone (kill -9, rescaling), on the real broker
-	WEIR_TEST_PKGS=./e2e/... bash scripts/test.sh
+	WEIR_SERVICES=kafka WEIR_TEST_PKGS=./e2e/... bash scripts/test.sh
 
 .PHONY: test-short
 test-short: ## Unit and kfake tests only (no Java, no S3 server needed)
 	env -u WEIR_KAFKA_BROKERS -u WEIR_S3_ENDPOINT -u WEIR_REQUIRE_REAL_KAFKA -u WEIR_REQUIRE_S3 \
+		-u WEIR_REQUIRE_CLOUD -u WEIR_GCS_URL -u WEIR_AZBLOB_URL \
 		$(GO) test -race -short -count=1 ./...
 
 .PHONY: bench-kafkaio
 bench-kafkaio: ## Benchmark on the real broker: raw franz-go pipe vs Weir source -> exactly-once sink (ARGS=-short for a smoke run)
-	bash scripts/with-services.sh $(GO) run ./internal/tools/benchkafkaio $(ARGS)
+	WEIR_SERVICES=kafka bash scripts/with-services.sh $(GO) run ./internal/tools/benchkafkaio $(ARGS)
 
 .PHONY: bench
 bench: build ## Product benchmark on the real broker: YAML count job vs raw franz-go pipe, checkpoint durations, e2e latency, recovery after kill -9 (ARGS=-short for a quick check)
-	bash scripts/with-services.sh $(GO) run ./internal/tools/bench -processor $(BIN)/processor $(ARGS)
+	WEIR_SERVICES=kafka bash scripts/with-services.sh $(GO) run ./internal/tools/bench -processor $(BIN)/processor $(ARGS)
 
 .PHONY: cloud-up cloud-down
 cloud-up: ## Start the gs:// and azblob:// emulators (fake-gcs-server, Azurite); installs them first

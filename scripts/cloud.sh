@@ -66,8 +66,12 @@ start() {
 	if alive "$dir/pid" && port_open "$port"; then
 		return 0
 	fi
+	if alive "$dir/pid"; then # alive but not listening: replace it
+		stop_pid "$dir/pid" cloud.sh 3
+	fi
 	if port_open "$port"; then
 		log "port $port is taken by another process; set WEIR_GCS_PORT / WEIR_AZURITE_PORT"
+		down
 		exit 1
 	fi
 	mkdir -p "$dir"
@@ -78,6 +82,7 @@ start() {
 		if ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
 			log "$name exited during startup; last lines of $dir/log:"
 			tail -n 20 "$dir/log" >&2 || true
+			down
 			exit 1
 		fi
 		if [ "$SECONDS" -ge "$deadline" ]; then
@@ -91,6 +96,9 @@ start() {
 }
 
 up() {
+	# A failure leaves nothing running: the caller records the service as
+	# started only when up succeeds.
+	trap 'down' ERR
 	install
 	# The bucket exists from the start: a directory under -data.
 	mkdir -p "$gcs_dir/data/$bucket"

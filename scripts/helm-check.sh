@@ -22,13 +22,14 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-"$HELM" lint --strict "$CHART"
+VALUES=$CHART/ci/example-values.yaml
+"$HELM" lint --strict -f "$VALUES" "$CHART"
 
 # render NAME ARGS...: renders the chart into $work/NAME.yaml.
 render() {
 	local name=$1
 	shift
-	"$HELM" template "weir-$name" "$CHART" --namespace streams "$@" >"$work/$name.yaml"
+	"$HELM" template "weir-$name" "$CHART" --namespace streams -f "$VALUES" "$@" >"$work/$name.yaml"
 }
 
 # job_yaml NAME: the ConfigMap's job.yaml of a rendering, unindented.
@@ -45,7 +46,9 @@ render full --set persistence.enabled=false --set serviceMonitor.enabled=true \
 	--set podDisruptionBudget.enabled=false --set serviceAccount.create=false \
 	--set replicaCount=5 --set 'env[0].name=WEIR_LOG_LEVEL' --set 'env[0].value=debug' \
 	--set 'resources.limits.memory=2Gi' --set 'affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool' \
-	--set 'affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists'
+	--set 'affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists' \
+	--set 'extraVolumes[0].name=gcp-key' --set 'extraVolumes[0].secret.secretName=k' \
+	--set 'extraVolumeMounts[0].name=gcp-key' --set 'extraVolumeMounts[0].mountPath=/var/secrets/google'
 
 for r in defaults full; do
 	job_yaml "$r" >"$work/$r-job.yaml"
@@ -73,6 +76,7 @@ expect full 'emptyDir: \{\}'
 expect full 'name: WEIR_LOG_LEVEL'
 expect full 'memory: 2Gi'
 expect full 'nodeAffinity:'
+expect full 'mountPath: /var/secrets/google'
 if grep -qE '^kind: (PodDisruptionBudget|ServiceAccount)' "$work/full.yaml"; then
 	echo "helm-check: full: disabled parts were rendered" >&2
 	exit 1
@@ -82,9 +86,42 @@ if grep -q 'volumeClaimTemplates:' "$work/full.yaml"; then
 	exit 1
 fi
 
+# Cross-references inside each rendering: the StatefulSet's serviceName is
+# the headless Service; every volumeMount has a volume or a claim template;
+# the state volume is mounted where state.dir points.
+for r in defaults full; do
+	f=$work/$r.yaml
+	svc=$(awk '/^kind: Service$/{s=1} s && /^  name: /{print $2; exit}' "$f")
+	grep -q "^  serviceName: $svc\$" "$f" || { echo "helm-check: $r: serviceName is not the headless Service $svc" >&2; exit 1; }
+	mounts=$(awk '/^ *volumeMounts:/{m=1; next} m && /^ *- name: /{print $3; next} m && !/^ *(mountPath|readOnly|subPath):/{m=0}' "$f" | sort -u)
+	vols=$(awk '/^ *volumes:$/{v=1; next} v && /^        - name: /{print $3; next} v && /^      [a-z]/{v=0} /^  volumeClaimTemplates:/{c=1; next} c && /^        name: /{print $2}' "$f" | sort -u)
+	for m in $mounts; do
+		grep -qx "$m" <<<"$vols" || { echo "helm-check: $r: volumeMount $m has no volume or claim template (have: $vols)" >&2; exit 1; }
+	done
+	grep -q 'mountPath: /var/lib/weir$' "$f" || { echo "helm-check: $r: the state volume is not at state.dir" >&2; exit 1; }
+done
+
+# Without a job, a brokers list or storage, the chart refuses to render.
+if out=$("$HELM" template weir "$CHART" 2>&1); then
+	echo "helm-check: the chart rendered without config.job" >&2
+	exit 1
+fi
+grep -q "config.job is required" <<<"$out" || { echo "helm-check: no required-key error: $out" >&2; exit 1; }
+# file:// storage: refused with several replicas, accepted with one.
+if "$HELM" template weir "$CHART" -f "$VALUES" --set config.checkpoint.storage=file:///x >/dev/null 2>&1; then
+	echo "helm-check: file:// storage accepted with 3 replicas" >&2
+	exit 1
+fi
+"$HELM" template weir "$CHART" -f "$VALUES" --set config.checkpoint.storage=file:///x --set replicaCount=1 >/dev/null
+# Environment variables that would override what the chart owns.
+if "$HELM" template weir "$CHART" -f "$VALUES" --set 'env[0].name=WEIR_STATE_DIR' --set 'env[0].value=/tmp' >/dev/null 2>&1; then
+	echo "helm-check: env WEIR_STATE_DIR accepted" >&2
+	exit 1
+fi
+
 # Keys the chart owns are refused, naming the key.
 for kv in config.state.dir=/tmp config.http.address=:1 config.process.replica_id=x; do
-	if out=$("$HELM" template weir "$CHART" --set "$kv" 2>&1); then
+	if out=$("$HELM" template weir "$CHART" -f "$VALUES" --set "$kv" 2>&1); then
 		echo "helm-check: --set $kv was accepted" >&2
 		exit 1
 	fi

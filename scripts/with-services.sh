@@ -3,7 +3,8 @@
 # and azblob:// emulators up: starts whichever of them is not running,
 # exports their addresses (WEIR_KAFKA_BROKERS, WEIR_S3_ENDPOINT,
 # STORAGE_EMULATOR_HOST, ...), runs the command, and stops what it started,
-# whatever the command's outcome.
+# whatever the command's outcome. WEIR_SERVICES limits which (default
+# "kafka s3 cloud").
 #
 #   scripts/with-services.sh go test ./...
 set -euo pipefail
@@ -21,7 +22,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for svc in kafka s3 cloud; do
+for svc in ${WEIR_SERVICES:-kafka s3 cloud}; do
 	if ! bash "$root/scripts/$svc.sh" status >/dev/null 2>&1; then
 		bash "$root/scripts/$svc.sh" up
 		started+=("$svc")
