@@ -205,8 +205,8 @@ func (m model) clone() model {
 // fataler is what the dump helpers need of a *testing.T or a *rapid.T.
 type fataler interface{ Fatal(args ...any) }
 
-// rawEntries returns every keyed-state entry in Pebble, after flushing the
-// record cache, by iterating the database.
+// rawEntries returns every entry in Pebble, after flushing the record
+// cache, by iterating the database.
 func rawEntries(t fataler, b *Backend) map[string]string {
 	if err := b.Flush(); err != nil {
 		t.Fatal(err)
@@ -218,9 +218,7 @@ func rawEntries(t fataler, b *Backend) map[string]string {
 	defer it.Close()
 	out := map[string]string{}
 	for ok := it.First(); ok; ok = it.Next() {
-		if len(it.Key()) > 0 && it.Key()[0] == keyedStateTag {
-			out[string(it.Key())] = string(it.Value())
-		}
+		out[string(it.Key())] = string(it.Value())
 	}
 	return out
 }
