@@ -1,6 +1,7 @@
-// Package benchutil holds what Weir's benchmark programs share: creating
-// topics that are ready to use, and measuring CPU time. It is for the
-// programs under internal/tools only.
+// Package benchutil holds what Weir's benchmark programs share: their
+// output format, creating topics that are ready to use, and measuring CPU
+// time. It is for the benchmark programs (internal/tools, state/statebench)
+// only.
 package benchutil
 
 import (
@@ -127,4 +128,16 @@ func BrokerPID(broker string) int {
 		}
 		dir = parent
 	}
+}
+
+// Result prints one figure on standard output in the form scripts compare
+// runs by: "result: <name> = <value> <unit>", the value formatted with
+// format.
+func Result(name, format string, v any, unit string) {
+	fmt.Printf("result: %s = "+format+" %s\n", name, v, unit)
+}
+
+// Info prints a line of the human account on standard error, after "# ".
+func Info(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "# "+format+"\n", args...)
 }

@@ -102,16 +102,6 @@ type Task struct {
 	async sync.WaitGroup // snapshots' asynchronous parts
 }
 
-// Start is Open followed by Run.
-func Start(ctx context.Context, cfg Config) (*Task, error) {
-	t, err := Open(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	t.Run()
-	return t, nil
-}
-
 // Open restores the task from cfg.RestoreFrom (or opens it empty), recovers
 // its sinks' pre-committed transactions and creates its source; Run starts
 // processing. A replica opens all its tasks of a generation before it runs

@@ -26,6 +26,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/weir-stream/weir/internal/benchutil"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/state/objstore"
 )
@@ -132,14 +133,6 @@ func sizeLabel(n int64) string {
 	return fmt.Sprintf("%dB", n)
 }
 
-func result(name string, value float64, unit string) {
-	fmt.Printf("result: %s = %.4g %s\n", name, value, unit)
-}
-
-func info(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "# "+format+"\n", args...)
-}
-
 // bench is one backend with its store, key space and random values.
 type bench struct {
 	c      config
@@ -227,7 +220,7 @@ func (x *bench) load(size int64) error {
 	if err := x.b.DB().Flush(); err != nil {
 		return err
 	}
-	info("loaded %d keys (%s) in %v", n, sizeLabel(size), time.Since(start).Round(time.Millisecond))
+	benchutil.Info("loaded %d keys (%s) in %v", n, sizeLabel(size), time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -262,7 +255,7 @@ func (x *bench) close() {
 func run(c config) error {
 	cache := pebble.NewCache(256 << 20)
 	defer cache.Unref()
-	info("work directory %s; state %s, small %s, values %d bytes", c.dir, sizeLabel(c.size), sizeLabel(c.smallSize), c.valueSize)
+	benchutil.Info("work directory %s; state %s, small %s, values %d bytes", c.dir, sizeLabel(c.size), sizeLabel(c.smallSize), c.valueSize)
 
 	if c.only == "getput" {
 		return getPut(c, cache)
@@ -280,7 +273,7 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	info("first (full) checkpoint: %d files, %d bytes, %v", len(first.Manifest.Files), first.StateBytes, first.AsyncDuration.Round(time.Millisecond))
+	benchutil.Info("first (full) checkpoint: %d files, %d bytes, %v", len(first.Manifest.Files), first.StateBytes, first.AsyncDuration.Round(time.Millisecond))
 	var ratios []float64
 	var last *state.SnapshotResult
 	for r := range c.rounds {
@@ -293,12 +286,12 @@ func run(c config) error {
 		}
 		ratio := float64(res.UploadedBytes) / float64(res.StateBytes)
 		ratios = append(ratios, ratio)
-		info("checkpoint %d: state %d bytes, uploaded %d bytes in %d files (ratio %.4f), reused %d files, sync %v, async %v",
+		benchutil.Info("checkpoint %d: state %d bytes, uploaded %d bytes in %d files (ratio %.4f), reused %d files, sync %v, async %v",
 			r+1, res.StateBytes, res.UploadedBytes, res.UploadedFiles, ratio, res.ReusedFiles, res.SyncDuration, res.AsyncDuration.Round(time.Millisecond))
 		last = res
 	}
-	result("incremental_upload_ratio", mean(ratios), "ratio")
-	result("incremental_upload_ratio_max", slices.Max(ratios), "ratio")
+	benchutil.Result("incremental_upload_ratio", "%.4g", mean(ratios), "ratio")
+	benchutil.Result("incremental_upload_ratio_max", "%.4g", slices.Max(ratios), "ratio")
 	sp, err := big.b.Savepoint(big.nextID, "full", nil)
 	if err != nil {
 		return err
@@ -309,8 +302,8 @@ func run(c config) error {
 		return err
 	}
 	_ = big.b.NotifyAborted(context.Background(), spRes.Checkpoint)
-	result("full_upload_ratio", float64(spRes.UploadedBytes)/float64(spRes.StateBytes), "ratio")
-	result("state_size", float64(last.StateBytes)/(1<<20), "MiB")
+	benchutil.Result("full_upload_ratio", "%.4g", float64(spRes.UploadedBytes)/float64(spRes.StateBytes), "ratio")
+	benchutil.Result("state_size", "%.4g", float64(last.StateBytes)/(1<<20), "MiB")
 	if c.only == "incremental" {
 		return nil
 	}
@@ -321,8 +314,8 @@ func run(c config) error {
 		if err != nil {
 			return err
 		}
-		result("sync_part_p50_"+sizeLabel(c.size), ms(percentile(d, 50)), "ms")
-		result("sync_part_p99_"+sizeLabel(c.size), ms(percentile(d, 99)), "ms")
+		benchutil.Result("sync_part_p50_"+sizeLabel(c.size), "%.4g", ms(percentile(d, 50)), "ms")
+		benchutil.Result("sync_part_p99_"+sizeLabel(c.size), "%.4g", ms(percentile(d, 99)), "ms")
 		return nil
 	}
 	large, err := syncPart(big)
@@ -350,8 +343,8 @@ func run(c config) error {
 		size int64
 		d    []time.Duration
 	}{{c.smallSize, smallDur}, {c.size, large}} {
-		result("sync_part_p50_"+sizeLabel(m.size), ms(percentile(m.d, 50)), "ms")
-		result("sync_part_p99_"+sizeLabel(m.size), ms(percentile(m.d, 99)), "ms")
+		benchutil.Result("sync_part_p50_"+sizeLabel(m.size), "%.4g", ms(percentile(m.d, 50)), "ms")
+		benchutil.Result("sync_part_p99_"+sizeLabel(m.size), "%.4g", ms(percentile(m.d, 99)), "ms")
 	}
 
 	// 3. Restore: download from file://, then local recovery.
@@ -372,7 +365,7 @@ func run(c config) error {
 	if ri.Local {
 		return errors.New("download restore used the local copy")
 	}
-	result("restore_download_throughput", float64(ri.DownloadedBytes)/1e6/ri.Duration.Seconds(), "MB/s")
+	benchutil.Result("restore_download_throughput", "%.4g", float64(ri.DownloadedBytes)/1e6/ri.Duration.Seconds(), "MB/s")
 	_ = os.RemoveAll(dl.Dir)
 	r, err = state.Restore(context.Background(), big.cfg, final.Handle)
 	if err != nil {
@@ -383,7 +376,7 @@ func run(c config) error {
 	if !ri.Local {
 		return errors.New("local recovery did not happen")
 	}
-	result("restore_local_duration", ri.Duration.Seconds(), "s")
+	benchutil.Result("restore_local_duration", "%.4g", ri.Duration.Seconds(), "s")
 	big.close()
 	_ = os.RemoveAll(filepath.Join(c.dir, "big"))
 
@@ -406,7 +399,7 @@ func syncPart(x *bench) ([]time.Duration, error) {
 		s, err := x.b.Snapshot(x.nextID, []byte("offsets"))
 		d := time.Since(start)
 		if d > 10*time.Millisecond {
-			info("slow synchronous part: %v", d)
+			benchutil.Info("slow synchronous part: %v", d)
 		}
 		if err != nil {
 			return nil, err
@@ -551,12 +544,12 @@ func getPut(c config, cache *pebble.Cache) error {
 		return err
 	}
 	_ = sink
-	result("keyed_put_ops", ap, "ops/s")
-	result("raw_put_ops", rp, "ops/s")
-	result("keyed_put_ratio", ap/rp, "ratio")
-	result("keyed_get_ops", ag, "ops/s")
-	result("raw_get_ops", rg, "ops/s")
-	result("keyed_get_ratio", ag/rg, "ratio")
+	benchutil.Result("keyed_put_ops", "%.4g", ap, "ops/s")
+	benchutil.Result("raw_put_ops", "%.4g", rp, "ops/s")
+	benchutil.Result("keyed_put_ratio", "%.4g", ap/rp, "ratio")
+	benchutil.Result("keyed_get_ops", "%.4g", ag, "ops/s")
+	benchutil.Result("raw_get_ops", "%.4g", rg, "ops/s")
+	benchutil.Result("keyed_get_ratio", "%.4g", ag/rg, "ratio")
 	return nil
 }
 

@@ -192,14 +192,6 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-func info(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "# "+format+"\n", args...)
-}
-
-func result(name string, format string, v any, unit string) {
-	fmt.Printf("result: %s = "+format+" %s\n", name, v, unit)
-}
-
 // bench is one run.
 type bench struct {
 	c      config
@@ -236,17 +228,17 @@ func run(ctx context.Context, c config) (err error) {
 	defer func() {
 		b.killAll()
 		if c.keep {
-			info("topics kept: %s-* and the jobs' control topics _weir.%s-*", id, id)
+			benchutil.Info("topics kept: %s-* and the jobs' control topics _weir.%s-*", id, id)
 		} else {
 			b.cleanup()
 		}
 		if err != nil || c.keep {
-			info("work directory kept: %s (job files, replica logs, state, checkpoints)", dir)
+			benchutil.Info("work directory kept: %s (job files, replica logs, state, checkpoints)", dir)
 		} else {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	info("%d records over %d keys, %d partitions, checkpoint every %v, exactly-once; replicas %v; session timeout %v; run %s; %d CPUs, load average %s",
+	benchutil.Info("%d records over %d keys, %d partitions, checkpoint every %v, exactly-once; replicas %v; session timeout %v; run %s; %d CPUs, load average %s",
 		c.records, c.keys, c.partitions, c.interval, c.replicas, c.sessionTimeout, id, runtime.NumCPU(), loadAvg())
 
 	if err := b.createTopic(ctx, b.in); err != nil {
@@ -299,19 +291,19 @@ func run(ctx context.Context, c config) (err error) {
 		if i > 0 {
 			suffix = fmt.Sprintf("_%d_replicas", c.replicas[i])
 		}
-		result("count_job_throughput"+suffix, "%.0f", t.rate, "records/s")
+		benchutil.Result("count_job_throughput"+suffix, "%.0f", t.rate, "records/s")
 		if i == 0 {
-			result("raw_pipe_throughput", "%.0f", rawRate, "records/s")
+			benchutil.Result("raw_pipe_throughput", "%.0f", rawRate, "records/s")
 		}
-		result("count_job_vs_raw_ratio"+suffix, "%.3f", t.rate/rawRate, "ratio")
+		benchutil.Result("count_job_vs_raw_ratio"+suffix, "%.3f", t.rate/rawRate, "ratio")
 		if t.processing > 0 {
-			result("count_job_startup"+suffix, "%.2f", t.startup.Seconds(), "s")
-			result("count_job_processing_throughput"+suffix, "%.0f", t.processing, "records/s")
-			result("count_job_processing_vs_raw_ratio"+suffix, "%.3f", t.processing/rawRate, "ratio")
+			benchutil.Result("count_job_startup"+suffix, "%.2f", t.startup.Seconds(), "s")
+			benchutil.Result("count_job_processing_throughput"+suffix, "%.0f", t.processing, "records/s")
+			benchutil.Result("count_job_processing_vs_raw_ratio"+suffix, "%.3f", t.processing/rawRate, "ratio")
 		}
 	}
-	info("load average now %s", loadAvg())
-	info("headline: %d replica(s) %.0f records/s vs raw %.0f records/s: %.3f (goal >= 0.7); processing alone (first to last output written): %.0f records/s, %.3f of raw",
+	benchutil.Info("load average now %s", loadAvg())
+	benchutil.Info("headline: %d replica(s) %.0f records/s vs raw %.0f records/s: %.3f (goal >= 0.7); processing alone (first to last output written): %.0f records/s, %.3f of raw",
 		c.replicas[0], tputs[0].rate, rawRate, tputs[0].rate/rawRate, tputs[0].processing, tputs[0].processing/rawRate)
 
 	// 3. Latency on the last job.
@@ -321,7 +313,7 @@ func run(ctx context.Context, c config) (err error) {
 
 	// 4. Recovery on the last job.
 	if c.skipRecovery || len(last.running()) < 2 {
-		info("recovery not measured: %s", map[bool]string{true: "-skip-recovery", false: "the last -replicas entry has fewer than 2 replicas"}[c.skipRecovery])
+		benchutil.Info("recovery not measured: %s", map[bool]string{true: "-skip-recovery", false: "the last -replicas entry has fewer than 2 replicas"}[c.skipRecovery])
 	} else if err := b.recovery(ctx, last); err != nil {
 		return fmt.Errorf("recovery: %w", err)
 	}
@@ -365,8 +357,8 @@ func run(ctx context.Context, c config) (err error) {
 				v.topic, v.lost, v.duplicated, v.disordered, strings.Join(v.problems, "\n  ")))
 		}
 	}
-	result("verify_exactly_once_violations", "%d", eos, "outputs")
-	result("verify_order_violations", "%d", order, "outputs")
+	benchutil.Result("verify_exactly_once_violations", "%d", eos, "outputs")
+	benchutil.Result("verify_order_violations", "%d", order, "outputs")
 	if len(failed) > 0 {
 		return fmt.Errorf("verification: the committed output is not every key's counts 1..n, each once, in order:\n%s", strings.Join(failed, "\n"))
 	}
@@ -414,7 +406,7 @@ func (b *bench) cleanup() {
 			}
 			if len(del) > 0 {
 				if _, err := b.adm.DeleteGroups(ctx, del...); err != nil {
-					info("delete groups: %v", err)
+					benchutil.Info("delete groups: %v", err)
 				}
 			}
 		}
@@ -431,9 +423,9 @@ func (b *bench) cleanup() {
 		}
 	}
 	if err != nil {
-		info("delete topics: %v", err)
+		benchutil.Info("delete topics: %v", err)
 	} else {
-		info("deleted %d topics", len(topics))
+		benchutil.Info("deleted %d topics", len(topics))
 	}
 }
 
@@ -481,7 +473,7 @@ func (b *bench) preload(ctx context.Context) error {
 	for k, n := range b.preloadPerKey {
 		b.perKey[k] += n
 	}
-	info("preloaded %d records (%.1f MB of keys and values) into %s in %v", b.c.records, float64(bytes)/1e6, b.in, time.Since(start).Round(time.Millisecond))
+	benchutil.Info("preloaded %d records (%.1f MB of keys and values) into %s in %v", b.c.records, float64(bytes)/1e6, b.in, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -624,7 +616,7 @@ func (b *bench) rawPipe(ctx context.Context, pass int) (time.Duration, error) {
 		return 0, fmt.Errorf("observer saw %d of %d records", cnt.seen.Load(), b.c.records)
 	}
 	wall := time.Unix(0, cnt.doneAt.Load()).Sub(start)
-	info("raw pipe, pass %d: %d records in %v: %.0f records/s; CPU: this process (pipe + observer) %v, broker %s",
+	benchutil.Info("raw pipe, pass %d: %d records in %v: %.0f records/s; CPU: this process (pipe + observer) %v, broker %s",
 		pass, b.c.records, wall.Round(time.Millisecond), float64(b.c.records)/wall.Seconds(), (benchutil.ProcessCPU() - cpu0).Round(time.Millisecond), cpuDelta(bcpu0, benchutil.ProcCPU(b.c.brokerPID)))
 	return wall, nil
 }
@@ -959,15 +951,15 @@ wait:
 	if fw, aw := firstWritten.Load(), allWritten.Load(); fw > 0 && aw > fw {
 		t.startup = time.Unix(0, fw).Sub(start)
 		t.processing = float64(b.c.records) / time.Unix(0, aw).Sub(time.Unix(0, fw)).Seconds()
-		info("count job, %d replica(s): %d records in %v: %.0f records/s; first output written %v after the start, all written %v later (%.0f records/s), all committed %v after that; first output committed %v after the start",
+		benchutil.Info("count job, %d replica(s): %d records in %v: %.0f records/s; first output written %v after the start, all written %v later (%.0f records/s), all committed %v after that; first output committed %v after the start",
 			replicas, b.c.records, wall.Round(time.Millisecond), rate, t.startup.Round(time.Millisecond),
 			time.Unix(0, aw).Sub(time.Unix(0, fw)).Round(time.Millisecond), t.processing,
 			end.Sub(time.Unix(0, aw)).Round(time.Millisecond), first.Sub(start).Round(time.Millisecond))
 	} else {
-		info("count job, %d replica(s): %d records in %v: %.0f records/s; first output committed %v after the start (the written-records counters were not scraped in time)",
+		benchutil.Info("count job, %d replica(s): %d records in %v: %.0f records/s; first output committed %v after the start (the written-records counters were not scraped in time)",
 			replicas, b.c.records, wall.Round(time.Millisecond), rate, first.Sub(start).Round(time.Millisecond))
 	}
-	info("  CPU: replicas %v, broker %s, this process (observer) %v", jobCPU.Round(time.Millisecond), cpuDelta(bcpu0, benchutil.ProcCPU(b.c.brokerPID)), (benchutil.ProcessCPU() - cpu0).Round(time.Millisecond))
+	benchutil.Info("  CPU: replicas %v, broker %s, this process (observer) %v", jobCPU.Round(time.Millisecond), cpuDelta(bcpu0, benchutil.ProcCPU(b.c.brokerPID)), (benchutil.ProcessCPU() - cpu0).Round(time.Millisecond))
 
 	// 2. Checkpoint durations over the run.
 	durs, byCoord, err := b.checkpointDurations(ctx, j.name, start, end)
@@ -976,16 +968,16 @@ wait:
 	}
 	hist := j.scrapeHistogram()
 	if len(durs) == 0 {
-		info("  no checkpoint completed during the run (it lasted %v)", wall.Round(time.Millisecond))
+		benchutil.Info("  no checkpoint completed during the run (it lasted %v)", wall.Round(time.Millisecond))
 	} else {
 		p50, p99 := quantile(durs, 0.50), quantile(durs, 0.99)
 		if idx == 0 {
-			result("checkpoint_duration_p50", "%.0f", ms(p50), "ms")
-			result("checkpoint_duration_p99", "%.0f", ms(p99), "ms")
+			benchutil.Result("checkpoint_duration_p50", "%.0f", ms(p50), "ms")
+			benchutil.Result("checkpoint_duration_p99", "%.0f", ms(p99), "ms")
 		}
-		info("  %d checkpoints triggered during the run completed: duration p50 %v, p99 %v, max %v (trigger's ts to the timestamp of the complete record on the commit topic)",
+		benchutil.Info("  %d checkpoints triggered during the run completed: duration p50 %v, p99 %v, max %v (trigger's ts to the timestamp of the complete record on the commit topic)",
 			len(durs), p50, p99, slices.Max(durs))
-		info("  as the coordinator reports them (its clock ticks every 100ms): complete's ts: p50 %v, p99 %v; weir_checkpoint_duration_seconds: %s",
+		benchutil.Info("  as the coordinator reports them (its clock ticks every 100ms): complete's ts: p50 %v, p99 %v; weir_checkpoint_duration_seconds: %s",
 			quantile(byCoord, 0.5), quantile(byCoord, 0.99), hist)
 	}
 	return j, t, nil
@@ -1274,9 +1266,9 @@ func (b *bench) latency(ctx context.Context, j *job) error {
 	}
 	slices.Sort(lats)
 	p50, p99 := quantile(lats, 0.5), quantile(lats, 0.99)
-	result("e2e_latency_p50", "%.0f", ms(p50), "ms")
-	result("e2e_latency_p99", "%.0f", ms(p99), "ms")
-	info("latency, %d replicas: %d records at %d records/s over %v: p50 %v, p99 %v, min %v, max %v (checkpoint interval %v)",
+	benchutil.Result("e2e_latency_p50", "%.0f", ms(p50), "ms")
+	benchutil.Result("e2e_latency_p99", "%.0f", ms(p99), "ms")
+	benchutil.Info("latency, %d replicas: %d records at %d records/s over %v: p50 %v, p99 %v, min %v, max %v (checkpoint interval %v)",
 		len(j.running()), n, b.c.rate, b.c.latencyFor, p50.Round(time.Millisecond), p99.Round(time.Millisecond),
 		lats[0].Round(time.Millisecond), lats[len(lats)-1].Round(time.Millisecond), b.c.interval)
 	return nil
@@ -1356,8 +1348,8 @@ func (b *bench) recovery(ctx context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
-	result("recovery_after_kill_seconds", "%.2f", d.Seconds(), "s")
-	info("recovery after kill -9 of %s (not the coordinator, %d replicas): %.2fs, with kafka.session_timeout %v",
+	benchutil.Result("recovery_after_kill_seconds", "%.2f", d.Seconds(), "s")
+	benchutil.Info("recovery after kill -9 of %s (not the coordinator, %d replicas): %.2fs, with kafka.session_timeout %v",
 		victim.id, len(j.running())+1, d.Seconds(), b.c.sessionTimeout)
 
 	// The killed replica comes back; then the coordinator's replica.
@@ -1375,8 +1367,8 @@ func (b *bench) recovery(ctx context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
-	result("recovery_after_coordinator_kill_seconds", "%.2f", d.Seconds(), "s")
-	info("recovery after kill -9 of %s (the coordinator): %.2fs", coord.id, d.Seconds())
+	benchutil.Result("recovery_after_coordinator_kill_seconds", "%.2f", d.Seconds(), "s")
+	benchutil.Info("recovery after kill -9 of %s (the coordinator): %.2fs", coord.id, d.Seconds())
 	if _, err := j.start(coord.id); err != nil {
 		return err
 	}
@@ -1399,15 +1391,15 @@ func (b *bench) recovery(ctx context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
-	result("recovery_after_sigterm_seconds", "%.2f", d.Seconds(), "s")
-	info("recovery after SIGTERM of %s (leaves the group): %.2fs", victim.id, d.Seconds())
+	benchutil.Result("recovery_after_sigterm_seconds", "%.2f", d.Seconds(), "s")
+	benchutil.Info("recovery after SIGTERM of %s (leaves the group): %.2fs", victim.id, d.Seconds())
 
 	n, err := s.stop()
 	s = nil
 	if err != nil {
 		return fmt.Errorf("steady input: %w", err)
 	}
-	info("steady input during the recovery measurements: %d records at %d records/s", n, b.c.rate)
+	benchutil.Info("steady input during the recovery measurements: %d records at %d records/s", n, b.c.rate)
 	return j.check()
 }
 
@@ -1577,7 +1569,7 @@ func (b *bench) verify(ctx context.Context, topic string, perKey map[string]int,
 			note("key %s: count %d, beyond its %d inputs", k, c, n)
 		}
 	}
-	info("verified %s: %d outputs for %d inputs over %d keys in %v: %d lost, %d duplicated (exactly-once violations), %d out of order per key",
+	benchutil.Info("verified %s: %d outputs for %d inputs over %d keys in %v: %d lost, %d duplicated (exactly-once violations), %d out of order per key",
 		topic, seen.Load(), total, len(perKey), time.Since(start).Round(time.Millisecond), v.lost, v.duplicated, v.disordered)
 	return v, nil
 }

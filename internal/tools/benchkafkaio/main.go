@@ -146,10 +146,6 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-func info(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "# "+format+"\n", args...)
-}
-
 func envInt(k string, def int) int {
 	if v := os.Getenv(k); v != "" {
 		n, err := strconv.Atoi(strings.ReplaceAll(v, "_", ""))
@@ -208,7 +204,7 @@ func run(ctx context.Context, c config) error {
 	for i := range c.records {
 		b.want[i%c.partitions]++
 	}
-	info("%d records of %d bytes over %d partitions, checkpoint every %v, %d round(s); topics %s-*",
+	benchutil.Info("%d records of %d bytes over %d partitions, checkpoint every %v, %d round(s); topics %s-*",
 		c.records, c.size, c.partitions, c.interval, c.rounds, id)
 	defer b.cleanup()
 	if err := b.createTopic(ctx, b.in); err != nil {
@@ -269,15 +265,15 @@ func run(ctx context.Context, c config) error {
 
 	total := float64(c.records) * float64(c.rounds)
 	rawRate, eosRate := total/rawWall.Seconds(), total/eosWall.Seconds()
-	fmt.Printf("result: kafkaio_raw_pipe_throughput = %.0f records/s\n", rawRate)
-	fmt.Printf("result: kafkaio_weir_eos_throughput = %.0f records/s\n", eosRate)
-	fmt.Printf("result: kafkaio_eos_vs_raw_ratio = %.3f ratio\n", eosRate/rawRate)
+	benchutil.Result("kafkaio_raw_pipe_throughput", "%.0f", rawRate, "records/s")
+	benchutil.Result("kafkaio_weir_eos_throughput", "%.0f", eosRate, "records/s")
+	benchutil.Result("kafkaio_eos_vs_raw_ratio", "%.3f", eosRate/rawRate, "ratio")
 	for _, m := range passes {
-		info("round %d %-4s %8.0f records/s (%5.1f MB/s of values): %v wall; CPU %v this process, %s broker%s",
+		benchutil.Info("round %d %-4s %8.0f records/s (%5.1f MB/s of values): %v wall; CPU %v this process, %s broker%s",
 			m.round, m.name, float64(c.records)/m.wall.Seconds(), float64(c.records)*float64(c.size)/m.wall.Seconds()/1e6,
 			m.wall.Round(time.Millisecond), m.cpu.Round(time.Millisecond), m.brokerCPUString(), m.extra)
 	}
-	info("weir/raw = %.3f over %d round(s) (goal >= 0.9; per round: %s); weir output verified each round: %d records, each exactly once, read_committed",
+	benchutil.Info("weir/raw = %.3f over %d round(s) (goal >= 0.9; per round: %s); weir output verified each round: %d records, each exactly once, read_committed",
 		eosRate/rawRate, c.rounds, strings.Join(ratios, ", "), c.records)
 	return nil
 }
@@ -296,7 +292,7 @@ func (b *bench) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := b.adm.DeleteGroup(ctx, b.group); err != nil {
-		info("delete group %s: %v", b.group, err)
+		benchutil.Info("delete group %s: %v", b.group, err)
 	}
 	if len(b.topics) == 0 {
 		return
@@ -310,7 +306,7 @@ func (b *bench) cleanup() {
 		}
 	}
 	if err != nil {
-		info("delete topics: %v", err)
+		benchutil.Info("delete topics: %v", err)
 	}
 }
 
@@ -351,7 +347,7 @@ func (b *bench) preload(ctx context.Context) error {
 	if p := failed.Load(); p != nil {
 		return fmt.Errorf("preload: %w", *p)
 	}
-	info("preloaded %s in %v", b.in, time.Since(start).Round(time.Millisecond))
+	benchutil.Info("preloaded %s in %v", b.in, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -605,7 +601,7 @@ func (b *bench) weirPipe(ctx context.Context) (func(context.Context) (string, er
 		for _, s := range sinks {
 			if s != nil {
 				if err := s.Close(context.Background()); err != nil {
-					info("close sink: %v", err)
+					benchutil.Info("close sink: %v", err)
 				}
 			}
 		}
@@ -684,7 +680,7 @@ func (b *bench) weirPipe(ctx context.Context) (func(context.Context) (string, er
 			return "", fmt.Errorf("tasks committed %d records, want %d", got, b.c.records)
 		}
 		if periodic := coord.last - int64(b.c.partitions); periodic < 3 {
-			info("only %d periodic checkpoint(s) in this weir pass of %v: the last checkpoint's flush and commit weigh more than in a long-running job; raise -records for a pass of many checkpoint intervals",
+			benchutil.Info("only %d periodic checkpoint(s) in this weir pass of %v: the last checkpoint's flush and commit weigh more than in a long-running job; raise -records for a pass of many checkpoint intervals",
 				max(periodic, 0), wall.Round(time.Millisecond))
 		}
 		txns := max(st.transactions.Load(), 1)
@@ -866,7 +862,7 @@ func (b *bench) checkEOSOutput(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	info("weir output: no transaction open %v after the last commit returned (not measured)", time.Since(start).Round(time.Millisecond))
+	benchutil.Info("weir output: no transaction open %v after the last commit returned (not measured)", time.Since(start).Round(time.Millisecond))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.c.brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{b.eosOut: offsetsAtStart(b.c.partitions)}))
