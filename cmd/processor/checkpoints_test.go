@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ kafka: {brokers: [%s]}
 checkpoint: {interval: 200ms, storage: "file://%s/chk"}
 state: {dir: "%s/state"}
 http: {address: ""}
-log: {level: error}
+log: {level: debug}
 `, name, c.Brokers[0], dir, dir)
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -57,15 +58,22 @@ log: {level: error}
 	return cfg, file
 }
 
-// runUntilCheckpoints runs serve (as run calls it, with onCommitted) until n
-// checkpoints completed, calls atEnd while it still runs, then stops it.
-func runUntilCheckpoints(t *testing.T, n int, serve func(ctx context.Context, onCommitted func(uint64)) error, atEnd func()) {
+// runUntilCheckpoints runs serve (as run calls it, with onCommitted and a
+// log writer) until n checkpoints completed, calls atEnd while it still
+// runs, then stops it. If the test fails, the replica's log is printed.
+func runUntilCheckpoints(t *testing.T, n int, serve func(ctx context.Context, logOut io.Writer, onCommitted func(uint64)) error, atEnd func()) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	logs := &lockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("WEIR_TEST_LOG") != "" {
+			t.Logf("replica log:\n%s", logs.String())
+		}
+	})
 	completed := make(chan uint64, 100)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, func(id uint64) { completed <- id }) }()
+	go func() { done <- serve(ctx, logs, func(id uint64) { completed <- id }) }()
 	for seen := 0; seen < n; {
 		select {
 		case <-completed:
@@ -89,8 +97,8 @@ func runUntilCheckpoints(t *testing.T, n int, serve func(ctx context.Context, on
 // until a few checkpoints completed, stops it, and lists them.
 func TestRunThenListCheckpoints(t *testing.T) {
 	cfg, file := countJob(t, "listing")
-	runUntilCheckpoints(t, 3, func(ctx context.Context, onCommitted func(uint64)) error {
-		return serve(ctx, cfg, io.Discard, onCommitted)
+	runUntilCheckpoints(t, 3, func(ctx context.Context, logOut io.Writer, onCommitted func(uint64)) error {
+		return serve(ctx, cfg, logOut, onCommitted)
 	}, nil)
 
 	var out bytes.Buffer
@@ -120,4 +128,22 @@ func clearConfigEnv(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

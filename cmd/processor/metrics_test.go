@@ -70,8 +70,8 @@ func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
 	cfg, _ := countJob(t, "metrics")
 	reg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
 	var registered map[string]bool
-	runUntilCheckpoints(t, 2, func(ctx context.Context, onCommitted func(uint64)) error {
-		return serveWith(ctx, cfg, io.Discard, onCommitted, reg.Registry, reg)
+	runUntilCheckpoints(t, 2, func(ctx context.Context, logOut io.Writer, onCommitted func(uint64)) error {
+		return serveWith(ctx, cfg, logOut, onCommitted, reg.Registry, reg)
 	}, func() { registered = reg.names() })
 
 	doc, err := os.ReadFile("../../docs/metrics.md")

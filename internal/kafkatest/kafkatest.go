@@ -45,6 +45,9 @@ type Cluster struct {
 	// Name is the broker software and version, for logs: "Apache Kafka 4.4.0"
 	// or "kfake (franz-go ...)".
 	Name string
+	// Fake is the in-process cluster of a kfake Cluster, for tests that
+	// inject broker failures (ControlKey); nil on the real broker.
+	Fake *kfake.Cluster
 }
 
 // NewKfake starts an in-process kfake cluster for the test and closes it when
@@ -57,7 +60,7 @@ func NewKfake(t testing.TB, opts ...kfake.Opt) *Cluster {
 		t.Fatalf("kafkatest: start kfake: %v", err)
 	}
 	t.Cleanup(c.Close)
-	return &Cluster{Kind: Kfake, Brokers: c.ListenAddrs(), Name: "kfake (franz-go in-process)"}
+	return &Cluster{Kind: Kfake, Brokers: c.ListenAddrs(), Name: "kfake (franz-go in-process)", Fake: c}
 }
 
 // RealRequired reports whether the environment demands the real broker.

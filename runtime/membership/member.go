@@ -518,16 +518,51 @@ func newMetrics() *metrics {
 	return m
 }
 
-// register registers every metric, or none.
+// register registers every metric. A collector registered already (an
+// earlier Join of this process, with the same Registerer: a replica joins
+// again after every session) is adopted, so its counts go on; any other
+// conflict unregisters what this call registered and fails.
 func (m *metrics) register(reg prometheus.Registerer) error {
-	cs := []prometheus.Collector{m.rebalances, m.lost, m.members, m.isCoordinator, m.generation}
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, done := range cs[:i] {
-				reg.Unregister(done)
-			}
-			return err
+	var added []prometheus.Collector
+	adopt := func(c prometheus.Collector) (prometheus.Collector, error) {
+		err := reg.Register(c)
+		if err == nil {
+			added = append(added, c)
+			return c, nil
+		}
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			return are.ExistingCollector, nil
+		}
+		return nil, err
+	}
+	var err error
+	m.rebalances, err = adoptAs(adopt, m.rebalances, err)
+	m.lost, err = adoptAs(adopt, m.lost, err)
+	m.members, err = adoptAs(adopt, m.members, err)
+	m.isCoordinator, err = adoptAs(adopt, m.isCoordinator, err)
+	m.generation, err = adoptAs(adopt, m.generation, err)
+	if err != nil {
+		for _, c := range added {
+			reg.Unregister(c)
 		}
 	}
-	return nil
+	return err
+}
+
+// adoptAs passes c to adopt unless an earlier step failed, and returns the
+// collector adopt chose as c's type.
+func adoptAs[C prometheus.Collector](adopt func(prometheus.Collector) (prometheus.Collector, error), c C, err error) (C, error) {
+	if err != nil {
+		return c, err
+	}
+	got, err := adopt(c)
+	if err != nil {
+		return c, err
+	}
+	typed, ok := got.(C)
+	if !ok {
+		return c, fmt.Errorf("a %T is registered under the name of %T", got, c)
+	}
+	return typed, nil
 }

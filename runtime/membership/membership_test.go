@@ -256,6 +256,61 @@ func metric(t *testing.T, m *Member, name string) float64 {
 	return 0
 }
 
+// A replica joins again, in the same process and with the same
+// Registerer, after every session it ends: the second Join must succeed and
+// carry the metrics on (it once failed with a duplicate registration, so a
+// replica whose session ended once could never rejoin).
+func TestRejoinWithSameRegisterer(t *testing.T) {
+	eachBroker(t, func(t *testing.T, e *env) {
+		reg := prometheus.NewRegistry()
+		same := func(o *Options) { o.Registerer = reg }
+		first := e.join("r1", same)
+		e.next(first, "r1 alone", members("r1"))
+		if err := first.Leave(context.Background()); err != nil {
+			t.Fatalf("leave: %v", err)
+		}
+		before := metric(t, first, "weir_membership_rebalances_total")
+		second := e.join("r1", same)
+		v := e.next(second, "r1 alone again", members("r1"))
+		if !v.IsCoordinator() {
+			t.Fatalf("after rejoining: %s", describe(v))
+		}
+		if got := metric(t, second, "weir_membership_rebalances_total"); got <= before {
+			t.Errorf("weir_membership_rebalances_total = %v after the rejoin, want more than %v (the counter goes on)", got, before)
+		}
+		if got := metric(t, second, "weir_membership_is_coordinator"); got != 1 {
+			t.Errorf("weir_membership_is_coordinator = %v after the rejoin, want 1", got)
+		}
+	})
+}
+
+// A Registerer that holds another kind of collector under a membership
+// metric's name fails Join, and Join leaves nothing registered behind.
+func TestJoinRegistrationConflict(t *testing.T) {
+	c := kafkatest.NewKfake(t)
+	e := newEnv(t, c, 6*time.Second)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "weir", Subsystem: "membership", Name: "lost_total", Help: "x"}))
+	o := e.options("r1")
+	o.Registerer = reg
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := Join(ctx, o)
+	if err == nil {
+		m.Leave(context.Background())
+		t.Fatal("Join succeeded over a conflicting registration")
+	}
+	mfs, gerr := reg.Gather()
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "weir_membership_lost_total" {
+			t.Errorf("Join failed (%v) but left %s registered", err, mf.GetName())
+		}
+	}
+}
+
 func TestDuplicateReplicaID(t *testing.T) {
 	eachBroker(t, func(t *testing.T, e *env) {
 		a := e.join("a")

@@ -6,10 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/internal/promtest"
@@ -162,4 +165,69 @@ func TestReplicaSurvivesStorageOutage(t *testing.T) {
 		verifyCounts(ctx, t, c, out, keys, records)
 		stillRunning(t, r, "after the outage")
 	})
+}
+
+// A session that fails ends: the replica stops its tasks, leaves the group
+// and, after a backoff, joins again in the same process; the new
+// generation restores from the last completed checkpoint. The failure here
+// is the report that the first generation's tasks run: its Produce to the
+// ack topic is refused by the broker, injected with kfake's request control
+// (the real broker cannot be made to refuse one request). The replica must
+// come back (a second Join once failed for good on its metrics) and every
+// key's counts must be exactly 1..N.
+func TestReplicaRejoinsAfterSessionFailure(t *testing.T) {
+	const (
+		keys    = 20
+		records = 1500
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := kafkatest.NewKfake(t)
+	dir := t.TempDir()
+	job := kafkatest.Name(t, "fail")
+	in, out := job+"-in", job+"-out"
+	c.CreateTopic(t, in, 2, nil)
+	c.CreateTopic(t, out, 2, nil)
+	produceInput(ctx, t, c, in, keys, 0, records/2)
+
+	// From here on the only non-transactional producer is the replica's
+	// ack writer: its first Produce is refused.
+	var injected atomic.Bool
+	c.Fake.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		p := req.(*kmsg.ProduceRequest)
+		if p.TransactionID != nil {
+			return nil, nil, false
+		}
+		resp := p.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range p.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		injected.Store(true)
+		return resp, nil, true // handled: the control is dropped, so once
+	})
+
+	r := startReplica(ctx, t, "a", jobYAML(job, in, out, c.Brokers[0], "file://"+dir+"/checkpoints", dir, "a"))
+	deadline := time.Now().Add(time.Minute)
+	for !injected.Load() || promtest.Sum(t, r.reg, "weir_replica_session_restarts_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("within a minute: ack refused %v, session restarts %v", injected.Load(), promtest.Sum(t, r.reg, "weir_replica_session_restarts_total"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stillRunning(t, r, "after the session failed")
+	waitReady(t, r.Replica)
+	produceInput(ctx, t, c, in, keys, records/2, records)
+	verifyCounts(ctx, t, c, out, keys, records)
+	if n := promtest.Sum(t, r.reg, "weir_membership_rebalances_total"); n < 2 {
+		t.Errorf("weir_membership_rebalances_total = %v, want at least 2 (joined again)", n)
+	}
+	stillRunning(t, r, "at the end")
 }
