@@ -132,6 +132,13 @@ func (a *TxnAdmin) ListTxns(ctx context.Context, openOnly bool) ([]TxnInfo, erro
 // on kfake and on Apache Kafka alike; see docs/sinks.md for when aborting is
 // right. It returns the transaction as it was described.
 func (a *TxnAdmin) AbortTxn(ctx context.Context, txnID string) (TxnInfo, error) {
+	return a.AbortTxnIf(ctx, txnID, nil)
+}
+
+// AbortTxnIf is AbortTxn that first passes the open transaction, as the
+// broker describes it, to check (if not nil), and aborts only if check
+// returns nil: the transaction checked is exactly the one aborted.
+func (a *TxnAdmin) AbortTxnIf(ctx context.Context, txnID string, check func(TxnInfo) error) (TxnInfo, error) {
 	if !IsSinkTxnID(a.prefix, txnID) {
 		return TxnInfo{}, fmt.Errorf("%w: %s (prefix %s)", ErrTxnNotInJob, txnID, a.prefix)
 	}
@@ -142,6 +149,11 @@ func (a *TxnAdmin) AbortTxn(ctx context.Context, txnID string) (TxnInfo, error) 
 	info := txnInfo(d, time.Now())
 	if d.State != "Ongoing" {
 		return info, fmt.Errorf("kafkaio: abort transaction %s: no transaction is open (state %s)", txnID, d.State)
+	}
+	if check != nil {
+		if err := check(info); err != nil {
+			return info, err
+		}
 	}
 	if err := endTxn(ctx, a.cl, info.Handle(), false); err != nil {
 		return info, fmt.Errorf("kafkaio: abort transaction %s at producer id %d epoch %d: %w", txnID, d.ProducerID, d.ProducerEpoch, err)

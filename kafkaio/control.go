@@ -302,8 +302,11 @@ func ReadControlHistory(ctx context.Context, opts []kgo.Opt, ts ControlTopics, t
 		return ControlHistory{}, fmt.Errorf("last stable offset of %s: %w", name, err)
 	}
 	lso, ok := lsos.Lookup(name, 0)
-	if !ok || lso.Err != nil {
-		return ControlHistory{}, fmt.Errorf("last stable offset of %s: %v", name, lso.Err)
+	if !ok {
+		return ControlHistory{}, fmt.Errorf("last stable offset of %s: %w", name, kerr.UnknownTopicOrPartition)
+	}
+	if lso.Err != nil {
+		return ControlHistory{}, fmt.Errorf("last stable offset of %s: %w", name, lso.Err)
 	}
 	starts, err := adm.ListStartOffsets(ctx, name)
 	if err != nil {

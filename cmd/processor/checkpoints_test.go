@@ -20,8 +20,9 @@ import (
 
 // countJob writes the YAML count job `name` (kfake topics in and out, 2
 // partitions each, 100 input records over 7 keys, a checkpoint every 200ms)
-// and loads it. It returns the configuration and the file's path.
-func countJob(t *testing.T, name string) (*config.Config, string) {
+// and loads it. It returns the configuration, the file's path and the
+// kfake cluster.
+func countJob(t *testing.T, name string) (*config.Config, string, *kafkatest.Cluster) {
 	t.Helper()
 	clearConfigEnv(t)
 	c := kafkatest.NewKfake(t)
@@ -55,7 +56,7 @@ log: {level: debug}
 	if err := prod.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return cfg, file
+	return cfg, file, c
 }
 
 // runUntilCheckpoints runs serve (as run calls it, with onCommitted and a
@@ -96,7 +97,7 @@ func runUntilCheckpoints(t *testing.T, n int, serve func(ctx context.Context, lo
 // TestRunThenListCheckpoints runs one replica of the count job on kfake
 // until a few checkpoints completed, stops it, and lists them.
 func TestRunThenListCheckpoints(t *testing.T) {
-	cfg, file := countJob(t, "listing")
+	cfg, file, _ := countJob(t, "listing")
 	runUntilCheckpoints(t, 3, func(ctx context.Context, logOut io.Writer, onCommitted func(uint64)) error {
 		return serve(ctx, cfg, logOut, onCommitted)
 	}, nil)

@@ -67,7 +67,7 @@ func (r *recordingRegisterer) names() map[string]bool {
 // registered with docs/metrics.md, both ways, and checks that every metric
 // the Grafana dashboard queries exists.
 func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
-	cfg, _ := countJob(t, "metrics")
+	cfg, _, _ := countJob(t, "metrics")
 	reg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
 	var registered map[string]bool
 	runUntilCheckpoints(t, 2, func(ctx context.Context, logOut io.Writer, onCommitted func(uint64)) error {

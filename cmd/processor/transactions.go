@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -10,10 +11,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/kafkaio"
+	"github.com/weir-stream/weir/runtime/task"
+	"github.com/weir-stream/weir/state"
+	"github.com/weir-stream/weir/state/objstore"
 )
 
 // newTransactionsCmd is the operator's tool for a lingering transaction of
@@ -26,13 +32,14 @@ func newTransactionsCmd() *cobra.Command {
 partitions it wrote to. These commands act on the job's transactional IDs only
 (kafka.topic_prefix followed by a sink's stage, partition and slot; never the
 coordinator's, never another job's). Which action is right depends on
-whether the newest completed checkpoint recorded the transaction: read
+whether the newest completed checkpoint recorded the transaction, which list
+shows (RECORDED): commit only what it recorded, abort the rest. Read
 docs/sinks.md, "Lingering transactions", first. Starting the job is always
 safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 	}
 	var file string
 	// admin loads the configuration and runs fn with the job's admin.
-	admin := func(cmd *cobra.Command, fn func(ctx context.Context, a *kafkaio.TxnAdmin) error) error {
+	admin := func(cmd *cobra.Command, fn func(ctx context.Context, a *kafkaio.TxnAdmin, cfg *config.Config) error) error {
 		cfg, err := config.Load(config.Source{File: file, Flags: cmd.Flags()})
 		if err != nil {
 			return fmt.Errorf("configuration:\n%w", err)
@@ -44,7 +51,7 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 		defer a.Close()
 		ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
 		defer cancel()
-		return fn(ctx, a)
+		return fn(ctx, a, cfg)
 	}
 	withConfig := func(c *cobra.Command) *cobra.Command {
 		c.Flags().StringVarP(&file, "config", "c", "", "the job's YAML configuration file")
@@ -69,20 +76,45 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 	var all, asJSON bool
 	list := withConfig(&cobra.Command{
 		Use:   "list -c FILE",
-		Short: "List the job's open transactions (--all: every transactional ID)",
+		Short: "List the job's open transactions and whether the newest completed checkpoint recorded them (--all: every transactional ID)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin) error {
+			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin, cfg *config.Config) error {
 				txns, err := a.ListTxns(ctx, !all)
 				if err != nil {
 					return err
 				}
-				return printTxns(cmd.OutOrStdout(), txns, asJSON)
+				rec, err := readRecordedTxns(ctx, cfg)
+				if err != nil {
+					// The broker's answer stands on its own: say what is
+					// unknown rather than print nothing.
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: cannot tell which transactions the newest completed checkpoint recorded (RECORDED shows ?): %v\n", err)
+					rec = nil
+				}
+				return printTxns(cmd.OutOrStdout(), txns, rec, asJSON)
 			})
 		},
 	})
 	list.Flags().BoolVar(&all, "all", false, "list every transactional ID of the job, not only those with an open transaction")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON, one object per line")
+
+	// Aborting or fencing what the newest completed checkpoint recorded
+	// loses its output: refused unless --lose-output.
+	var loseOutput bool
+	notRecorded := func(ctx context.Context, cmd *cobra.Command, cfg *config.Config) func(kafkaio.TxnInfo) error {
+		rec, err := readRecordedTxns(ctx, cfg)
+		if err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: cannot tell whether the newest completed checkpoint recorded the transaction: %v\n", err)
+			return nil
+		}
+		return func(info kafkaio.TxnInfo) error {
+			if n := rec.match(info); n > 0 && !loseOutput {
+				return fmt.Errorf("checkpoint %d, the newest completed, recorded the transaction open on %s (producer id %d, epoch %d): ending it without a commit loses its output; commit it (transactions commit) or start the job, or add --lose-output",
+					n, info.TransactionalID, info.ProducerID, info.ProducerEpoch)
+			}
+			return nil
+		}
+	}
 
 	abort := guarded(&cobra.Command{
 		Use:   "abort -c FILE TRANSACTIONAL_ID --yes",
@@ -90,12 +122,13 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 		Long: `abort ends the transaction open on the ID now with EndTxn(abort), at the
 producer ID and epoch the broker describes. If no completed checkpoint
 recorded it, its input is replayed when the job restarts: nothing is lost. If
-the newest completed checkpoint recorded it, its output is lost (the next
-recovery reports it). See docs/sinks.md, "Lingering transactions".`,
+the newest completed checkpoint recorded it, its output would be lost: abort
+refuses, unless --lose-output (the next recovery then reports the loss). See
+docs/sinks.md, "Lingering transactions".`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin) error {
-				info, err := a.AbortTxn(ctx, args[0])
+			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin, cfg *config.Config) error {
+				info, err := a.AbortTxnIf(ctx, args[0], notRecorded(ctx, cmd, cfg))
 				if err != nil {
 					return err
 				}
@@ -105,33 +138,56 @@ recovery reports it). See docs/sinks.md, "Lingering transactions".`,
 			})
 		},
 	})
+	abort.Flags().BoolVar(&loseOutput, "lose-output", false, "abort even a transaction the newest completed checkpoint recorded, losing its output")
 
 	var pid int64
 	var epoch int16
 	commit := guarded(&cobra.Command{
-		Use:   "commit -c FILE TRANSACTIONAL_ID --producer-id N --epoch E --yes",
-		Short: "Commit the transaction with this producer ID and epoch (as recorded by the newest completed checkpoint)",
-		Long: `commit ends the transaction with a raw EndTxn(commit) at the given producer ID
-and epoch, as the job's recovery does. Take them from the task manifest of the
-newest completed checkpoint: committing a transaction that no completed
-checkpoint recorded duplicates its output when the job replays its input.`,
+		Use:   "commit -c FILE TRANSACTIONAL_ID --yes",
+		Short: "Commit the transaction the newest completed checkpoint recorded on TRANSACTIONAL_ID",
+		Long: `commit ends a transaction with a raw EndTxn(commit), as the job's recovery
+does, at the producer ID and epoch that the task manifests of the newest
+completed checkpoint record for the ID. It refuses an ID that checkpoint did
+not record: committing such a transaction duplicates its output when the job
+replays its input (abort it instead, or start the job).
+
+--producer-id and --epoch override the lookup, for when the checkpoint's
+objects cannot be read; take them from a task manifest of the newest
+completed checkpoint (its operator_state), never from "transactions list".`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !cmd.Flags().Changed("producer-id") || !cmd.Flags().Changed("epoch") {
-				return fmt.Errorf("commit needs --producer-id and --epoch (from the checkpoint's task manifest)")
+			pidSet, epochSet := cmd.Flags().Changed("producer-id"), cmd.Flags().Changed("epoch")
+			if pidSet != epochSet {
+				return fmt.Errorf("give both --producer-id and --epoch, or neither (then they are read from the newest completed checkpoint)")
 			}
-			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin) error {
+			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin, cfg *config.Config) error {
 				h := kafkaio.SinkTxnHandle{TransactionalID: args[0], ProducerID: pid, ProducerEpoch: epoch}
+				from := "as given"
+				if !pidSet {
+					rec, err := readRecordedTxns(ctx, cfg)
+					if err != nil {
+						return fmt.Errorf("read what the newest completed checkpoint recorded (or give --producer-id and --epoch from its task manifest): %w", err)
+					}
+					got, ok := rec.handles[args[0]]
+					if !ok {
+						if rec.checkpoint == 0 {
+							return fmt.Errorf("the job has no completed checkpoint, so no transaction of it may be committed: abort %s, or start the job", args[0])
+						}
+						return fmt.Errorf("checkpoint %d, the newest completed, did not record a transaction on %s: committing one would duplicate output; abort it, or start the job", rec.checkpoint, args[0])
+					}
+					h = got
+					from = fmt.Sprintf("recorded by checkpoint %d", rec.checkpoint)
+				}
 				if err := a.CommitTxn(ctx, h); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "committed %s (producer id %d, epoch %d)\n", h.TransactionalID, pid, epoch)
+				fmt.Fprintf(cmd.OutOrStdout(), "committed %s (producer id %d, epoch %d, %s)\n", h.TransactionalID, h.ProducerID, h.ProducerEpoch, from)
 				return nil
 			})
 		},
 	})
-	commit.Flags().Int64Var(&pid, "producer-id", 0, "the transaction's producer ID")
-	commit.Flags().Int16Var(&epoch, "epoch", 0, "the transaction's producer epoch")
+	commit.Flags().Int64Var(&pid, "producer-id", 0, "the transaction's producer ID (default: as the newest completed checkpoint recorded it)")
+	commit.Flags().Int16Var(&epoch, "epoch", 0, "the transaction's producer epoch (default: as the newest completed checkpoint recorded it)")
 
 	var timeout time.Duration
 	fence := guarded(&cobra.Command{
@@ -139,11 +195,26 @@ checkpoint recorded duplicates its output when the job replays its input.`,
 		Short: "Fence TRANSACTIONAL_ID: abort what is open and stop every older producer of it (prefer abort)",
 		Long: `fence calls InitProducerID on the ID, as a new producer of it would. On Apache
 Kafka a later recovery cannot tell a transaction fenced this way from a
-committed one: fence only IDs whose transactions no completed checkpoint
-recorded, or a producer you need stopped; otherwise use abort.`,
+committed one, so fence refuses an ID whose open transaction the newest
+completed checkpoint recorded (--lose-output overrides, silently losing its
+output). Use it for a producer you need stopped; otherwise prefer abort.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin) error {
+			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin, cfg *config.Config) error {
+				if check := notRecorded(ctx, cmd, cfg); check != nil {
+					open, err := a.ListTxns(ctx, true)
+					if err != nil {
+						return err
+					}
+					for _, info := range open {
+						if info.TransactionalID != args[0] {
+							continue
+						}
+						if err := check(info); err != nil {
+							return err
+						}
+					}
+				}
 				if err := a.FenceTxn(ctx, args[0], timeout); err != nil {
 					return err
 				}
@@ -152,37 +223,133 @@ recorded, or a producer you need stopped; otherwise use abort.`,
 			})
 		},
 	})
+	fence.Flags().BoolVar(&loseOutput, "lose-output", false, "fence even an ID whose open transaction the newest completed checkpoint recorded, losing its output")
 	fence.Flags().DurationVar(&timeout, "timeout", time.Minute, "transaction timeout the fencing producer asks for")
 
 	cmd.AddCommand(list, abort, commit, fence)
 	return cmd
 }
 
-func printTxns(out io.Writer, txns []kafkaio.TxnInfo, asJSON bool) error {
+// recordedTxns is what the newest completed checkpoint of a job recorded as
+// pre-committed: the transactions its recovery commits.
+type recordedTxns struct {
+	checkpoint uint64 // 0: the job has no completed checkpoint
+	handles    map[string]kafkaio.SinkTxnHandle
+}
+
+// match returns the checkpoint that recorded exactly the transaction t
+// describes (same ID, producer ID and epoch), or 0.
+func (r *recordedTxns) match(t kafkaio.TxnInfo) uint64 {
+	h, ok := r.handles[t.TransactionalID]
+	if ok && h.ProducerID == t.ProducerID && h.ProducerEpoch == t.ProducerEpoch {
+		return r.checkpoint
+	}
+	return 0
+}
+
+// readRecordedTxns reads the job's newest completed checkpoint from its
+// commit topic, and the sink transactions its task manifests record from
+// the object store, as the job's recovery would.
+func readRecordedTxns(ctx context.Context, cfg *config.Config) (*recordedTxns, error) {
+	topics := kafkaio.NewControlTopics(cfg.Kafka.TopicPrefix)
+	rec := &recordedTxns{handles: map[string]kafkaio.SinkTxnHandle{}}
+	hist, err := kafkaio.ReadControlHistory(ctx, []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}, topics, control.TopicCommit)
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return rec, nil // the job never ran: no checkpoint
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", topics.Commit, err)
+	}
+	var newest *control.Complete
+	for _, r := range hist.Records {
+		if c, ok := r.Msg.(control.Complete); ok && (newest == nil || c.ID > newest.ID) {
+			newest = &c
+		}
+	}
+	if newest == nil {
+		return rec, nil
+	}
+	rec.checkpoint = newest.ID
+	store, err := objstore.Open(ctx, cfg.Checkpoint.Storage, cfg.Job.Name, objstore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	b, err := store.Get(ctx, newest.Metadata)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %d: %w", newest.ID, err)
+	}
+	m, err := control.Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %d: %s: %w", newest.ID, newest.Metadata, err)
+	}
+	md, ok := m.(control.Metadata)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint %d: %s holds a %s, not checkpoint metadata", newest.ID, newest.Metadata, m.Type())
+	}
+	for _, ts := range md.Tasks {
+		man, err := state.ReadManifest(ctx, store, ts.Handle)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint %d, task %s: %w", newest.ID, ts.Task, err)
+		}
+		hs, err := task.RecordedTxns(man)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint %d, task %s: %w", newest.ID, ts.Task, err)
+		}
+		for _, h := range hs {
+			rec.handles[h.TransactionalID] = h
+		}
+	}
+	return rec, nil
+}
+
+// listedTxn is a line of "transactions list --json".
+type listedTxn struct {
+	kafkaio.TxnInfo
+	// RecordedBy is the newest completed checkpoint when it recorded this
+	// very transaction (ID, producer ID and epoch), 0 when it did not, and
+	// absent when that could not be read.
+	RecordedBy *uint64 `json:"recorded_by_checkpoint,omitempty"`
+}
+
+// printTxns prints txns; rec, when known, fills the RECORDED column.
+func printTxns(out io.Writer, txns []kafkaio.TxnInfo, rec *recordedTxns, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(out)
 		for _, t := range txns {
-			if err := enc.Encode(t); err != nil {
+			l := listedTxn{TxnInfo: t}
+			if rec != nil {
+				n := rec.match(t)
+				l.RecordedBy = &n
+			}
+			if err := enc.Encode(l); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "TRANSACTIONAL ID\tSTATE\tPRODUCER ID\tEPOCH\tOPEN FOR\tPARTITIONS")
+	fmt.Fprintln(w, "TRANSACTIONAL ID\tSTATE\tPRODUCER ID\tEPOCH\tOPEN FOR\tRECORDED\tPARTITIONS")
 	for _, t := range txns {
 		age := "-"
 		if t.Open() {
 			age = t.Age.Round(time.Second).String()
 		}
+		recorded := "?"
+		if rec != nil {
+			recorded = "no"
+			if n := rec.match(t); n > 0 {
+				recorded = fmt.Sprintf("checkpoint %d", n)
+			}
+		}
 		var parts []string
 		for _, p := range t.Partitions {
 			parts = append(parts, fmt.Sprintf("%s%v", p.Topic, p.Partitions))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", t.TransactionalID, t.State, t.ProducerID, t.ProducerEpoch, age, strings.Join(parts, " "))
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", t.TransactionalID, t.State, t.ProducerID, t.ProducerEpoch, age, recorded, strings.Join(parts, " "))
 	}
 	if len(txns) == 0 {
-		fmt.Fprintln(w, "(none)\t\t\t\t\t")
+		fmt.Fprintln(w, "(none)\t\t\t\t\t\t")
 	}
 	return w.Flush()
 }

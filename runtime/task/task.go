@@ -84,6 +84,25 @@ type operatorState struct {
 	Sinks   [][]kafkaio.SinkTxnHandle `json:"sinks,omitempty"`
 }
 
+// RecordedTxns returns the sink transactions a task's manifest records as
+// pre-committed: what the recovery from that checkpoint commits. Tools use
+// it to tell whether a lingering transaction belongs to a completed
+// checkpoint (processor transactions).
+func RecordedTxns(m *state.Manifest) ([]kafkaio.SinkTxnHandle, error) {
+	if len(m.OperatorState) == 0 {
+		return nil, nil
+	}
+	var op operatorState
+	if err := json.Unmarshal(m.OperatorState, &op); err != nil {
+		return nil, fmt.Errorf("operator state: %w", err)
+	}
+	var hs []kafkaio.SinkTxnHandle
+	for _, sink := range op.Sinks {
+		hs = append(hs, sink...)
+	}
+	return hs, nil
+}
+
 // Task is one running task.
 type Task struct {
 	cfg     Config
