@@ -160,7 +160,13 @@ func Join(ctx context.Context, opts Options) (*Member, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	met := newMetrics() // registered once Join cannot fail any more
+	// Registered before any client can call back into m (the callbacks
+	// update the metrics); undone if Join fails.
+	met := newMetrics()
+	undo, err := met.register(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("membership: register metrics: %w", err)
+	}
 	m := &Member{
 		opts:      opts,
 		log:       opts.Logger.With("group", opts.Group, "replica_id", opts.ReplicaID),
@@ -187,27 +193,27 @@ func Join(ctx context.Context, opts Options) (*Member, error) {
 	// Inspect the caller's options on a client that joins nothing.
 	probe, err := kgo.NewClient(opts.Kafka...)
 	if err != nil {
+		undo()
 		return nil, fmt.Errorf("membership: kafka client: %w", err)
 	}
 	static, rack := probe.OptValues(kgo.InstanceID)[1].(bool), probe.OptValue(kgo.Rack).(string)
 	probe.Close()
 	if static || rack != "" {
+		undo()
 		return nil, errors.New("membership: the Kafka options must not set kgo.InstanceID or kgo.Rack")
 	}
 	// The balancer reads only m.opts, m.log and the fields under m.mu,
 	// never m.cl, so kgo may call it before NewClient returns.
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
+		undo()
 		return nil, fmt.Errorf("membership: kafka client: %w", err)
 	}
 	m.cl = cl
 	if err := m.checkTopic(ctx); err != nil {
 		cl.Close()
+		undo()
 		return nil, err
-	}
-	if err := met.register(opts.Registerer); err != nil {
-		cl.Close()
-		return nil, fmt.Errorf("membership: register metrics: %w", err)
 	}
 	go m.drain()
 	go m.watch()
@@ -521,9 +527,15 @@ func newMetrics() *metrics {
 // register registers every metric. A collector registered already (an
 // earlier Join of this process, with the same Registerer: a replica joins
 // again after every session) is adopted, so its counts go on; any other
-// conflict unregisters what this call registered and fails.
-func (m *metrics) register(reg prometheus.Registerer) error {
+// conflict unregisters what this call registered and fails. undo
+// unregisters what this call registered (not what it adopted).
+func (m *metrics) register(reg prometheus.Registerer) (undo func(), err error) {
 	var added []prometheus.Collector
+	undo = func() {
+		for _, c := range added {
+			reg.Unregister(c)
+		}
+	}
 	adopt := func(c prometheus.Collector) (prometheus.Collector, error) {
 		err := reg.Register(c)
 		if err == nil {
@@ -536,18 +548,16 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		}
 		return nil, err
 	}
-	var err error
 	m.rebalances, err = adoptAs(adopt, m.rebalances, err)
 	m.lost, err = adoptAs(adopt, m.lost, err)
 	m.members, err = adoptAs(adopt, m.members, err)
 	m.isCoordinator, err = adoptAs(adopt, m.isCoordinator, err)
 	m.generation, err = adoptAs(adopt, m.generation, err)
 	if err != nil {
-		for _, c := range added {
-			reg.Unregister(c)
-		}
+		undo()
+		return nil, err
 	}
-	return err
+	return undo, nil
 }
 
 // adoptAs passes c to adopt unless an earlier step failed, and returns the

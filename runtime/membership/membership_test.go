@@ -453,9 +453,14 @@ func TestJoinChecksOptionsAndTopic(t *testing.T) {
 	c := kafkatest.NewKfake(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err := Join(ctx, Options{Kafka: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, Group: "g", Topic: "missing", ReplicaID: "a"})
+	reg := prometheus.NewRegistry()
+	_, err := Join(ctx, Options{Kafka: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, Group: "g", Topic: "missing", ReplicaID: "a", Registerer: reg})
 	if err == nil || !strings.Contains(err.Error(), "must exist") {
 		t.Fatalf("Join on a missing topic: %v", err)
+	}
+	// A failed Join leaves no metric registered.
+	if mfs, err := reg.Gather(); err != nil || len(mfs) != 0 {
+		t.Fatalf("after a failed Join the registry holds %d metric families (%v)", len(mfs), err)
 	}
 	c.CreateTopic(t, "present", 1, nil)
 
