@@ -330,32 +330,15 @@ func verify(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic strin
 // completed checkpoint IDs only increased.
 func checkCheckpointIDs(ctx context.Context, t *testing.T, c *kafkatest.Cluster, job string) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...),
-		kgo.ConsumeTopics("_weir."+job+".commit"),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	var ids []uint64
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		if fs.NumRecords() == 0 {
-			break
+	for _, r := range c.ReadCommitted(ctx, t, "_weir."+job+".commit") {
+		var m struct {
+			Type string `json:"type"`
+			ID   uint64 `json:"id"`
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			var m struct {
-				Type string `json:"type"`
-				ID   uint64 `json:"id"`
-			}
-			if err := json.Unmarshal(r.Value, &m); err == nil && m.Type == "complete" {
-				ids = append(ids, m.ID)
-			}
-		})
+		if err := json.Unmarshal(r.Value, &m); err == nil && m.Type == "complete" {
+			ids = append(ids, m.ID)
+		}
 	}
 	if len(ids) == 0 {
 		t.Fatal("no checkpoint completed")

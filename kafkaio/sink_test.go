@@ -192,6 +192,31 @@ func sinkOpenTxns(t *testing.T, ctx context.Context, e *sinkEnv) []kafkaio.TxnIn
 	return infos
 }
 
+// sinkEventuallyOpen waits until the open transactions of the sink's job
+// are exactly those on the IDs want. A transaction just ended is still
+// listed (PrepareCommit, PrepareAbort) until the broker has written its
+// markers, which Apache Kafka does after answering EndTxn.
+func sinkEventuallyOpen(t *testing.T, ctx context.Context, e *sinkEnv, when string, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		open := sinkOpenTxns(t, ctx, e)
+		ids := make([]string, len(open))
+		for i, o := range open {
+			ids[i] = o.TransactionalID
+		}
+		slices.Sort(ids)
+		if slices.Equal(ids, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: open transactions %+v, want those on %v", when, open, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestSinkCommitPath runs epochs 1..5 (epoch 3 empty) with barriers and
 // completions: a read_committed consumer sees nothing of an epoch before its
 // checkpoint completes, then every record exactly once.
@@ -233,9 +258,7 @@ func TestSinkCommitPath(t *testing.T) {
 		if got := promtest.Sum(t, e.reg, "weir_sink_commit_latency_seconds"); got != 4 {
 			t.Errorf("commit latency observations %v, want 4", got)
 		}
-		if open := sinkOpenTxns(t, ctx, e); len(open) != 0 {
-			t.Errorf("open transactions after the last completion: %+v", open)
-		}
+		sinkEventuallyOpen(t, ctx, e, "after the last completion")
 		if err := s.Close(ctx); err != nil {
 			t.Fatalf("close: %v", err)
 		}
@@ -341,9 +364,7 @@ func TestSinkCrashRecovery(t *testing.T) {
 
 		fresh := e.sink(t, ctx, handles, nil)
 		sinkWantValues(t, "after recovery", sinkCommitted(t, ctx, c, e.topic, len(v1), 500*time.Millisecond), v1)
-		if open := sinkOpenTxns(t, ctx, e); len(open) != 0 {
-			t.Fatalf("open transactions after recovery: %+v", open)
-		}
+		sinkEventuallyOpen(t, ctx, e, "after recovery")
 
 		// Recovering twice: already committed, and still exactly once.
 		again := e.sink(t, ctx, handles, nil)
@@ -384,10 +405,7 @@ func TestSinkClosedWithoutCommit(t *testing.T) {
 		if err := old.Close(ctx); err != nil {
 			t.Fatalf("close: %v", err)
 		}
-		open := sinkOpenTxns(t, ctx, e)
-		if len(open) != 1 || open[0].TransactionalID != handles[0].TransactionalID {
-			t.Fatalf("open transactions after close: %+v, want the pre-committed %s only", open, handles[0].TransactionalID)
-		}
+		sinkEventuallyOpen(t, ctx, e, "after close (the pre-committed transaction only)", handles[0].TransactionalID)
 		if err := old.Write(ctx, &kgo.Record{Value: []byte("late")}); !errors.Is(err, kafkaio.ErrSinkClosed) {
 			t.Fatalf("write after close: %v", err)
 		}
@@ -506,9 +524,14 @@ func TestSinkPoolExhaustion(t *testing.T) {
 			t.Fatalf("write with the pool exhausted: %v, want a deadline error", err)
 		}
 
+		// The hold is timed from the writer goroutine's start, not from
+		// the go statement: on a loaded machine the goroutine may start
+		// late, and would then have waited less than the hold.
 		wrote := make(chan error, 1)
-		go func() { wrote <- s.Write(ctx, &kgo.Record{Value: []byte("e3-0")}) }()
-		const hold = 400 * time.Millisecond
+		began := make(chan struct{})
+		go func() { close(began); wrote <- s.Write(ctx, &kgo.Record{Value: []byte("e3-0")}) }()
+		<-began
+		const hold = 600 * time.Millisecond
 		select {
 		case err := <-wrote:
 			t.Fatalf("write returned (%v) while the pool was exhausted", err)

@@ -161,6 +161,7 @@ func TestTransactionsRecordedByCheckpoint(t *testing.T) {
 	cfg, file, c := countJob(t, "recorded")
 	prefix := cfg.Kafka.TopicPrefix
 	var refuse atomic.Bool
+	var refused atomic.Int64
 	refuse.Store(true)
 	c.Fake.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.Fake.KeepControl()
@@ -170,6 +171,7 @@ func TestTransactionsRecordedByCheckpoint(t *testing.T) {
 		}
 		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
 		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		refused.Add(1)
 		return resp, nil, true
 	})
 
@@ -185,17 +187,23 @@ func TestTransactionsRecordedByCheckpoint(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, cfg, logs, func(id uint64) { completed <- id }) }()
 	var ckpt uint64
-	select {
-	case ckpt = <-completed:
-	case err := <-done:
-		t.Fatalf("replica stopped: %v", err)
-	case <-ctx.Done():
-		t.Fatal("no checkpoint completed within a minute")
+	for ckpt == 0 || refused.Load() == 0 {
+		select {
+		case ckpt = <-completed:
+		case err := <-done:
+			t.Fatalf("replica stopped: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("within a minute: newest completed checkpoint %d, commits refused %d", ckpt, refused.Load())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	time.Sleep(500 * time.Millisecond) // let the failure play out: nothing else may complete
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("replica: %v", err)
+	}
+	// The newest completed checkpoint records the open transactions.
+	for len(completed) > 0 {
+		ckpt = max(ckpt, <-completed)
 	}
 
 	got, err := cli(t, "transactions", "list", "-c", file, "--json")

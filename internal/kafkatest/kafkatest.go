@@ -3,6 +3,7 @@ package kafkatest
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -190,4 +191,89 @@ func (c *Cluster) CreateTopic(t testing.TB, topic string, partitions int32, conf
 	if err != nil {
 		t.Fatalf("kafkatest: create topic %s: %v", topic, err)
 	}
+}
+
+// WaitStable waits, up to 30 seconds, until every partition of topic has its
+// last stable offset at its high watermark: every transaction that wrote to
+// it has ended and its markers are written. Apache Kafka answers EndTxn
+// before it writes the markers, so a read_committed reader started right
+// after a commit may stop short of it.
+func (c *Cluster) WaitStable(t testing.TB, topic string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := c.Admin(t)
+	for {
+		ends, err1 := adm.ListEndOffsets(ctx, topic)
+		stable, err2 := adm.ListCommittedOffsets(ctx, topic)
+		if err := errors.Join(err1, err2); err == nil {
+			same := true
+			ends.Each(func(hwm kadm.ListedOffset) {
+				lso, ok := stable.Lookup(topic, hwm.Partition)
+				if hwm.Err != nil || !ok || lso.Err != nil || lso.Offset != hwm.Offset {
+					same = false
+				}
+			})
+			if same {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("kafkatest: %s: last stable offsets did not reach the high watermarks within 30s", topic)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// ReadCommitted returns every data record of topic that a read_committed
+// consumer sees below the partitions' last stable offsets, taken first: what
+// was committed when it was called, exactly (not "until a poll comes back
+// empty", which stops short on a slow machine). It reads control records
+// too, to know when a partition is read to its last stable offset: the
+// offset just below it is always a committed record or a marker.
+func (c *Cluster) ReadCommitted(ctx context.Context, t testing.TB, topic string) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		t.Fatalf("kafkatest: client: %v", err)
+	}
+	defer cl.Close() // called in loops: no client is left polling
+	lsos, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		t.Fatalf("kafkatest: last stable offsets of %s: %v", topic, err)
+	}
+	ends := map[int32]int64{}
+	lsos.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			t.Fatalf("kafkatest: last stable offset of %s[%d]: %v", topic, o.Partition, o.Err)
+		}
+		if o.Offset > 0 {
+			ends[o.Partition] = o.Offset
+		}
+	})
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var recs []*kgo.Record
+	for len(ends) > 0 {
+		fs := cl.PollFetches(rctx)
+		if rctx.Err() != nil {
+			t.Fatalf("kafkatest: %s not read to its last stable offsets within a minute: %v left", topic, ends)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := ends[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				recs = append(recs, r)
+			}
+			if r.Offset == end-1 {
+				delete(ends, r.Partition)
+			}
+		})
+	}
+	return recs
 }

@@ -98,13 +98,15 @@ func TestReplicaSurvivesStorageOutage(t *testing.T) {
 
 		produceInput(ctx, t, c, in, keys, 0, records/3)
 		r := startReplica(ctx, t, "a", jobYAML(job, in, out, c.Brokers[0], "file://"+root+"/checkpoints", dir, "a"))
-		time.Sleep(1500 * time.Millisecond)
+		for deadline := time.Now().Add(30 * time.Second); promtest.Sum(t, r.reg, "weir_replica_retries_total", "what", "connect") < 2; {
+			if time.Now().After(deadline) {
+				t.Fatal("fewer than 2 retries counted in 30s while object storage was unreachable")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		stillRunning(t, r, "storage unreachable at start")
 		if r.Ready() {
 			t.Fatal("ready without object storage")
-		}
-		if n := promtest.Sum(t, r.reg, "weir_replica_retries_total", "what", "connect"); n < 1 {
-			t.Fatal("no retry counted while object storage was unreachable")
 		}
 		if err := os.Remove(root); err != nil {
 			t.Fatal(err)
@@ -116,15 +118,16 @@ func TestReplicaSurvivesStorageOutage(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatal("the first third of the output was not committed within a minute")
 			}
+			time.Sleep(100 * time.Millisecond)
 		}
 
 		// Mid-run: the bucket's root disappears behind a file.
+		failedBefore := promtest.Sum(t, r.reg, "weir_checkpoint_failed_total")
 		moved := root + ".away"
 		if err := os.Rename(root, moved); err != nil {
 			t.Fatal(err)
 		}
 		block()
-		failedBefore := promtest.Sum(t, r.reg, "weir_checkpoint_failed_total")
 		committed := committedRecords(ctx, t, c, out)
 		produceInput(ctx, t, c, in, keys, records/3, 2*records/3)
 		deadline := time.Now().Add(30 * time.Second)

@@ -178,52 +178,11 @@ func waitCommitted(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topi
 	t.Fatalf("%s never reached %d committed offsets", topic, n)
 }
 
-// committedRecords counts the records of topic a read_committed consumer
-// sees below the partitions' last stable offsets, taken first: an exact
-// count of what was committed then. It reads control records too (markers
-// are not counted), so that it knows when each partition is read to its
-// last stable offset: the offset just below it is always a committed record
-// or a marker. (Counting until a poll came back empty undercounted when a
-// loaded machine was slow to fetch.)
+// committedRecords counts the records of topic committed when it is called
+// (kafkatest.Cluster.ReadCommitted).
 func committedRecords(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic string) int {
 	t.Helper()
-	lsos, err := c.Admin(t).ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		t.Fatalf("last stable offsets of %s: %v", topic, err)
-	}
-	ends := map[int32]int64{}
-	lsos.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			t.Fatalf("last stable offset of %s[%d]: %v", topic, o.Partition, o.Err)
-		}
-		if o.Offset > 0 {
-			ends[o.Partition] = o.Offset
-		}
-	})
-	cl := c.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	n := 0
-	for len(ends) > 0 {
-		fs := cl.PollFetches(rctx)
-		if rctx.Err() != nil {
-			t.Fatalf("%s not read to its last stable offsets within a minute: %v left", topic, ends)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := ends[r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			if !r.Attrs.IsControl() {
-				n++
-			}
-			if r.Offset == end-1 {
-				delete(ends, r.Partition)
-			}
-		})
-	}
-	return n
+	return len(c.ReadCommitted(ctx, t, topic))
 }
 
 // verifyCounts reads out read_committed and checks every key's counts are
