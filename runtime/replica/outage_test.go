@@ -31,7 +31,10 @@ func stillRunning(t *testing.T, r *testReplica, when string) {
 // A replica started while Kafka is unreachable does not exit: it retries
 // with backoff, is not ready and counts the retries; once the broker is up
 // it runs the job exactly once. kfake only: the test starts the broker on a
-// port chosen beforehand, which the shared real broker cannot do.
+// port chosen beforehand, which the shared real broker cannot do. The port
+// stays the test's throughout (no other process can take it): until kfake
+// starts, every connection is accepted and closed at once, and then the
+// same listener is handed to kfake.
 func TestReplicaWaitsForKafka(t *testing.T) {
 	const (
 		keys    = 20
@@ -39,28 +42,50 @@ func TestReplicaWaitsForKafka(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lc := net.ListenConfig{}
+	raw, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := raw.(*net.TCPListener)
 	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
 	broker := "127.0.0.1:" + strconv.Itoa(port)
+	refusing := make(chan struct{})
+	go func() {
+		defer close(refusing)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return // the deadline set below: kfake takes over
+			}
+			_ = conn.Close()
+		}
+	}()
 	dir := t.TempDir()
 	job := kafkatest.Name(t, "down")
 	in, out := job+"-in", job+"-out"
 
 	r := startReplica(ctx, t, "a", jobYAML(job, in, out, broker, "file://"+dir+"/checkpoints", dir, "a"))
-	time.Sleep(2 * time.Second)
+	for deadline := time.Now().Add(time.Minute); promtest.Sum(t, r.reg, "weir_replica_retries_total", "what", "connect") < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("fewer than 2 connect retries counted in a minute without Kafka")
+		}
+		stillRunning(t, r, "Kafka unreachable")
+		time.Sleep(50 * time.Millisecond)
+	}
 	stillRunning(t, r, "Kafka unreachable")
 	if r.Ready() {
 		t.Fatal("ready without Kafka")
 	}
-	if n := promtest.Sum(t, r.reg, "weir_replica_retries_total", "what", "connect"); n < 2 {
-		t.Fatalf("weir_replica_retries_total{what=connect} = %v after 2s without Kafka, want >= 2", n)
-	}
 
-	c := kafkatest.NewKfake(t, kfake.Ports(port))
+	if err := ln.SetDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	<-refusing
+	if err := ln.SetDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	c := kafkatest.NewKfake(t, kfake.Ports(port), kfake.ListenFn(func(string, string) (net.Listener, error) { return ln, nil }))
 	c.CreateTopic(t, in, 2, nil)
 	c.CreateTopic(t, out, 2, nil)
 	produceInput(ctx, t, c, in, keys, 0, records)
