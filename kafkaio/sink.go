@@ -50,8 +50,10 @@ const DefaultSinkTransactionTimeout = 15 * time.Minute
 
 // DefaultSinkPoolSize is the number of transactional producers of a sink
 // task for a checkpoint max_concurrent: one transaction per pending
-// checkpoint, one for the open epoch, and one because a barrier n+1 can
-// arrive before the sink has read complete n (DESIGN.md section 8).
+// checkpoint, one for the open epoch, and one committed slot that waits for
+// the next checkpoint to complete before it is reused (see quarantinedSlot;
+// DESIGN.md section 8 sizes it for a barrier n+1 arriving before complete
+// n, which this slot covers too).
 func DefaultSinkPoolSize(maxConcurrent int) int { return max(maxConcurrent, 1) + 2 }
 
 // SinkTxnID returns the transactional ID of one pool slot of a sink task:
@@ -176,9 +178,12 @@ func (c *SinkConfig) validate() error {
 // record is produced without a lock.
 //
 // Slot life: free → open (cur, the epoch's records go there) → pre-committed
-// (flushing, then flushed; in pending) → committed → free. A pre-committed
-// slot is never reused, fenced or aborted by the sink until it is committed,
-// which is what lets recovery tell a committed transaction from a lost one.
+// (flushing, then flushed; in pending) → committed → quarantined (until a
+// checkpoint whose snapshot cannot name it completed) → free. A
+// pre-committed slot is never reused, fenced or aborted by the sink until it
+// is committed, which is what lets recovery tell a committed transaction
+// from a lost one; the quarantine keeps a recorded slot from running a new
+// transaction at the recorded producer ID and epoch (transactions v1).
 //
 // Any failure that could lose or duplicate output (a record the broker
 // refused, a flush or commit that failed, a fence) fails the sink for good:
@@ -207,14 +212,32 @@ type Sink struct {
 
 	commitMu sync.Mutex // serialises NotifyComplete
 
-	mu        sync.Mutex
-	recovered bool
-	closed    bool
-	failed    error
-	slots     []*sinkSlot
-	free      []*sinkSlot // FIFO
-	pending   []*sinkTxn  // pre-committed, by checkpoint
-	freed     chan struct{}
+	mu          sync.Mutex
+	recovered   bool
+	closed      bool
+	failed      error
+	slots       []*sinkSlot
+	free        []*sinkSlot // FIFO
+	pending     []*sinkTxn  // pre-committed, by checkpoint
+	quarantined []quarantinedSlot
+	barrierSeen int64 // the newest PreCommit's checkpoint (lastBarrier, under mu)
+	freed       chan struct{}
+}
+
+// quarantinedSlot is a slot whose transaction was committed while a
+// checkpoint up to `until` may still record it: it is reused only once a
+// later checkpoint completed, whose snapshot cannot name it.
+//
+// Why: recovery commits a recorded transaction with a raw EndTxn at its
+// producer ID and epoch. On brokers with transactions v1 a commit does not
+// bump the epoch, so the slot's next transaction runs at the same producer
+// ID and epoch, and that EndTxn would commit it: output of an epoch that no
+// completed checkpoint covers, which the restored job writes again. While
+// the newest completed checkpoint may name the slot, the slot holds nothing
+// else.
+type quarantinedSlot struct {
+	slot  *sinkSlot
+	until int64
 }
 
 // sinkSlot is one transactional producer of the pool.
@@ -411,11 +434,10 @@ func (s *Sink) fence(ctx context.Context, handles []SinkTxnHandle) ([]*sinkSlot,
 		}
 	}
 	for i, id := range ids {
-		opts := append(slices.Clip(s.cfg.ClientOpts), kgo.TransactionalID(id), kgo.TransactionTimeout(s.cfg.TransactionTimeout))
-		cl, err := kgo.NewClient(opts...)
+		cl, err := s.slotClient(id)
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("kafkaio: sink producer %s: %w", id, err)
+			return nil, err
 		}
 		clients[i] = cl
 	}
@@ -546,6 +568,19 @@ func (s *Sink) begin(ctx context.Context) error {
 			s.mu.Unlock()
 			break
 		}
+		if len(s.quarantined) > 0 {
+			// No completion can come while this goroutine waits here
+			// (the next barrier is behind this record): renew the
+			// oldest committed slot instead of waiting for one.
+			q := s.quarantined[0]
+			s.quarantined = slices.Delete(s.quarantined, 0, 1)
+			s.mu.Unlock()
+			if err := s.renew(ctx, q.slot); err != nil {
+				return s.fail(err)
+			}
+			sl = q.slot
+			break
+		}
 		pending := len(s.pending)
 		s.mu.Unlock()
 		if !waited {
@@ -574,6 +609,48 @@ func (s *Sink) begin(ctx context.Context) error {
 	s.cur = sl
 	s.curOpened = time.Now()
 	return nil
+}
+
+// renew replaces the client of a committed slot by one with a newer
+// producer epoch, so that the recorded producer ID and epoch of its last
+// transaction can no longer commit anything the slot does next, on any
+// broker: the slot leaves quarantine at once. It moves the epoch on twice
+// (two InitProducerIDs): recovery takes an abort at exactly the recorded
+// epoch + 1 for the broker's timeout abort of the recorded transaction
+// (transactions v1), and a transaction of the renewed slot that ends in an
+// abort must not look like that.
+func (s *Sink) renew(ctx context.Context, sl *sinkSlot) error {
+	var cl *kgo.Client
+	var pid int64
+	var epoch int16
+	for range 2 {
+		if cl != nil {
+			cl.Close()
+		}
+		var err error
+		if cl, err = s.slotClient(sl.txnID); err != nil {
+			return err
+		}
+		if pid, epoch, err = cl.ProducerID(ctx); err != nil {
+			cl.Close()
+			return fmt.Errorf("renew transactional producer %s: %w", sl.txnID, err)
+		}
+	}
+	old := sl.cl
+	sl.cl = cl
+	old.Close()
+	s.log.Info("renewed a committed transactional producer instead of waiting for the next checkpoint to complete",
+		"transactional_id", sl.txnID, "producer_id", pid, "producer_epoch", epoch)
+	return nil
+}
+
+// slotClient builds the transactional client of pool slot id.
+func (s *Sink) slotClient(id string) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(append(slices.Clip(s.cfg.ClientOpts), kgo.TransactionalID(id), kgo.TransactionTimeout(s.cfg.TransactionTimeout))...)
+	if err != nil {
+		return nil, fmt.Errorf("kafkaio: sink producer %s: %w", id, err)
+	}
+	return cl, nil
 }
 
 // awaitPreviousFlush waits until the newest pre-committed transaction is
@@ -694,6 +771,7 @@ func (s *Sink) PreCommit(ctx context.Context, checkpoint int64) (*SinkPreCommit,
 
 	var txn *sinkTxn
 	s.mu.Lock()
+	s.barrierSeen = checkpoint
 	if s.cur != nil {
 		txn = &sinkTxn{slot: s.cur, checkpoint: checkpoint, opened: s.curOpened, done: make(chan struct{})}
 		s.pending = append(s.pending, txn)
@@ -755,6 +833,7 @@ func (s *Sink) NotifyComplete(ctx context.Context, checkpoint int64) error {
 	}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
+	s.releaseQuarantined(checkpoint)
 	for {
 		s.mu.Lock()
 		if err := s.unusableLocked(); err != nil {
@@ -779,10 +858,34 @@ func (s *Sink) NotifyComplete(ctx context.Context, checkpoint int64) error {
 		if err := s.commit(ctx, txn); err != nil {
 			return err
 		}
+		// Every snapshot taken from now on lacks the transaction; those
+		// up to barrierSeen may have it.
 		s.mu.Lock()
 		s.pending = s.pending[1:]
-		s.free = append(s.free, txn.slot)
+		s.quarantined = append(s.quarantined, quarantinedSlot{slot: txn.slot, until: s.barrierSeen})
 		s.mu.Unlock()
+		s.signalFreed() // a Write waiting for a slot can renew this one
+	}
+}
+
+// releaseQuarantined returns to the pool the slots that no checkpoint from
+// completed on can name: completed is now the newest completed checkpoint.
+func (s *Sink) releaseQuarantined(completed int64) {
+	s.mu.Lock()
+	n := 0
+	keep := s.quarantined[:0]
+	for _, q := range s.quarantined {
+		if q.until < completed {
+			s.free = append(s.free, q.slot)
+			n++
+		} else {
+			keep = append(keep, q)
+		}
+	}
+	clear(s.quarantined[len(keep):])
+	s.quarantined = keep
+	s.mu.Unlock()
+	if n > 0 {
 		s.signalFreed()
 	}
 }

@@ -28,7 +28,7 @@ func TestSinkRandomCrashes(t *testing.T) {
 			seeds, steps = []uint64{uint64(time.Now().UnixNano())}, 50
 		}
 		for _, seed := range seeds {
-			t.Run("seed_"+strconv.FormatUint(seed, 10), func(t *testing.T) { sinkModelRun(t, c, seed, steps) })
+			t.Run(seedName(seed), func(t *testing.T) { sinkModelRun(t, c, seed, steps) })
 		}
 	})
 }
@@ -40,13 +40,22 @@ type sinkModelSnapshot struct {
 	handles []kafkaio.SinkTxnHandle
 }
 
+func seedName(seed uint64) string { return "seed_" + strconv.FormatUint(seed, 10) }
+
 func sinkModelRun(t *testing.T, c *kafkatest.Cluster, seed uint64, steps int) {
+	sinkModelRunWith(t, c, seed, steps, func(pool int) func(*kafkaio.SinkConfig) {
+		return func(cfg *kafkaio.SinkConfig) { cfg.PoolSize = pool }
+	})
+}
+
+// sinkModelRunWith runs the model with the sink configured by config(pool).
+func sinkModelRunWith(t *testing.T, c *kafkatest.Cluster, seed uint64, steps int, config func(pool int) func(*kafkaio.SinkConfig)) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	ctx := sinkCtx(t)
 	e := newSinkEnv(t, c, 2)
 	const pool = 6
-	mod := func(cfg *kafkaio.SinkConfig) { cfg.PoolSize = pool }
+	mod := config(pool)
 
 	s := e.sink(t, ctx, nil, mod)
 	var (
