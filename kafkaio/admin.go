@@ -137,7 +137,9 @@ func (a *TxnAdmin) AbortTxn(ctx context.Context, txnID string) (TxnInfo, error) 
 
 // AbortTxnIf is AbortTxn that first passes the open transaction, as the
 // broker describes it, to check (if not nil), and aborts only if check
-// returns nil: the transaction checked is exactly the one aborted.
+// returns nil: the abort carries the producer ID and epoch checked (on
+// transactions v1 brokers, where a commit keeps the epoch, that pair names
+// the slot's current transaction).
 func (a *TxnAdmin) AbortTxnIf(ctx context.Context, txnID string, check func(TxnInfo) error) (TxnInfo, error) {
 	if !IsSinkTxnID(a.prefix, txnID) {
 		return TxnInfo{}, fmt.Errorf("%w: %s (prefix %s)", ErrTxnNotInJob, txnID, a.prefix)
@@ -215,18 +217,19 @@ func txnInfo(d kadm.DescribedTransaction, now time.Time) TxnInfo {
 // CommitTxn commits the transaction h names with a raw EndTxn carrying its
 // producer ID and epoch (from the checkpoint's task manifest, or from
 // ListTxns for the transaction open now), as the sink's recovery does. A
-// transaction already committed is not an error; one the broker aborted is a
-// *SinkTxnAbortedError. Committing a transaction that no completed checkpoint
-// recorded duplicates output; see docs/sinks.md.
-func (a *TxnAdmin) CommitTxn(ctx context.Context, h SinkTxnHandle) error {
+// transaction already committed is not an error (before is true then: the
+// ID has moved on, and whatever it holds now was not touched); one the
+// broker aborted is a *SinkTxnAbortedError. Committing a transaction that no
+// completed checkpoint recorded duplicates output; see docs/sinks.md.
+func (a *TxnAdmin) CommitTxn(ctx context.Context, h SinkTxnHandle) (before bool, err error) {
 	if !IsSinkTxnID(a.prefix, h.TransactionalID) {
-		return fmt.Errorf("%w: %s (prefix %s)", ErrTxnNotInJob, h.TransactionalID, a.prefix)
+		return false, fmt.Errorf("%w: %s (prefix %s)", ErrTxnNotInJob, h.TransactionalID, a.prefix)
 	}
 	outcome, err := commitTxnHandle(ctx, a.cl, h, 0, a.log)
 	if err != nil {
-		return err
+		return false, err
 	}
 	a.log.Warn("committed transaction by hand", "transactional_id", h.TransactionalID, "producer_id", h.ProducerID,
 		"producer_epoch", h.ProducerEpoch, "outcome", outcome.String())
-	return nil
+	return outcome == txnCommittedBefore, nil
 }

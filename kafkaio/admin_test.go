@@ -73,11 +73,12 @@ func TestTxnAdminLingering(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		if err := admin.CommitTxn(ctx, a.Handle()); err != nil {
-			t.Fatalf("commit %s: %v", idA, err)
+		if before, err := admin.CommitTxn(ctx, a.Handle()); err != nil || before {
+			t.Fatalf("commit %s: committed before %v, %v", idA, before, err)
 		}
-		// Committing again is harmless.
-		if err := admin.CommitTxn(ctx, a.Handle()); err != nil {
+		// Committing again is harmless (brokers answer a repeated EndTxn
+		// as a retry, with success, or with the epoch fenced: "before").
+		if _, err := admin.CommitTxn(ctx, a.Handle()); err != nil {
 			t.Fatalf("commit %s again: %v", idA, err)
 		}
 		want := []string{"a1", "a2", "after-a"}
@@ -115,7 +116,7 @@ func TestTxnAdminLingering(t *testing.T) {
 		if _, err := admin.AbortTxn(ctx, "someone-else-0"); !errors.Is(err, kafkaio.ErrTxnNotInJob) {
 			t.Fatalf("abort outside the job: %v", err)
 		}
-		if err := admin.CommitTxn(ctx, kafkaio.SinkTxnHandle{TransactionalID: "someone-else-0"}); !errors.Is(err, kafkaio.ErrTxnNotInJob) {
+		if _, err := admin.CommitTxn(ctx, kafkaio.SinkTxnHandle{TransactionalID: "someone-else-0"}); !errors.Is(err, kafkaio.ErrTxnNotInJob) {
 			t.Fatalf("commit outside the job: %v", err)
 		}
 	})
@@ -149,7 +150,7 @@ func TestTxnAdminAbortRecorded(t *testing.T) {
 		if err := fresh.Recover(ctx, handles); !errors.As(err, &aborted) || aborted.Checkpoint != 3 {
 			t.Fatalf("recovery after a manual abort: %v, want a *SinkTxnAbortedError of checkpoint 3", err)
 		}
-		if err := admin.CommitTxn(ctx, handles[0]); !errors.Is(err, kafkaio.ErrSinkTxnAborted) {
+		if _, err := admin.CommitTxn(ctx, handles[0]); !errors.Is(err, kafkaio.ErrSinkTxnAborted) {
 			t.Fatalf("commit after the abort: %v, want ErrSinkTxnAborted", err)
 		}
 	})

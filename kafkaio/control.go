@@ -301,9 +301,12 @@ func ReadControlHistory(ctx context.Context, opts []kgo.Opt, ts ControlTopics, t
 	if err != nil {
 		return ControlHistory{}, fmt.Errorf("last stable offset of %s: %w", name, err)
 	}
+	if topicErr := lsos[name][-1].Err; topicErr != nil { // kadm's slot for a topic-level error
+		return ControlHistory{}, fmt.Errorf("last stable offset of %s: %w", name, topicErr)
+	}
 	lso, ok := lsos.Lookup(name, 0)
 	if !ok {
-		return ControlHistory{}, fmt.Errorf("last stable offset of %s: %w", name, kerr.UnknownTopicOrPartition)
+		return ControlHistory{}, fmt.Errorf("last stable offset of %s: partition 0 not in the answer", name)
 	}
 	if lso.Err != nil {
 		return ControlHistory{}, fmt.Errorf("last stable offset of %s: %w", name, lso.Err)

@@ -40,7 +40,7 @@ kafka: {brokers: [%s]}
 checkpoint: {interval: 200ms, storage: "file://%s/chk"}
 state: {dir: "%s/state"}
 http: {address: ""}
-log: {level: debug}
+log: {level: error}
 `, name, c.Brokers[0], dir, dir)
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -49,6 +49,7 @@ log: {level: debug}
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.Log.Level = "debug" // the replica's log, printed if a test fails; the file's level is the CLI's
 	prod := c.Client(t, kgo.DefaultProduceTopic("in"))
 	for i := range 100 {
 		prod.Produce(context.Background(), &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%7), Value: []byte(`{}`)}, nil)

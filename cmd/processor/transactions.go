@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -101,19 +102,23 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 	// Aborting or fencing what the newest completed checkpoint recorded
 	// loses its output: refused unless --lose-output.
 	var loseOutput bool
-	notRecorded := func(ctx context.Context, cmd *cobra.Command, cfg *config.Config) func(kafkaio.TxnInfo) error {
+	// notRecorded returns the check that refuses a recorded transaction,
+	// nil with --lose-output; an error when the checkpoint cannot be read.
+	notRecorded := func(ctx context.Context, cmd *cobra.Command, cfg *config.Config) (func(kafkaio.TxnInfo) error, error) {
+		if loseOutput {
+			return nil, nil
+		}
 		rec, err := readRecordedTxns(ctx, cfg)
 		if err != nil {
-			fmt.Fprintf(cmd.ErrOrStderr(), "warning: cannot tell whether the newest completed checkpoint recorded the transaction: %v\n", err)
-			return nil
+			return nil, fmt.Errorf("cannot tell whether the newest completed checkpoint recorded the transaction, and ending a recorded one without a commit loses its output: start the job, whose recovery decides, or add --lose-output: %w", err)
 		}
 		return func(info kafkaio.TxnInfo) error {
-			if n := rec.match(info); n > 0 && !loseOutput {
+			if n := rec.match(info); n > 0 {
 				return fmt.Errorf("checkpoint %d, the newest completed, recorded the transaction open on %s (producer id %d, epoch %d): ending it without a commit loses its output; commit it (transactions commit) or start the job, or add --lose-output",
 					n, info.TransactionalID, info.ProducerID, info.ProducerEpoch)
 			}
 			return nil
-		}
+		}, nil
 	}
 
 	abort := guarded(&cobra.Command{
@@ -123,12 +128,17 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 producer ID and epoch the broker describes. If no completed checkpoint
 recorded it, its input is replayed when the job restarts: nothing is lost. If
 the newest completed checkpoint recorded it, its output would be lost: abort
-refuses, unless --lose-output (the next recovery then reports the loss). See
-docs/sinks.md, "Lingering transactions".`,
+refuses, unless --lose-output (the next recovery then reports the loss and
+the job stops rather than start without that output). It refuses too when
+the checkpoint cannot be read. See docs/sinks.md, "Lingering transactions".`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin, cfg *config.Config) error {
-				info, err := a.AbortTxnIf(ctx, args[0], notRecorded(ctx, cmd, cfg))
+				check, err := notRecorded(ctx, cmd, cfg)
+				if err != nil {
+					return err
+				}
+				info, err := a.AbortTxnIf(ctx, args[0], check)
 				if err != nil {
 					return err
 				}
@@ -178,8 +188,13 @@ completed checkpoint (its operator_state), never from "transactions list".`,
 					h = got
 					from = fmt.Sprintf("recorded by checkpoint %d", rec.checkpoint)
 				}
-				if err := a.CommitTxn(ctx, h); err != nil {
+				before, err := a.CommitTxn(ctx, h)
+				if err != nil {
 					return err
+				}
+				if before {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s (producer id %d, epoch %d, %s) was committed before; the ID has moved on since, and what it holds now was left as it is (see transactions list)\n", h.TransactionalID, h.ProducerID, h.ProducerEpoch, from)
+					return nil
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "committed %s (producer id %d, epoch %d, %s)\n", h.TransactionalID, h.ProducerID, h.ProducerEpoch, from)
 				return nil
@@ -196,12 +211,17 @@ completed checkpoint (its operator_state), never from "transactions list".`,
 		Long: `fence calls InitProducerID on the ID, as a new producer of it would. On Apache
 Kafka a later recovery cannot tell a transaction fenced this way from a
 committed one, so fence refuses an ID whose open transaction the newest
-completed checkpoint recorded (--lose-output overrides, silently losing its
-output). Use it for a producer you need stopped; otherwise prefer abort.`,
+completed checkpoint recorded, or when that checkpoint cannot be read
+(--lose-output overrides, silently losing its output). Use it for a
+producer you need stopped; otherwise prefer abort.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin, cfg *config.Config) error {
-				if check := notRecorded(ctx, cmd, cfg); check != nil {
+				check, err := notRecorded(ctx, cmd, cfg)
+				if err != nil {
+					return err
+				}
+				if check != nil {
 					open, err := a.ListTxns(ctx, true)
 					if err != nil {
 						return err
@@ -237,11 +257,16 @@ type recordedTxns struct {
 	handles    map[string]kafkaio.SinkTxnHandle
 }
 
-// match returns the checkpoint that recorded exactly the transaction t
-// describes (same ID, producer ID and epoch), or 0.
+// match returns the checkpoint that recorded exactly the open transaction t
+// describes (same ID, producer ID and epoch), or 0. Only an open
+// (Ongoing) transaction is matched: once ended, the epoch a broker shows
+// may have moved on (transactions v2) or not (v1), and the question no
+// longer matters. The sink never runs a new transaction at a recorded
+// producer ID and epoch while the checkpoint may be restored from
+// (docs/sinks.md), so on v1 brokers too the pair names one transaction.
 func (r *recordedTxns) match(t kafkaio.TxnInfo) uint64 {
 	h, ok := r.handles[t.TransactionalID]
-	if ok && h.ProducerID == t.ProducerID && h.ProducerEpoch == t.ProducerEpoch {
+	if ok && t.State == "Ongoing" && h.ProducerID == t.ProducerID && h.ProducerEpoch == t.ProducerEpoch {
 		return r.checkpoint
 	}
 	return 0
@@ -251,11 +276,20 @@ func (r *recordedTxns) match(t kafkaio.TxnInfo) uint64 {
 // commit topic, and the sink transactions its task manifests record from
 // the object store, as the job's recovery would.
 func readRecordedTxns(ctx context.Context, cfg *config.Config) (*recordedTxns, error) {
+	// Its own budget: an unreachable object store must leave the
+	// command's time to act (or to say why not).
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
 	topics := kafkaio.NewControlTopics(cfg.Kafka.TopicPrefix)
 	rec := &recordedTxns{handles: map[string]kafkaio.SinkTxnHandle{}}
-	hist, err := kafkaio.ReadControlHistory(ctx, []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}, topics, control.TopicCommit)
+	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}
+	hist, err := kafkaio.ReadControlHistory(ctx, opts, topics, control.TopicCommit)
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return rec, nil // the job never ran: no checkpoint
+		// The job never ran, if the topic is really not there (and not
+		// only briefly unknown to one broker).
+		if absent, aerr := topicAbsent(ctx, opts, topics.Commit); aerr == nil && absent {
+			return rec, nil
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", topics.Commit, err)
@@ -303,12 +337,28 @@ func readRecordedTxns(ctx context.Context, cfg *config.Config) (*recordedTxns, e
 	return rec, nil
 }
 
+// topicAbsent reports whether the cluster's metadata lists no topic name.
+func topicAbsent(ctx context.Context, opts []kgo.Opt, name string) (bool, error) {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return false, err
+	}
+	defer cl.Close()
+	tds, err := kadm.NewClient(cl).ListTopics(ctx, name)
+	if err != nil {
+		return false, err
+	}
+	td, ok := tds[name]
+	return !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition), nil
+}
+
 // listedTxn is a line of "transactions list --json".
 type listedTxn struct {
 	kafkaio.TxnInfo
-	// RecordedBy is the newest completed checkpoint when it recorded this
-	// very transaction (ID, producer ID and epoch), 0 when it did not, and
-	// absent when that could not be read.
+	// RecordedBy is, for an open transaction, the newest completed
+	// checkpoint when it recorded this very transaction (ID, producer ID
+	// and epoch), 0 when it did not; absent when that could not be read,
+	// and for a transaction that is not open.
 	RecordedBy *uint64 `json:"recorded_by_checkpoint,omitempty"`
 }
 
@@ -318,7 +368,7 @@ func printTxns(out io.Writer, txns []kafkaio.TxnInfo, rec *recordedTxns, asJSON 
 		enc := json.NewEncoder(out)
 		for _, t := range txns {
 			l := listedTxn{TxnInfo: t}
-			if rec != nil {
+			if rec != nil && t.State == "Ongoing" {
 				n := rec.match(t)
 				l.RecordedBy = &n
 			}
@@ -336,7 +386,10 @@ func printTxns(out io.Writer, txns []kafkaio.TxnInfo, rec *recordedTxns, asJSON 
 			age = t.Age.Round(time.Second).String()
 		}
 		recorded := "?"
-		if rec != nil {
+		switch {
+		case t.State != "Ongoing":
+			recorded = "-"
+		case rec != nil:
 			recorded = "no"
 			if n := rec.match(t); n > 0 {
 				recorded = fmt.Sprintf("checkpoint %d", n)

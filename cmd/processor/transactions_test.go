@@ -237,6 +237,26 @@ func TestTransactionsRecordedByCheckpoint(t *testing.T) {
 		t.Fatalf("list does not show RECORDED checkpoint %d: %v\n%s", ckpt, err, table)
 	}
 
+	// The checkpoint's objects unreadable: list says it does not know,
+	// and abort refuses rather than guess.
+	chk := strings.TrimPrefix(cfg.Checkpoint.Storage, "file://")
+	if err := os.Rename(chk, chk+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cli(t, "transactions", "list", "-c", file); err != nil || !strings.Contains(got, "warning") ||
+		!regexp.MustCompile(`Ongoing\s+\d+\s+\d+\s+\S+\s+\?\s`).MatchString(got) {
+		t.Fatalf("list with the checkpoint unreadable: %v\n%s", err, got)
+	}
+	if got, err := cli(t, "transactions", "abort", "-c", file, recorded[0], "--yes"); err == nil || !strings.Contains(err.Error(), "cannot tell") {
+		t.Fatalf("abort with the checkpoint unreadable: %v\n%s", err, got)
+	}
+	if err := os.RemoveAll(chk); err != nil { // file:// opens create the root again, empty
+		t.Fatal(err)
+	}
+	if err := os.Rename(chk+".away", chk); err != nil {
+		t.Fatal(err)
+	}
+
 	// Ending a recorded transaction without a commit would lose its
 	// output: refused.
 	for _, verb := range []string{"abort", "fence"} {

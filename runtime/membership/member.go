@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -570,9 +571,11 @@ func adoptAs[C prometheus.Collector](adopt func(prometheus.Collector) (prometheu
 	if err != nil {
 		return c, err
 	}
+	// The same concrete type, not only the interface: a Gauge has Inc
+	// and Add, so it would pass for a Counter.
 	typed, ok := got.(C)
-	if !ok {
-		return c, fmt.Errorf("a %T is registered under the name of %T", got, c)
+	if !ok || reflect.TypeOf(got) != reflect.TypeOf(c) {
+		return c, fmt.Errorf("a %T is registered under the name of this %T", got, c)
 	}
 	return typed, nil
 }

@@ -295,7 +295,10 @@ func TestJoinRegistrationConflict(t *testing.T) {
 	c := kafkatest.NewKfake(t)
 	e := newEnv(t, c, 6*time.Second)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "weir", Subsystem: "membership", Name: "lost_total", Help: "x"}))
+	// The same name and help as the counter, but a gauge: Register calls
+	// it the same collector, and Join must still refuse it.
+	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "weir", Subsystem: "membership", Name: "lost_total",
+		Help: "Times this replica lost its membership (session expired, fenced, coordinator unreachable); failed rejoins while lost do not count."}))
 	o := e.options("r1")
 	o.Registerer = reg
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
