@@ -72,15 +72,17 @@ func (c *recordCache) lookup(key []byte) *cacheEntry {
 // add caches key with a copy of val (present) or as absent, first making
 // room if the cache is full. dirty marks an entry Pebble does not have yet.
 func (c *recordCache) add(db *pebble.DB, key, val []byte, present, dirty bool) (*cacheEntry, error) {
-	need := int64(len(key)+len(val)) + cacheEntryOverhead
-	if c.size+need > c.max {
-		if err := c.evict(db, c.max*3/4-need); err != nil {
-			return nil, err
-		}
-	}
 	e := &cacheEntry{key: string(key), present: present}
 	if present {
 		e.val = append([]byte(nil), val...)
+	}
+	// The cost of the copy as allocated: its capacity is rounded up to a
+	// size class, up to an eighth more than len(val), which once let the
+	// cache end above its budget.
+	if need := e.cost(); c.size+need > c.max {
+		if err := c.evict(db, c.max*3/4-need); err != nil {
+			return nil, err
+		}
 	}
 	c.entries[e.key] = e
 	c.last = e
