@@ -1,11 +1,12 @@
 package kafkaio
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weir-stream/weir/internal/promreg"
 )
 
 // Metric names of the source (DESIGN.md section 12). Label values are the
@@ -74,16 +75,11 @@ func newSourceMetrics(reg prometheus.Registerer) (*sourceMetrics, error) {
 
 // sourceRegister registers c, or returns the equal collector already there.
 func sourceRegister[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
+	got, _, err := promreg.Register(reg, c)
+	if err != nil {
 		return c, fmt.Errorf("kafkaio: register source metrics: %w", err)
 	}
-	return c, nil
+	return got, nil
 }
 
 // sourcePartitionLabel formats a partition for the lag gauge.

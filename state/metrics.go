@@ -1,10 +1,11 @@
 package state
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weir-stream/weir/internal/promreg"
 )
 
 // metrics are the backend's Prometheus metrics. Several backends (tasks) of
@@ -99,19 +100,11 @@ func newMetrics(reg prometheus.Registerer, task string) (*metrics, error) {
 // register registers c, or returns the collector already registered under
 // the same description (another task of the process registered it).
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if reg == nil {
-		return c, nil
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
+	got, _, err := promreg.Register(reg, c)
+	if err != nil {
 		return c, fmt.Errorf("state: register metrics: %w", err)
 	}
-	return c, nil
+	return got, nil
 }
 
 // unregister drops the task's series.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -14,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/weir-stream/weir/internal/promreg"
 )
 
 // GroupName returns the membership group of a job whose control topics and
@@ -531,51 +532,15 @@ func newMetrics() *metrics {
 // conflict unregisters what this call registered and fails. undo
 // unregisters what this call registered (not what it adopted).
 func (m *metrics) register(reg prometheus.Registerer) (undo func(), err error) {
-	var added []prometheus.Collector
-	undo = func() {
-		for _, c := range added {
-			reg.Unregister(c)
-		}
-	}
-	adopt := func(c prometheus.Collector) (prometheus.Collector, error) {
-		err := reg.Register(c)
-		if err == nil {
-			added = append(added, c)
-			return c, nil
-		}
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			return are.ExistingCollector, nil
-		}
+	g := promreg.NewGroup(reg)
+	m.rebalances = promreg.Add(g, m.rebalances)
+	m.lost = promreg.Add(g, m.lost)
+	m.members = promreg.Add(g, m.members)
+	m.isCoordinator = promreg.Add(g, m.isCoordinator)
+	m.generation = promreg.Add(g, m.generation)
+	if err := g.Err(); err != nil {
+		g.Undo()
 		return nil, err
 	}
-	m.rebalances, err = adoptAs(adopt, m.rebalances, err)
-	m.lost, err = adoptAs(adopt, m.lost, err)
-	m.members, err = adoptAs(adopt, m.members, err)
-	m.isCoordinator, err = adoptAs(adopt, m.isCoordinator, err)
-	m.generation, err = adoptAs(adopt, m.generation, err)
-	if err != nil {
-		undo()
-		return nil, err
-	}
-	return undo, nil
-}
-
-// adoptAs passes c to adopt unless an earlier step failed, and returns the
-// collector adopt chose as c's type.
-func adoptAs[C prometheus.Collector](adopt func(prometheus.Collector) (prometheus.Collector, error), c C, err error) (C, error) {
-	if err != nil {
-		return c, err
-	}
-	got, err := adopt(c)
-	if err != nil {
-		return c, err
-	}
-	// The same concrete type, not only the interface: a Gauge has Inc
-	// and Add, so it would pass for a Counter.
-	typed, ok := got.(C)
-	if !ok || reflect.TypeOf(got) != reflect.TypeOf(c) {
-		return c, fmt.Errorf("a %T is registered under the name of this %T", got, c)
-	}
-	return typed, nil
+	return g.Undo, nil
 }
