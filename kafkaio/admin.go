@@ -175,8 +175,27 @@ func (a *TxnAdmin) AbortTxnIf(ctx context.Context, txnID string, check func(TxnI
 // transaction that the newest completed checkpoint recorded this way loses
 // its output silently. Prefer AbortTxn.
 func (a *TxnAdmin) FenceTxn(ctx context.Context, txnID string, timeout time.Duration) error {
+	return a.FenceTxnIf(ctx, txnID, timeout, nil)
+}
+
+// FenceTxnIf is FenceTxn that first passes the transaction open on the ID,
+// if any, as the broker describes it, to check (if not nil), and fences only
+// if check returns nil. Unlike AbortTxnIf it cannot pin what it ends to the
+// transaction checked: InitProducerID ends whatever is open when it arrives.
+func (a *TxnAdmin) FenceTxnIf(ctx context.Context, txnID string, timeout time.Duration, check func(TxnInfo) error) error {
 	if !IsSinkTxnID(a.prefix, txnID) {
 		return fmt.Errorf("%w: %s (prefix %s)", ErrTxnNotInJob, txnID, a.prefix)
+	}
+	if check != nil {
+		d, err := describeTxn(ctx, a.cl, txnID)
+		if err != nil {
+			return err
+		}
+		if info := txnInfo(d, time.Now()); info.Open() {
+			if err := check(info); err != nil {
+				return err
+			}
+		}
 	}
 	if timeout <= 0 {
 		timeout = time.Minute

@@ -96,7 +96,7 @@ func TestControlWriterAppendAndHistory(t *testing.T) {
 		// history must end before it, at the last stable offset. First the
 		// markers of the two commits are in (Apache Kafka writes them
 		// after answering EndTxn), so that the open one comes after them.
-		srcWaitStable(t, ctx, c, ts.Commit, 0)
+		c.WaitStable(t, ts.Commit)
 		open := c.Client(t, kgo.TransactionalID(kafkatest.Name(t, "open")), kgo.TransactionTimeout(60*time.Second))
 		if err := open.BeginTransaction(); err != nil {
 			t.Fatal(err)
@@ -159,7 +159,7 @@ func TestControlWriterFenced(t *testing.T) {
 		if err := cur.Append(ctx, trig(3)); err != nil {
 			t.Fatalf("current coordinator's append: %v", err)
 		}
-		srcWaitStable(t, ctx, c, ts.Trigger, 0) // the commit marker is in
+		c.WaitStable(t, ts.Trigger) // the commit marker is in
 		h, err := kafkaio.ReadControlHistory(ctx, opts, ts, control.TopicTrigger)
 		if err != nil {
 			t.Fatal(err)

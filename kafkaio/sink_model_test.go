@@ -22,13 +22,22 @@ import (
 // consumer must see every input record exactly once (DESIGN.md section 13,
 // invariants 1 and 5, for the sink).
 func TestSinkRandomCrashes(t *testing.T) {
+	sinkModelSeeds(t, []uint64{1, 2, 3}, func(pool int) func(*kafkaio.SinkConfig) {
+		return func(cfg *kafkaio.SinkConfig) { cfg.PoolSize = pool }
+	})
+}
+
+// sinkModelSeeds runs the model with the sink configured by config(pool):
+// on kfake with the given seeds, 80 steps each; on the real broker with one
+// seed from the clock, 50 steps.
+func sinkModelSeeds(t *testing.T, kfakeSeeds []uint64, config func(pool int) func(*kafkaio.SinkConfig)) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		seeds, steps := []uint64{1, 2, 3}, 80
+		seeds, steps := kfakeSeeds, 80
 		if c.Kind == kafkatest.Real {
 			seeds, steps = []uint64{uint64(time.Now().UnixNano())}, 50
 		}
 		for _, seed := range seeds {
-			t.Run(seedName(seed), func(t *testing.T) { sinkModelRun(t, c, seed, steps) })
+			t.Run("seed_"+strconv.FormatUint(seed, 10), func(t *testing.T) { sinkModelRun(t, c, seed, steps, config) })
 		}
 	})
 }
@@ -40,16 +49,7 @@ type sinkModelSnapshot struct {
 	handles []kafkaio.SinkTxnHandle
 }
 
-func seedName(seed uint64) string { return "seed_" + strconv.FormatUint(seed, 10) }
-
-func sinkModelRun(t *testing.T, c *kafkatest.Cluster, seed uint64, steps int) {
-	sinkModelRunWith(t, c, seed, steps, func(pool int) func(*kafkaio.SinkConfig) {
-		return func(cfg *kafkaio.SinkConfig) { cfg.PoolSize = pool }
-	})
-}
-
-// sinkModelRunWith runs the model with the sink configured by config(pool).
-func sinkModelRunWith(t *testing.T, c *kafkatest.Cluster, seed uint64, steps int, config func(pool int) func(*kafkaio.SinkConfig)) {
+func sinkModelRun(t *testing.T, c *kafkatest.Cluster, seed uint64, steps int, config func(pool int) func(*kafkaio.SinkConfig)) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	ctx := sinkCtx(t)

@@ -104,7 +104,7 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 	var loseOutput bool
 	// notRecorded returns the check that refuses a recorded transaction,
 	// nil with --lose-output; an error when the checkpoint cannot be read.
-	notRecorded := func(ctx context.Context, cmd *cobra.Command, cfg *config.Config) (func(kafkaio.TxnInfo) error, error) {
+	notRecorded := func(ctx context.Context, cfg *config.Config) (func(kafkaio.TxnInfo) error, error) {
 		if loseOutput {
 			return nil, nil
 		}
@@ -134,7 +134,7 @@ the checkpoint cannot be read. See docs/sinks.md, "Lingering transactions".`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin, cfg *config.Config) error {
-				check, err := notRecorded(ctx, cmd, cfg)
+				check, err := notRecorded(ctx, cfg)
 				if err != nil {
 					return err
 				}
@@ -217,25 +217,11 @@ producer you need stopped; otherwise prefer abort.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return admin(cmd, func(ctx context.Context, a *kafkaio.TxnAdmin, cfg *config.Config) error {
-				check, err := notRecorded(ctx, cmd, cfg)
+				check, err := notRecorded(ctx, cfg)
 				if err != nil {
 					return err
 				}
-				if check != nil {
-					open, err := a.ListTxns(ctx, true)
-					if err != nil {
-						return err
-					}
-					for _, info := range open {
-						if info.TransactionalID != args[0] {
-							continue
-						}
-						if err := check(info); err != nil {
-							return err
-						}
-					}
-				}
-				if err := a.FenceTxn(ctx, args[0], timeout); err != nil {
+				if err := a.FenceTxnIf(ctx, args[0], timeout, check); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "fenced %s\n", args[0])
