@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"sync"
 	"testing"
 	"time"
@@ -76,14 +77,15 @@ func runUntilCheckpoints(t *testing.T, n int, serve func(ctx context.Context, lo
 	completed := make(chan uint64, 100)
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, logs, func(id uint64) { completed <- id }) }()
+	stuck := time.After(50 * time.Second) // before ctx ends: the stacks of a replica still running
 	for seen := 0; seen < n; {
 		select {
 		case <-completed:
 			seen++
 		case err := <-done:
 			t.Fatalf("replica stopped: %v", err)
-		case <-ctx.Done():
-			t.Fatalf("no %d completed checkpoints within a minute", n)
+		case <-stuck:
+			t.Fatalf("no %d completed checkpoints within 50s; goroutines:\n%s", n, goroutines())
 		}
 	}
 	if atEnd != nil {
@@ -130,6 +132,14 @@ func clearConfigEnv(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// goroutines returns every goroutine's stack, for a test that waited in
+// vain: where the replica is stuck.
+func goroutines() string {
+	var b bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	return b.String()
 }
 
 // lockedBuffer is a bytes.Buffer safe for concurrent writers.
