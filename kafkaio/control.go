@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -128,12 +129,18 @@ type ControlRecord struct {
 type ControlWriter struct {
 	cl     *kgo.Client
 	topics ControlTopics
+	watch  *txnWatch // commits the client did not make (txnwatch.go)
 }
 
 // NewControlWriter connects with the given client options (seed brokers and
 // the like), takes over transactionalID and so fences any older coordinator.
 func NewControlWriter(ctx context.Context, opts []kgo.Opt, ts ControlTopics, transactionalID string) (*ControlWriter, error) {
+	// Debug: the watch sees both kinds of commit the client does not
+	// make. A few transactions a second: the client's debug lines cost
+	// nothing here.
+	watch := newTxnWatch(kgo.LogLevelDebug)
 	opts = append(append([]kgo.Opt{}, opts...),
+		watch.opt(),
 		kgo.TransactionalID(transactionalID),
 		kgo.TransactionTimeout(60*time.Second),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -149,7 +156,7 @@ func NewControlWriter(ctx context.Context, opts []kgo.Opt, ts ControlTopics, tra
 		cl.Close()
 		return nil, fmt.Errorf("control writer: init producer id for %s: %w", transactionalID, err)
 	}
-	return &ControlWriter{cl: cl, topics: ts}, nil
+	return &ControlWriter{cl: cl, topics: ts, watch: watch}, nil
 }
 
 // Append writes msgs, in order, in one transaction: all or none become
@@ -171,6 +178,7 @@ func (w *ControlWriter) Append(ctx context.Context, msgs ...control.Message) err
 		}
 		recs = append(recs, &kgo.Record{Topic: w.topics.Name(t), Key: []byte(m.Type()), Value: b})
 	}
+	before := w.watch.snapshot()
 	if err := w.cl.BeginTransaction(); err != nil {
 		return fenced(fmt.Errorf("begin control transaction: %w", err))
 	}
@@ -178,11 +186,27 @@ func (w *ControlWriter) Append(ctx context.Context, msgs ...control.Message) err
 		abortErr := w.cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
 		return fenced(errors.Join(fmt.Errorf("append control records: %w", err), abortErr))
 	}
+	var written []string
+	for _, r := range recs {
+		if !slices.Contains(written, r.Topic) {
+			written = append(written, r.Topic)
+		}
+	}
+	awaitPartitionsPublished(ctx, w.cl, written...)
 	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return fenced(fmt.Errorf("commit control transaction: %w", err))
 	}
+	if w.watch.snapshot() != before {
+		return ErrControlNotCommitted
+	}
 	return nil
 }
+
+// ErrControlNotCommitted is returned by Append when the Kafka client did
+// not commit the transaction although it reported no error (txnwatch.go).
+// The records are not written, or not yet aborted; the writer must be
+// closed, and a new one's InitProducerID aborts what is left open.
+var ErrControlNotCommitted = errors.New("kafkaio: the Kafka client did not commit the control transaction although it reported success")
 
 // Close closes the writer's client.
 func (w *ControlWriter) Close() { w.cl.Close() }

@@ -244,9 +244,16 @@ type quarantinedSlot struct {
 type sinkSlot struct {
 	txnID   string
 	cl      *kgo.Client
+	watch   *txnWatch             // commits cl did not make (txnwatch.go)
 	err     atomic.Pointer[error] // first record error of the open transaction
 	promise func(*kgo.Record, error)
 	met     *sinkTaskMetrics
+	// topics are the topics the open transaction writes to, and
+	// defTopic cl's default produce topic: the commit waits until cl has
+	// published their partitions (txnwatch.go). Written by Write, read
+	// by the commit after the pre-commit handed the slot over (s.mu).
+	topics   []string
+	defTopic string
 }
 
 // done is the produce promise of the slot: built once, so producing does
@@ -426,6 +433,7 @@ func (s *Sink) fence(ctx context.Context, handles []SinkTxnHandle) ([]*sinkSlot,
 	}
 
 	clients := make([]*kgo.Client, len(ids))
+	watches := make([]*txnWatch, len(ids))
 	closeAll := func() {
 		for _, cl := range clients {
 			if cl != nil {
@@ -434,12 +442,12 @@ func (s *Sink) fence(ctx context.Context, handles []SinkTxnHandle) ([]*sinkSlot,
 		}
 	}
 	for i, id := range ids {
-		cl, err := s.slotClient(id)
+		cl, watch, err := s.slotClient(id)
 		if err != nil {
 			closeAll()
 			return nil, err
 		}
-		clients[i] = cl
+		clients[i], watches[i] = cl, watch
 	}
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
@@ -468,7 +476,8 @@ func (s *Sink) fence(ctx context.Context, handles []SinkTxnHandle) ([]*sinkSlot,
 	}
 	slots := make([]*sinkSlot, s.cfg.PoolSize)
 	for i := range slots {
-		sl := &sinkSlot{txnID: ids[i], cl: clients[i], met: &s.met}
+		sl := &sinkSlot{txnID: ids[i], cl: clients[i], watch: watches[i], met: &s.met}
+		sl.defTopic, _ = clients[i].OptValue(kgo.DefaultProduceTopic).(string)
 		sl.promise = sl.done
 		slots[i] = sl
 	}
@@ -498,8 +507,26 @@ func (s *Sink) Write(ctx context.Context, r *kgo.Record) error {
 			return err
 		}
 	}
+	t := r.Topic
+	if t == "" {
+		t = s.cur.defTopic
+	}
+	if len(s.cur.topics) == 0 || t != s.cur.topics[len(s.cur.topics)-1] {
+		s.cur.noteTopic(t)
+	}
 	s.cur.cl.Produce(s.ctx, r, s.cur.promise)
 	return nil
+}
+
+// noteTopic adds t to the topics of the open transaction.
+func (sl *sinkSlot) noteTopic(t string) {
+	if i := slices.Index(sl.topics, t); i >= 0 {
+		// Keep the last one written at the end: the check in Write is
+		// one comparison for a run of records to one topic.
+		sl.topics = append(slices.Delete(sl.topics, i, i+1), t)
+		return
+	}
+	sl.topics = append(sl.topics, t)
 }
 
 // WriteBatch writes every record of rs, as Write.
@@ -603,6 +630,7 @@ func (s *Sink) begin(ctx context.Context) error {
 		return err
 	}
 	sl.err.Store(nil)
+	sl.topics = sl.topics[:0]
 	if err := sl.cl.BeginTransaction(); err != nil {
 		return s.fail(fmt.Errorf("begin transaction %s: %w", sl.txnID, err))
 	}
@@ -621,6 +649,7 @@ func (s *Sink) begin(ctx context.Context) error {
 // abort must not look like that.
 func (s *Sink) renew(ctx context.Context, sl *sinkSlot) error {
 	var cl *kgo.Client
+	var watch *txnWatch
 	var pid int64
 	var epoch int16
 	for range 2 {
@@ -628,7 +657,7 @@ func (s *Sink) renew(ctx context.Context, sl *sinkSlot) error {
 			cl.Close()
 		}
 		var err error
-		if cl, err = s.slotClient(sl.txnID); err != nil {
+		if cl, watch, err = s.slotClient(sl.txnID); err != nil {
 			return err
 		}
 		if pid, epoch, err = cl.ProducerID(ctx); err != nil {
@@ -637,20 +666,24 @@ func (s *Sink) renew(ctx context.Context, sl *sinkSlot) error {
 		}
 	}
 	old := sl.cl
-	sl.cl = cl
+	sl.cl, sl.watch = cl, watch
 	old.Close()
 	s.log.Info("renewed a committed transactional producer instead of waiting for the next checkpoint to complete",
 		"transactional_id", sl.txnID, "producer_id", pid, "producer_epoch", epoch)
 	return nil
 }
 
-// slotClient builds the transactional client of pool slot id.
-func (s *Sink) slotClient(id string) (*kgo.Client, error) {
-	cl, err := kgo.NewClient(append(slices.Clip(s.cfg.ClientOpts), kgo.TransactionalID(id), kgo.TransactionTimeout(s.cfg.TransactionTimeout))...)
+// slotClient builds the transactional client of pool slot id, and the
+// watch of the commits it does not make. Info, not Debug: the watch must
+// not cost the hot path a formatted line per produce request, so it sees
+// the aborts of transactions v2 only (txnwatch.go).
+func (s *Sink) slotClient(id string) (*kgo.Client, *txnWatch, error) {
+	watch := newTxnWatch(kgo.LogLevelInfo)
+	cl, err := kgo.NewClient(append(slices.Clip(s.cfg.ClientOpts), watch.opt(), kgo.TransactionalID(id), kgo.TransactionTimeout(s.cfg.TransactionTimeout))...)
 	if err != nil {
-		return nil, fmt.Errorf("kafkaio: sink producer %s: %w", id, err)
+		return nil, nil, fmt.Errorf("kafkaio: sink producer %s: %w", id, err)
 	}
-	return cl, nil
+	return cl, watch, nil
 }
 
 // awaitPreviousFlush waits until the newest pre-committed transaction is
@@ -894,7 +927,21 @@ func (s *Sink) releaseQuarantined(completed int64) {
 func (s *Sink) commit(ctx context.Context, txn *sinkTxn) error {
 	sl := txn.slot
 	start := time.Now()
+	awaitPartitionsPublished(ctx, sl.cl, sl.topics...)
+	before := sl.watch.snapshot()
 	err := sl.cl.EndTransaction(ctx, kgo.TryCommit)
+	if err == nil && sl.watch.snapshot() != before {
+		// The client aborted it and returned nil (txnwatch.go). The
+		// checkpoint that recorded it has completed: its output is
+		// lost, and the task must stop rather than go on silently.
+		s.met.aborted.Inc()
+		err = txnAborted(ctx, s.admin, txn.handle, s.cfg.TransactionTimeout,
+			errors.New("franz-go found no partition of it published yet"))
+		if e, ok := errors.AsType[*SinkTxnAbortedError](err); ok {
+			e.ByClient = true
+		}
+		return s.fail(fmt.Errorf("commit transaction %s of checkpoint %d: %w", sl.txnID, txn.checkpoint, err))
+	}
 	if err == nil {
 		d := time.Since(start)
 		s.met.commitLatency.Observe(d.Seconds())

@@ -647,3 +647,32 @@ func TestSinkConfigInvalid(t *testing.T) {
 		t.Fatal("DefaultSinkPoolSize is not max_concurrent + 2")
 	}
 }
+
+// A sink's first transaction on a topic its producers never wrote to must
+// commit, as the coordinator's (TestControlWriterFirstWriteToEachTopicCommits):
+// franz-go can abort it and return nil (txnwatch.go). Each round is a new
+// sink on a new topic, committed as soon as the barrier has flushed.
+// kfake only: the gap is in the client.
+func TestSinkFirstTransactionOnATopicCommits(t *testing.T) {
+	c := kafkatest.NewKfake(t)
+	ctx := sinkCtx(t)
+	for round := range 40 {
+		e := newSinkEnv(t, c, 1)
+		e.topic = fmt.Sprintf("%s-%d", e.topic, round)
+		c.CreateTopic(t, e.topic, 1, nil)
+		s := e.sink(t, ctx, nil, func(cfg *kafkaio.SinkConfig) { cfg.PoolSize = 1 })
+		if err := s.Write(ctx, &kgo.Record{Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		sinkPreCommit(t, ctx, s, 1)
+		if err := s.NotifyComplete(ctx, 1); err != nil {
+			t.Fatalf("round %d: commit: %v", round, err)
+		}
+		if got := c.ReadCommitted(ctx, t, e.topic); len(got) != 1 {
+			t.Fatalf("round %d: read_committed saw %d records, want 1", round, len(got))
+		}
+		if err := s.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -93,6 +93,9 @@ type SinkTxnAbortedError struct {
 	BrokerState string
 	// Err is the broker's answer to the commit.
 	Err error
+	// ByClient is set when the Kafka client, not the broker, aborted the
+	// transaction it was asked to commit (txnwatch.go): no setting helps.
+	ByClient bool
 }
 
 // Error says what was lost and what to change.
@@ -104,6 +107,11 @@ func (e *SinkTxnAbortedError) Error() string {
 	state := ""
 	if e.BrokerState != "" {
 		state = ", broker state " + e.BrokerState
+	}
+	if e.ByClient {
+		return fmt.Sprintf("kafkaio: transaction %s (producer id %d, epoch %d) was not committed, %s is lost: "+
+			"the Kafka client aborted it when asked to commit it (%v%s); this is a defect of the client, not a setting",
+			e.TransactionalID, e.ProducerID, e.ProducerEpoch, what, e.Err, state)
 	}
 	timeout := ""
 	if e.TransactionTimeout > 0 {
