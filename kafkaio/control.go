@@ -192,7 +192,7 @@ func (w *ControlWriter) Append(ctx context.Context, msgs ...control.Message) err
 			written = append(written, r.Topic)
 		}
 	}
-	awaitPartitionsPublished(ctx, w.cl, written...)
+	AwaitPartitionsPublished(ctx, w.cl, written...)
 	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return fenced(fmt.Errorf("commit control transaction: %w", err))
 	}

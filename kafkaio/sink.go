@@ -927,7 +927,7 @@ func (s *Sink) releaseQuarantined(completed int64) {
 func (s *Sink) commit(ctx context.Context, txn *sinkTxn) error {
 	sl := txn.slot
 	start := time.Now()
-	awaitPartitionsPublished(ctx, sl.cl, sl.topics...)
+	AwaitPartitionsPublished(ctx, sl.cl, sl.topics...)
 	before := sl.watch.snapshot()
 	err := sl.cl.EndTransaction(ctx, kgo.TryCommit)
 	if err == nil && sl.watch.snapshot() != before {

@@ -27,7 +27,7 @@ import (
 // first produce to the trigger topic, so it fell into the gap: the trigger
 // was aborted and checkpoint 1 never reached a source.
 //
-// Two defences. awaitPartitionsPublished, before each commit, waits until
+// Two defences. AwaitPartitionsPublished, before each commit, waits until
 // the client has published the partitions of the topics written (what
 // EndTransaction reads), which closes the gap. txnWatch, the client's
 // logger, counts the two messages, so that a commit the client did not make
@@ -76,16 +76,18 @@ func (w *txnWatch) snapshot() txnMisses {
 	return txnMisses{aborted: w.aborted.Load(), skipped: w.skipped.Load()}
 }
 
-// awaitPartitionsPublished waits, for at most a second, until cl has
+// AwaitPartitionsPublished waits, for at most a second, until cl has
 // published its partitions of every topic in topics: the producer's view
 // that EndTransaction reads to find the transaction's partitions, and
 // PartitionLeader reads too. Call it after the transaction's produces
-// succeeded and before EndTransaction(TryCommit). The wait is a few
+// succeeded and before EndTransaction(TryCommit); every transactional
+// franz-go client that may commit right after its first write to a topic
+// needs it, tests and tools included. The wait is a few
 // microseconds when the first produce to a topic raced the client's
 // metadata update, and nothing otherwise. If the second runs out (a
 // partition without a leader), the commit goes ahead and the watch reports
 // what the client did.
-func awaitPartitionsPublished(ctx context.Context, cl *kgo.Client, topics ...string) {
+func AwaitPartitionsPublished(ctx context.Context, cl *kgo.Client, topics ...string) {
 	var deadline time.Time
 	for spins := 0; ; spins++ {
 		published := true

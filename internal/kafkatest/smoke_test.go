@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio"
 )
 
 // These smoke tests prove that both brokers do what Weir relies on. Each runs
@@ -72,6 +73,9 @@ func TestSmokeTransactionsCommitAndAbort(t *testing.T) {
 			if err := prod.Flush(ctx); err != nil {
 				t.Fatalf("flush: %v", err)
 			}
+			// franz-go can abort the first commit to a topic and say
+			// nothing (kafkaio/txnwatch.go).
+			kafkaio.AwaitPartitionsPublished(ctx, prod, topic)
 			if err := prod.EndTransaction(ctx, commit); err != nil {
 				t.Fatalf("end transaction (%v): %v", commit, err)
 			}

@@ -105,6 +105,7 @@ import (
 
 	"github.com/weir-stream/weir/internal/benchutil"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio"
 )
 
 type config struct {
@@ -468,6 +469,7 @@ func (b *bench) warmBroker(ctx context.Context) error {
 	if err := txn.ProduceSync(ctx, kgo.StringRecord("warm-up")).FirstErr(); err != nil {
 		return fmt.Errorf("warm up: %w", err)
 	}
+	kafkaio.AwaitPartitionsPublished(ctx, txn, topic) // kafkaio/txnwatch.go
 	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return fmt.Errorf("warm up: %w", err)
 	}
