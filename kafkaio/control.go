@@ -135,10 +135,7 @@ type ControlWriter struct {
 // NewControlWriter connects with the given client options (seed brokers and
 // the like), takes over transactionalID and so fences any older coordinator.
 func NewControlWriter(ctx context.Context, opts []kgo.Opt, ts ControlTopics, transactionalID string) (*ControlWriter, error) {
-	// Debug: the watch sees both kinds of commit the client does not
-	// make. A few transactions a second: the client's debug lines cost
-	// nothing here.
-	watch := newTxnWatch(kgo.LogLevelDebug)
+	watch := newTxnWatch()
 	opts = append(append([]kgo.Opt{}, opts...),
 		watch.opt(),
 		kgo.TransactionalID(transactionalID),
@@ -196,7 +193,7 @@ func (w *ControlWriter) Append(ctx context.Context, msgs ...control.Message) err
 	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return fenced(fmt.Errorf("commit control transaction: %w", err))
 	}
-	if w.watch.snapshot() != before {
+	if !w.watch.committed(before) {
 		return ErrControlNotCommitted
 	}
 	return nil

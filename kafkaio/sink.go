@@ -82,7 +82,9 @@ type SinkConfig struct {
 	// ClientOpts are the kgo options every client of the sink starts from:
 	// seed brokers, TLS, SASL, and the producer settings the job wants
 	// (DefaultProduceTopic, a partitioner, linger, compression). The sink
-	// adds the transactional ID and timeout of each pool slot itself.
+	// adds the transactional ID and timeout of each pool slot itself, and
+	// its own logger (it checks what the client does at each commit,
+	// txnwatch.go), which replaces a kgo.WithLogger given here.
 	ClientOpts []kgo.Opt
 	// TransactionalIDPrefix is the job's prefix (DESIGN.md section 4,
 	// default "_weir.<job>."). Required in exactly-once mode.
@@ -249,11 +251,13 @@ type sinkSlot struct {
 	promise func(*kgo.Record, error)
 	met     *sinkTaskMetrics
 	// topics are the topics the open transaction writes to, and
-	// defTopic cl's default produce topic: the commit waits until cl has
+	// defTopic cl's default produce topic (defAlways: for every record,
+	// kgo.DefaultProduceTopicAlways): the commit waits until cl has
 	// published their partitions (txnwatch.go). Written by Write, read
 	// by the commit after the pre-commit handed the slot over (s.mu).
-	topics   []string
-	defTopic string
+	topics    []string
+	defTopic  string
+	defAlways bool
 }
 
 // done is the produce promise of the slot: built once, so producing does
@@ -478,6 +482,7 @@ func (s *Sink) fence(ctx context.Context, handles []SinkTxnHandle) ([]*sinkSlot,
 	for i := range slots {
 		sl := &sinkSlot{txnID: ids[i], cl: clients[i], watch: watches[i], met: &s.met}
 		sl.defTopic, _ = clients[i].OptValue(kgo.DefaultProduceTopic).(string)
+		sl.defAlways, _ = clients[i].OptValue(kgo.DefaultProduceTopicAlways).(bool)
 		sl.promise = sl.done
 		slots[i] = sl
 	}
@@ -508,7 +513,7 @@ func (s *Sink) Write(ctx context.Context, r *kgo.Record) error {
 		}
 	}
 	t := r.Topic
-	if t == "" {
+	if t == "" || s.cur.defAlways {
 		t = s.cur.defTopic
 	}
 	if len(s.cur.topics) == 0 || t != s.cur.topics[len(s.cur.topics)-1] {
@@ -674,11 +679,9 @@ func (s *Sink) renew(ctx context.Context, sl *sinkSlot) error {
 }
 
 // slotClient builds the transactional client of pool slot id, and the
-// watch of the commits it does not make. Info, not Debug: the watch must
-// not cost the hot path a formatted line per produce request, so it sees
-// the aborts of transactions v2 only (txnwatch.go).
+// watch of the commits it does not make (txnwatch.go).
 func (s *Sink) slotClient(id string) (*kgo.Client, *txnWatch, error) {
-	watch := newTxnWatch(kgo.LogLevelInfo)
+	watch := newTxnWatch()
 	cl, err := kgo.NewClient(append(slices.Clip(s.cfg.ClientOpts), watch.opt(), kgo.TransactionalID(id), kgo.TransactionTimeout(s.cfg.TransactionTimeout))...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafkaio: sink producer %s: %w", id, err)
@@ -930,13 +933,13 @@ func (s *Sink) commit(ctx context.Context, txn *sinkTxn) error {
 	AwaitPartitionsPublished(ctx, sl.cl, sl.topics...)
 	before := sl.watch.snapshot()
 	err := sl.cl.EndTransaction(ctx, kgo.TryCommit)
-	if err == nil && sl.watch.snapshot() != before {
+	if err == nil && !sl.watch.committed(before) {
 		// The client aborted it and returned nil (txnwatch.go). The
 		// checkpoint that recorded it has completed: its output is
 		// lost, and the task must stop rather than go on silently.
 		s.met.aborted.Inc()
 		err = txnAborted(ctx, s.admin, txn.handle, s.cfg.TransactionTimeout,
-			errors.New("franz-go found no partition of it published yet"))
+			errors.New("franz-go found no partition of it published yet, and sent an abort or nothing"))
 		if e, ok := errors.AsType[*SinkTxnAbortedError](err); ok {
 			e.ByClient = true
 		}

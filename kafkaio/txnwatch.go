@@ -30,50 +30,67 @@ import (
 // Two defences. AwaitPartitionsPublished, before each commit, waits until
 // the client has published the partitions of the topics written (what
 // EndTransaction reads), which closes the gap. txnWatch, the client's
-// logger, counts the two messages, so that a commit the client did not make
-// all the same is an error, never silence. TestFranzGoSilentAbortMessages
-// fails when the library no longer logs them, so that an upgrade is
-// reviewed.
+// logger, checks what the client did: a commit it really attempts logs
+// "ending transaction" with commit true exactly once, at Info, before it
+// sends EndTxn; neither silent case does (the v2 case logs it with commit
+// false, after its own Info line; the v1 case only a Debug line). So a
+// commit is confirmed when that line came exactly once during the call,
+// and a commit the client did not make is an error, never silence.
+// TestFranzGoSilentAbortMessages fails when the library no longer logs
+// these lines so, so that an upgrade is reviewed.
 const (
+	franzEndingTxn     = "ending transaction"
 	franzAbortedCommit = "no produce succeeded in this transaction but produces were attempted"
-	franzSkippedCommit = "no records were produced during the commit"
 )
 
-// txnWatch is a kgo.Logger that counts the ends of transactions the client
-// did not commit although it was asked to. It logs nothing.
+// txnWatch is a kgo.Logger, at Info, that counts the commits the client
+// attempts and the aborts it makes in their place. It logs nothing. Info
+// costs no line per produce request; the client logs at Info per
+// transaction and on errors.
 type txnWatch struct {
-	level   kgo.LogLevel
-	aborted atomic.Int64 // v2: the client sent EndTxn(abort)
-	skipped atomic.Int64 // v1: the client sent no EndTxn; the transaction is open
+	commits atomic.Int64 // "ending transaction" with commit true
+	aborted atomic.Int64 // v2: EndTxn(abort) sent in place of a commit
 }
 
-// newTxnWatch returns a watch at level: kgo.LogLevelDebug sees both
-// messages, kgo.LogLevelInfo only the v2 abort. Debug makes the client
-// format a line per produce request, too much for a sink's hot path.
-func newTxnWatch(level kgo.LogLevel) *txnWatch { return &txnWatch{level: level} }
+func newTxnWatch() *txnWatch { return &txnWatch{} }
 
 // Level implements kgo.Logger.
-func (w *txnWatch) Level() kgo.LogLevel { return w.level }
+func (w *txnWatch) Level() kgo.LogLevel { return kgo.LogLevelInfo }
 
 // Log implements kgo.Logger.
-func (w *txnWatch) Log(_ kgo.LogLevel, msg string, _ ...any) {
+func (w *txnWatch) Log(_ kgo.LogLevel, msg string, keyvals ...any) {
 	switch {
+	case msg == franzEndingTxn:
+		for i := 0; i+1 < len(keyvals); i += 2 {
+			if keyvals[i] == "commit" {
+				if c, ok := keyvals[i+1].(kgo.TransactionEndTry); ok && c == kgo.TryCommit {
+					w.commits.Add(1)
+				}
+				break
+			}
+		}
 	case strings.HasPrefix(msg, franzAbortedCommit):
 		w.aborted.Add(1)
-	case strings.HasPrefix(msg, franzSkippedCommit):
-		w.skipped.Add(1)
 	}
 }
 
-// opt returns the client option that installs the watch.
+// opt returns the client option that installs the watch. It replaces any
+// logger the caller's options set: the client has one.
 func (w *txnWatch) opt() kgo.Opt { return kgo.WithLogger(w) }
 
-// txnMisses is a snapshot of a watch's counts; compare one taken before an
-// EndTransaction with one taken after.
-type txnMisses struct{ aborted, skipped int64 }
+// txnCount is a snapshot of a watch's counts.
+type txnCount struct{ commits, aborted int64 }
 
-func (w *txnWatch) snapshot() txnMisses {
-	return txnMisses{aborted: w.aborted.Load(), skipped: w.skipped.Load()}
+func (w *txnWatch) snapshot() txnCount {
+	return txnCount{commits: w.commits.Load(), aborted: w.aborted.Load()}
+}
+
+// committed reports whether the client attempted exactly one commit, and
+// aborted nothing in place of one, between snapshot before and now: what
+// an EndTransaction(TryCommit) that returned nil must show.
+func (w *txnWatch) committed(before txnCount) bool {
+	now := w.snapshot()
+	return now.commits == before.commits+1 && now.aborted == before.aborted
 }
 
 // AwaitPartitionsPublished waits, for at most a second, until cl has
@@ -92,7 +109,11 @@ func AwaitPartitionsPublished(ctx context.Context, cl *kgo.Client, topics ...str
 	for spins := 0; ; spins++ {
 		published := true
 		for _, t := range topics {
-			if leader, _, _ := cl.PartitionLeader(t, 0); leader < 0 {
+			// -1 while the topic is not published, or for a
+			// partition Kafka reports without a leader (then
+			// the second runs out); a partition that failed to
+			// load reads another negative value, published.
+			if leader, _, _ := cl.PartitionLeader(t, 0); leader == -1 {
 				published = false
 				break
 			}
