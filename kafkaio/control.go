@@ -191,12 +191,27 @@ func (w *ControlWriter) Append(ctx context.Context, msgs ...control.Message) err
 	}
 	AwaitPartitionsPublished(ctx, w.cl, written...)
 	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return fenced(fmt.Errorf("commit control transaction: %w", err))
+		return fenced(w.unconfirmed(ctx, fmt.Errorf("commit control transaction: %w", err)))
 	}
 	if !w.watch.committed(before) {
 		return ErrControlNotCommitted
 	}
 	return nil
+}
+
+// unconfirmed follows a commit that failed. Its outcome can be unknown to
+// the client (UNKNOWN_SERVER_ERROR, a lost answer; Apache Kafka 4.4 answered
+// a fenced writer's EndTxn with UNKNOWN_SERVER_ERROR once in CI
+// rehearsals): the client's documented retry is an abort, which
+// re-initialises the producer ID at the writer's epoch. A newer writer
+// fences that, and ProducerID then says so, so that the error wraps
+// ErrFenced when the writer was fenced.
+func (w *ControlWriter) unconfirmed(ctx context.Context, err error) error {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	abortErr := w.cl.EndTransaction(actx, kgo.TryAbort)
+	_, _, idErr := w.cl.ProducerID(actx)
+	return errors.Join(err, abortErr, idErr)
 }
 
 // ErrControlNotCommitted is returned by Append when the Kafka client did
