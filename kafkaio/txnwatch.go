@@ -37,7 +37,7 @@ import (
 // commit is confirmed when that line came exactly once during the call,
 // and a commit the client did not make is an error, never silence.
 // TestFranzGoSilentAbortMessages fails when the library no longer logs
-// these lines so, so that an upgrade is reviewed.
+// these lines this way, so that an upgrade is reviewed.
 const (
 	franzEndingTxn     = "ending transaction"
 	franzAbortedCommit = "no produce succeeded in this transaction but produces were attempted"
@@ -97,13 +97,13 @@ func (w *txnWatch) committed(before txnCount) bool {
 // published its partitions of every topic in topics: the producer's view
 // that EndTransaction reads to find the transaction's partitions, and
 // PartitionLeader reads too. Call it after the transaction's produces
-// succeeded and before EndTransaction(TryCommit); every transactional
+// succeeded and before EndTransaction(TryCommit). Every transactional
 // franz-go client that may commit right after its first write to a topic
-// needs it, tests and tools included. The wait is a few
-// microseconds when the first produce to a topic raced the client's
-// metadata update, and nothing otherwise. If the second runs out (a
-// partition without a leader), the commit goes ahead and the watch reports
-// what the client did.
+// needs it, tests and tools included. The wait is a few microseconds when
+// the first produce to a topic raced the client's metadata update, and
+// nothing otherwise. If the second runs out (a partition without a
+// leader), the commit goes ahead, and the watch reports what the client
+// did.
 func AwaitPartitionsPublished(ctx context.Context, cl *kgo.Client, topics ...string) {
 	var deadline time.Time
 	for spins := 0; ; spins++ {
