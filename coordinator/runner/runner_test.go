@@ -277,7 +277,7 @@ func TestCoordinatorKilledAndReplaced(t *testing.T) {
 }
 
 // TestZombieCoordinatorFenced: once a second coordinator takes over, the
-// first one's next write fails and it stops with ErrFenced; nothing it tried
+// first one's next write fails and it stops with a fencing error; nothing it tried
 // to write is visible.
 func TestZombieCoordinatorFenced(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
