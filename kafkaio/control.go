@@ -164,6 +164,7 @@ func (w *ControlWriter) Append(ctx context.Context, msgs ...control.Message) err
 		return nil
 	}
 	recs := make([]*kgo.Record, 0, len(msgs))
+	var written []string // the topics of recs, for the wait before the commit
 	for _, m := range msgs {
 		t, ok := control.TopicOf(m)
 		if !ok || t == control.TopicAck {
@@ -173,7 +174,11 @@ func (w *ControlWriter) Append(ctx context.Context, msgs ...control.Message) err
 		if err != nil {
 			return err
 		}
-		recs = append(recs, &kgo.Record{Topic: w.topics.Name(t), Key: []byte(m.Type()), Value: b})
+		topic := w.topics.Name(t)
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(m.Type()), Value: b})
+		if !slices.Contains(written, topic) {
+			written = append(written, topic)
+		}
 	}
 	before := w.watch.snapshot()
 	if err := w.cl.BeginTransaction(); err != nil {
@@ -182,12 +187,6 @@ func (w *ControlWriter) Append(ctx context.Context, msgs ...control.Message) err
 	if err := w.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		abortErr := w.cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
 		return fenced(errors.Join(fmt.Errorf("append control records: %w", err), abortErr))
-	}
-	var written []string
-	for _, r := range recs {
-		if !slices.Contains(written, r.Topic) {
-			written = append(written, r.Topic)
-		}
 	}
 	AwaitPartitionsPublished(ctx, w.cl, written...)
 	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {

@@ -926,6 +926,10 @@ func (s *Sink) releaseQuarantined(completed int64) {
 	}
 }
 
+// errClientDidNotCommit: EndTransaction(TryCommit) returned nil, but the
+// client aborted the transaction or sent nothing (txnwatch.go).
+var errClientDidNotCommit = errors.New("franz-go found no partition of it published yet, and sent an abort or nothing")
+
 // commit commits one flushed transaction with its own producer.
 func (s *Sink) commit(ctx context.Context, txn *sinkTxn) error {
 	sl := txn.slot
@@ -934,16 +938,7 @@ func (s *Sink) commit(ctx context.Context, txn *sinkTxn) error {
 	before := sl.watch.snapshot()
 	err := sl.cl.EndTransaction(ctx, kgo.TryCommit)
 	if err == nil && !sl.watch.committed(before) {
-		// The client aborted it and returned nil (txnwatch.go). The
-		// checkpoint that recorded it has completed: its output is
-		// lost, and the task must stop rather than go on silently.
-		s.met.aborted.Inc()
-		err = txnAborted(ctx, s.admin, txn.handle, s.cfg.TransactionTimeout,
-			errors.New("franz-go found no partition of it published yet, and sent an abort or nothing"))
-		if e, ok := errors.AsType[*SinkTxnAbortedError](err); ok {
-			e.ByClient = true
-		}
-		return s.fail(fmt.Errorf("commit transaction %s of checkpoint %d: %w", sl.txnID, txn.checkpoint, err))
+		err = errClientDidNotCommit
 	}
 	if err == nil {
 		d := time.Since(start)
@@ -954,6 +949,13 @@ func (s *Sink) commit(ctx context.Context, txn *sinkTxn) error {
 		return nil
 	}
 	switch {
+	case errors.Is(err, errClientDidNotCommit):
+		// The checkpoint that recorded it has completed: its output is
+		// lost, and the task must stop rather than go on silently.
+		s.met.aborted.Inc()
+		e := txnAborted(ctx, s.admin, txn.handle, s.cfg.TransactionTimeout, err)
+		e.ByClient = true
+		err = e
 	case errors.Is(err, kerr.InvalidTxnState), errors.Is(err, kerr.InvalidProducerIDMapping), errors.Is(err, kerr.TransactionalIDNotFound):
 		s.met.aborted.Inc()
 		err = txnAborted(ctx, s.admin, txn.handle, s.cfg.TransactionTimeout, err)

@@ -238,7 +238,7 @@ func endTxn(ctx context.Context, cl *kgo.Client, h SinkTxnHandle, commit bool) e
 
 // txnAborted builds the error for a transaction that the broker ended with an
 // abort, with the state it describes now.
-func txnAborted(ctx context.Context, cl *kgo.Client, h SinkTxnHandle, timeout time.Duration, cause error) error {
+func txnAborted(ctx context.Context, cl *kgo.Client, h SinkTxnHandle, timeout time.Duration, cause error) *SinkTxnAbortedError {
 	e := &SinkTxnAbortedError{
 		Checkpoint: h.Checkpoint, TransactionalID: h.TransactionalID,
 		ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch,
