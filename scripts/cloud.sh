@@ -9,7 +9,7 @@
 #   scripts/cloud.sh status   exit 0 iff both run
 #   scripts/cloud.sh env      print the export lines tests read (eval "$(scripts/cloud.sh env)")
 #
-# Settings (environment): WEIR_GCS_PORT (39100), WEIR_AZURITE_PORT (39110),
+# Settings (environment): WEIR_GCS_PORT (19100), WEIR_AZURITE_PORT (19110),
 # WEIR_CLOUD_DIR (.cache/cloud), WEIR_CLOUD_WAIT (seconds, 60).
 set -euo pipefail
 
@@ -20,8 +20,10 @@ gcs_module=github.com/fsouza/fake-gcs-server
 gcs_version=v1.56.1
 azurite_version=3.37.0
 
-gcs_port=${WEIR_GCS_PORT:-39100}
-az_port=${WEIR_AZURITE_PORT:-39110}
+gcs_port=${WEIR_GCS_PORT:-19100}
+az_port=${WEIR_AZURITE_PORT:-19110}
+check_port cloud.sh "$gcs_port"
+check_port cloud.sh "$az_port"
 base=${WEIR_CLOUD_DIR:-$root/.cache/cloud}
 wait_s=${WEIR_CLOUD_WAIT:-60}
 bindir=$root/.cache/bin

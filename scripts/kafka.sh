@@ -10,7 +10,7 @@
 #   scripts/kafka.sh fetch    only fetch the jars
 #
 # Settings (environment): WEIR_KAFKA_VERSION (default 4.4.0), WEIR_KAFKA_PORT
-# (39092; the controller listens on the next port), WEIR_KAFKA_HEAP (1g),
+# (19092; the controller listens on the next port), WEIR_KAFKA_HEAP (1g),
 # WEIR_KAFKA_KEEP_DATA=1 to keep the log directory across restarts.
 set -euo pipefail
 
@@ -18,8 +18,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=lib.sh
 source "$root/scripts/lib.sh"
 version=${WEIR_KAFKA_VERSION:-4.4.0}
-port=${WEIR_KAFKA_PORT:-39092}
+port=${WEIR_KAFKA_PORT:-19092}
 cport=$((port + 1))
+check_port kafka.sh "$port"
+check_port kafka.sh "$cport"
 heap=${WEIR_KAFKA_HEAP:-1g}
 cache="$root/.cache"
 libs="$cache/kafka/$version/libs"

@@ -10,7 +10,7 @@
 #   scripts/s3.sh env      print the export lines tests read (eval "$(scripts/s3.sh env)")
 #   scripts/s3.sh install  only install the binary
 #
-# Settings (environment): WEIR_S3_PORT (default 39000), WEIR_S3_BUCKET
+# Settings (environment): WEIR_S3_PORT (default 19000), WEIR_S3_BUCKET
 # (weir-test), WEIR_S3_ACCESS_KEY (weirtest), WEIR_S3_SECRET_KEY
 # (weirtestsecret), WEIR_S3_REGION (us-east-1), WEIR_S3_DIR (.cache/s3/<port>: pid
 # file, log, and data/), WEIR_S3_BIN (.cache/bin), WEIR_S3_WAIT (seconds to
@@ -26,7 +26,8 @@ module=github.com/versity/versitygw
 version=v1.8.0
 server="versitygw@$version"
 
-port=${WEIR_S3_PORT:-39000}
+port=${WEIR_S3_PORT:-19000}
+check_port s3.sh "$port"
 bucket=${WEIR_S3_BUCKET:-weir-test}
 access=${WEIR_S3_ACCESS_KEY:-weirtest}
 secret=${WEIR_S3_SECRET_KEY:-weirtestsecret}

@@ -11,7 +11,7 @@
 //
 // The environment, as printed by scripts/s3.sh env:
 //
-//	WEIR_S3_ENDPOINT    server URL, e.g. http://127.0.0.1:39000
+//	WEIR_S3_ENDPOINT    server URL, e.g. http://127.0.0.1:19000
 //	WEIR_S3_BUCKET      bucket that exists on it (default weir-test)
 //	WEIR_S3_ACCESS_KEY  static credentials of the test server
 //	WEIR_S3_SECRET_KEY

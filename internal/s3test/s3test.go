@@ -37,7 +37,7 @@ const RealMarker = "weir-real-s3:"
 // Config locates the test server. The zero value is not usable; get one from
 // ConfigFromEnv.
 type Config struct {
-	Endpoint  string // e.g. http://127.0.0.1:39000
+	Endpoint  string // e.g. http://127.0.0.1:19000
 	Bucket    string
 	AccessKey string
 	SecretKey string

@@ -2,7 +2,7 @@
 // sure a bucket exists on it. scripts/s3.sh runs it after starting the test
 // server; it is a test tool, not part of Weir.
 //
-//	go run ./internal/s3test/cmd/s3bucket -endpoint http://127.0.0.1:39000 -bucket weir-test
+//	go run ./internal/s3test/cmd/s3bucket -endpoint http://127.0.0.1:19000 -bucket weir-test
 //
 // Credentials come from -access/-secret, by default WEIR_S3_ACCESS_KEY and
 // WEIR_S3_SECRET_KEY. Creating a bucket that the caller already owns is not
@@ -26,7 +26,7 @@ import (
 
 func main() {
 	var (
-		endpoint = flag.String("endpoint", os.Getenv("WEIR_S3_ENDPOINT"), "server URL, e.g. http://127.0.0.1:39000")
+		endpoint = flag.String("endpoint", os.Getenv("WEIR_S3_ENDPOINT"), "server URL, e.g. http://127.0.0.1:19000")
 		bucket   = flag.String("bucket", os.Getenv("WEIR_S3_BUCKET"), "bucket to create if absent")
 		region   = flag.String("region", envOr("WEIR_S3_REGION", "us-east-1"), "signing region")
 		access   = flag.String("access", os.Getenv("WEIR_S3_ACCESS_KEY"), "access key ID")
