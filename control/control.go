@@ -35,7 +35,7 @@ var (
 // Type names a message type; it is the "type" field of the encoding.
 type Type string
 
-// The message types. The first six are records of the control topics
+// The message types. All but TypeMetadata are records of the control topics
 // (DESIGN.md section 4); TypeMetadata is the checkpoint's _metadata object.
 const (
 	TypeTrigger    Type = "trigger"
@@ -45,6 +45,9 @@ const (
 	TypeRunning    Type = "running"
 	TypeGeneration Type = "generation"
 	TypeComplete   Type = "complete"
+	TypeFailure    Type = "failure"
+	TypeFailed     Type = "failed"
+	TypeResumed    Type = "resumed"
 	TypeMetadata   Type = "metadata"
 )
 
@@ -101,13 +104,15 @@ const (
 	AbortIncomplete AbortReason = "incomplete"
 	// AbortStopped: the job stopped with a savepoint.
 	AbortStopped AbortReason = "stopped"
+	// AbortFailed: the job failed permanently (a Failed record follows).
+	AbortFailed AbortReason = "failed"
 )
 
 // Valid reports whether r is one of the defined reasons.
 func (r AbortReason) Valid() bool {
 	switch r {
 	case AbortExpired, AbortDeclined, AbortFinalizeFailed, AbortSubsumed,
-		AbortGeneration, AbortIncomplete, AbortStopped:
+		AbortGeneration, AbortIncomplete, AbortStopped, AbortFailed:
 		return true
 	}
 	return false
@@ -207,9 +212,9 @@ func TopicOf(m Message) (Topic, bool) {
 	switch m.Type() {
 	case TypeTrigger, TypeAbort:
 		return TopicTrigger, true
-	case TypeAck, TypeDecline, TypeRunning:
+	case TypeAck, TypeDecline, TypeRunning, TypeFailure:
 		return TopicAck, true
-	case TypeGeneration, TypeComplete:
+	case TypeGeneration, TypeComplete, TypeFailed, TypeResumed:
 		return TopicCommit, true
 	}
 	return "", false
@@ -324,6 +329,152 @@ type Generation struct {
 	Gen         uint64     `json:"gen"`
 	Assignment  Assignment `json:"assignment"`
 	RestoreFrom uint64     `json:"restore_from"`
+	// Skip lists input records every task of the generation drops unread:
+	// the records an operator skipped with `processor resume --skip`, kept
+	// in every later generation (a restore may read them again). Sorted,
+	// without repeats; absent when empty.
+	Skip []Position `json:"skip,omitempty"`
+}
+
+// Position names one input record. Its text form, used by the command
+// line and in logs, is "<topic>/<partition>/<offset>" (a Kafka topic name
+// has no '/').
+type Position struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// String returns "<topic>/<partition>/<offset>".
+func (p Position) String() string {
+	return p.Topic + "/" + strconv.Itoa(int(p.Partition)) + "/" + strconv.FormatInt(p.Offset, 10)
+}
+
+// IsZero reports whether p names no record.
+func (p Position) IsZero() bool { return p == Position{} }
+
+// Compare orders positions by topic, partition, offset; it returns -1, 0
+// or +1.
+func (p Position) Compare(q Position) int {
+	if c := strings.Compare(p.Topic, q.Topic); c != 0 {
+		return c
+	}
+	if c := cmpInt(int64(p.Partition), int64(q.Partition)); c != 0 {
+		return c
+	}
+	return cmpInt(p.Offset, q.Offset)
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (p Position) validate() error {
+	if p.Topic == "" || strings.ContainsAny(p.Topic, "/ \t\n\r") || p.Partition < 0 || p.Offset < 0 {
+		return fmt.Errorf("%w: record position %q", ErrInvalid, p.String())
+	}
+	return nil
+}
+
+// ParsePosition parses the text form "<topic>/<partition>/<offset>".
+func ParsePosition(s string) (Position, error) {
+	topic, rest, ok1 := strings.Cut(s, "/")
+	part, off, ok2 := strings.Cut(rest, "/")
+	if !ok1 || !ok2 {
+		return Position{}, fmt.Errorf("%w: record %q: want <topic>/<partition>/<offset>", ErrInvalid, s)
+	}
+	pn, err1 := strconv.ParseInt(part, 10, 32)
+	on, err2 := strconv.ParseInt(off, 10, 64)
+	if err1 != nil || err2 != nil {
+		return Position{}, fmt.Errorf("%w: record %q: partition and offset must be decimal numbers", ErrInvalid, s)
+	}
+	p := Position{Topic: topic, Partition: int32(pn), Offset: on}
+	if err := p.validate(); err != nil {
+		return Position{}, err
+	}
+	return p, nil
+}
+
+// checkPositions validates a sorted list of positions without repeats;
+// an empty list must be absent (nil), so that encoding round-trips.
+func checkPositions(ps []Position) error {
+	if ps != nil && len(ps) == 0 {
+		return fmt.Errorf("%w: empty skip list (leave the field out)", ErrInvalid)
+	}
+	for i, p := range ps {
+		if err := p.validate(); err != nil {
+			return err
+		}
+		if i > 0 && ps[i-1].Compare(p) >= 0 {
+			return fmt.Errorf("%w: skip list not sorted or repeated at %s", ErrInvalid, p)
+		}
+	}
+	return nil
+}
+
+// FailureCause says what kind of permanent failure stopped a job: a closed
+// set, so that a metric can carry it as a label.
+type FailureCause string
+
+// The failure causes.
+const (
+	// CauseRecord: an input record that does not decode under on_error:
+	// fail. Fix the job (on_error: skip or dead-letter) or skip the record.
+	CauseRecord FailureCause = "record"
+	// CauseStorage: the object store refuses the job's requests in a way no
+	// retry fixes (no such bucket, access denied, invalid parameters).
+	CauseStorage FailureCause = "storage"
+	// CauseKafka: Kafka refuses the job's requests in a way no retry fixes
+	// (a topic that does not exist, authorization).
+	CauseKafka FailureCause = "kafka"
+)
+
+// Valid reports whether c is one of the defined causes.
+func (c FailureCause) Valid() bool { return c == CauseRecord || c == CauseStorage || c == CauseKafka }
+
+// Failure reports that Task failed permanently in generation Gen: no retry
+// or restart can fix it. The coordinator turns it into a Failed record.
+// Written by the task's replica to the ack topic. (An addition to DESIGN.md
+// section 4: tasks report failures the way they report acks.)
+type Failure struct {
+	Gen    uint64       `json:"gen"`
+	Task   TaskID       `json:"task"`
+	Cause  FailureCause `json:"cause"`
+	Reason string       `json:"reason"`
+	// Record is the input record that caused it, if one did.
+	Record Position `json:"record,omitzero"`
+}
+
+// Failed records that the job failed permanently in generation Gen (DESIGN.md
+// sections 4 and 11): every replica, including one started later, stops its
+// tasks and reports why until a Resumed record follows. Written by the
+// coordinator to the commit topic.
+type Failed struct {
+	Gen uint64 `json:"gen"`
+	// TS is the time the coordinator recorded it, in Unix milliseconds.
+	TS     int64        `json:"ts"`
+	Task   TaskID       `json:"task,omitzero"`
+	Cause  FailureCause `json:"cause"`
+	Reason string       `json:"reason"`
+	Record Position     `json:"record,omitzero"`
+}
+
+// Resumed clears the failure of generation Gen: the job starts a new
+// generation from its newest completed checkpoint, and every later
+// generation skips the records of Skip. Written to the commit topic by
+// `processor resume` under the coordinator's transactional ID (which fences
+// any coordinator), only while the newest record of the history is the
+// Failed record of Gen.
+type Resumed struct {
+	Gen  uint64     `json:"gen"`
+	TS   int64      `json:"ts"`
+	Skip []Position `json:"skip,omitempty"`
 }
 
 // Complete records that checkpoint ID is complete: its _metadata object exists
@@ -381,6 +532,15 @@ func (Generation) Type() Type { return TypeGeneration }
 
 // Type implements Message.
 func (Complete) Type() Type { return TypeComplete }
+
+// Type implements Message.
+func (Failure) Type() Type { return TypeFailure }
+
+// Type implements Message.
+func (Failed) Type() Type { return TypeFailed }
+
+// Type implements Message.
+func (Resumed) Type() Type { return TypeResumed }
 
 // Type implements Message.
 func (Metadata) Type() Type { return TypeMetadata }
@@ -477,7 +637,50 @@ func (m Generation) validate() error {
 			return fmt.Errorf("%w: task %q", ErrInvalid, t.String())
 		}
 	}
+	return checkPositions(m.Skip)
+}
+
+func checkFailure(gen uint64, task TaskID, cause FailureCause, reason string, record Position) error {
+	if gen == 0 {
+		return fmt.Errorf("%w: gen must be positive", ErrInvalid)
+	}
+	if task != (TaskID{}) && !task.Valid() {
+		return fmt.Errorf("%w: task %q", ErrInvalid, task.String())
+	}
+	if !cause.Valid() {
+		return fmt.Errorf("%w: failure cause %q", ErrInvalid, cause)
+	}
+	if reason == "" {
+		return fmt.Errorf("%w: a failure needs a reason", ErrInvalid)
+	}
+	if !record.IsZero() {
+		return record.validate()
+	}
 	return nil
+}
+
+func (m Failure) validate() error {
+	if !m.Task.Valid() {
+		return fmt.Errorf("%w: task %q", ErrInvalid, m.Task.String())
+	}
+	return checkFailure(m.Gen, m.Task, m.Cause, m.Reason, m.Record)
+}
+
+func (m Failed) validate() error {
+	if m.TS < 0 {
+		return fmt.Errorf("%w: negative ts", ErrInvalid)
+	}
+	return checkFailure(m.Gen, m.Task, m.Cause, m.Reason, m.Record)
+}
+
+func (m Resumed) validate() error {
+	if m.Gen == 0 {
+		return fmt.Errorf("%w: gen must be positive", ErrInvalid)
+	}
+	if m.TS < 0 {
+		return fmt.Errorf("%w: negative ts", ErrInvalid)
+	}
+	return checkPositions(m.Skip)
 }
 
 func (m Complete) validate() error {
@@ -598,6 +801,12 @@ func Decode(b []byte) (Message, error) {
 		return decodeAs[Generation](t, body)
 	case TypeComplete:
 		return decodeAs[Complete](t, body)
+	case TypeFailure:
+		return decodeAs[Failure](t, body)
+	case TypeFailed:
+		return decodeAs[Failed](t, body)
+	case TypeResumed:
+		return decodeAs[Resumed](t, body)
 	case TypeMetadata:
 		return decodeAs[Metadata](t, body)
 	}

@@ -25,6 +25,16 @@ func examples() []Message {
 			"processor-1": {task("enrich", 2), task("sink", 0)},
 		}},
 		Complete{ID: 6, Gen: 2, TS: 1_700_000_000_900, Kind: KindCheckpoint, Metadata: "file:///ckpt/job/chk-6/_metadata"},
+		Generation{Gen: 4, RestoreFrom: 6, Assignment: Assignment{"p-0": {task("main", 0)}},
+			Skip: []Position{{Topic: "clicks", Partition: 0, Offset: 17}, {Topic: "clicks", Partition: 2, Offset: 3}}},
+		Failure{Gen: 3, Task: task("main", 2), Cause: CauseRecord, Reason: "value is not valid JSON",
+			Record: Position{Topic: "clicks", Partition: 2, Offset: 41}},
+		Failure{Gen: 3, Task: task("main", 0), Cause: CauseStorage, Reason: "bucket does not exist"},
+		Failed{Gen: 3, TS: 1_700_000_002_000, Task: task("main", 2), Cause: CauseRecord, Reason: "value is not valid JSON",
+			Record: Position{Topic: "clicks", Partition: 2, Offset: 41}},
+		Failed{Gen: 3, TS: 5, Cause: CauseKafka, Reason: "topic authorization failed"},
+		Resumed{Gen: 3, TS: 1_700_000_003_000, Skip: []Position{{Topic: "clicks", Partition: 2, Offset: 41}}},
+		Resumed{Gen: 3, TS: 6},
 		Metadata{ID: 6, Gen: 2, Kind: KindSavepoint, Target: "sp", TS: 5, Tasks: []TaskState{
 			{Task: task("a", 0), Handle: "h0"}, {Task: task("a", 1), Handle: "h1", Metrics: AckMetrics{StateBytes: 3}},
 		}},
@@ -70,6 +80,14 @@ func TestGoldenEncoding(t *testing.T) {
 			`{"v":1,"type":"generation","gen":1,"assignment":{"r1":["map/0"]},"restore_from":0}`},
 		{Complete{ID: 7, Gen: 2, TS: 9, Kind: KindStop, Target: "t", Metadata: "m"},
 			`{"v":1,"type":"complete","id":7,"gen":2,"ts":9,"kind":"stop","target":"t","metadata":"m"}`},
+		{Failure{Gen: 3, Task: task("main", 1), Cause: CauseRecord, Reason: "bad", Record: Position{Topic: "in", Partition: 1, Offset: 0}},
+			`{"v":1,"type":"failure","gen":3,"task":"main/1","cause":"record","reason":"bad","record":{"topic":"in","partition":1,"offset":0}}`},
+		{Failed{Gen: 3, TS: 9, Cause: CauseStorage, Reason: "no bucket"},
+			`{"v":1,"type":"failed","gen":3,"ts":9,"cause":"storage","reason":"no bucket"}`},
+		{Resumed{Gen: 3, TS: 10, Skip: []Position{{Topic: "in", Partition: 1, Offset: 0}}},
+			`{"v":1,"type":"resumed","gen":3,"ts":10,"skip":[{"topic":"in","partition":1,"offset":0}]}`},
+		{Generation{Gen: 4, Assignment: Assignment{"r1": {task("map", 0)}}, Skip: []Position{{Topic: "in", Partition: 0, Offset: 5}}},
+			`{"v":1,"type":"generation","gen":4,"assignment":{"r1":["map/0"]},"restore_from":0,"skip":[{"topic":"in","partition":0,"offset":5}]}`},
 	} {
 		b, err := Encode(tc.m)
 		if err != nil {
@@ -118,6 +136,19 @@ func TestDecodeErrors(t *testing.T) {
 		{`{"v":1,"type":"generation","gen":1,"assignment":{"a":["m/0"],"b":["m/0"]}}`, ErrInvalid},
 		{`{"v":1,"type":"complete","id":1,"gen":1,"ts":1,"kind":"checkpoint"}`, ErrInvalid},
 		{`{"v":1,"type":"metadata","id":1,"gen":1,"ts":1,"kind":"checkpoint","tasks":[{"task":"m/1","handle":"h"},{"task":"m/0","handle":"h"}]}`, ErrInvalid},
+		{`{"v":1,"type":"failure","gen":1,"cause":"record","reason":"x"}`, ErrInvalid},
+		{`{"v":1,"type":"failure","gen":1,"task":"m/0","cause":"cosmic","reason":"x"}`, ErrInvalid},
+		{`{"v":1,"type":"failure","gen":1,"task":"m/0","cause":"record","reason":""}`, ErrInvalid},
+		{`{"v":1,"type":"failure","gen":0,"task":"m/0","cause":"record","reason":"x"}`, ErrInvalid},
+		{`{"v":1,"type":"failure","gen":1,"task":"m/0","cause":"record","reason":"x","record":{"topic":"","partition":1,"offset":2}}`, ErrInvalid},
+		{`{"v":1,"type":"failure","gen":1,"task":"m/0","cause":"record","reason":"x","record":{"topic":"t","partition":-1,"offset":2}}`, ErrInvalid},
+		{`{"v":1,"type":"failure","gen":1,"task":"m/0","cause":"record","reason":"x","record":{"topic":"t","partition":1,"offset":2,"key":"k"}}`, ErrMalformed},
+		{`{"v":1,"type":"failed","gen":1,"ts":-1,"cause":"record","reason":"x"}`, ErrInvalid},
+		{`{"v":1,"type":"failed","gen":1,"ts":1,"task":"","cause":"record","reason":"x"}`, ErrInvalid},
+		{`{"v":1,"type":"resumed","gen":0,"ts":1}`, ErrInvalid},
+		{`{"v":1,"type":"resumed","gen":1,"ts":1,"skip":[]}`, ErrInvalid},
+		{`{"v":1,"type":"resumed","gen":1,"ts":1,"skip":[{"topic":"t","partition":0,"offset":2},{"topic":"t","partition":0,"offset":2}]}`, ErrInvalid},
+		{`{"v":1,"type":"generation","gen":1,"assignment":{"a":["m/0"]},"skip":[{"topic":"a/b","partition":0,"offset":2}]}`, ErrInvalid},
 	} {
 		_, err := Decode([]byte(tc.in))
 		if !errors.Is(err, tc.want) {
@@ -159,7 +190,8 @@ func TestTaskID(t *testing.T) {
 
 func TestTopicOf(t *testing.T) {
 	want := map[Type]Topic{TypeTrigger: TopicTrigger, TypeAbort: TopicTrigger, TypeAck: TopicAck,
-		TypeDecline: TopicAck, TypeRunning: TopicAck, TypeGeneration: TopicCommit, TypeComplete: TopicCommit}
+		TypeDecline: TopicAck, TypeRunning: TopicAck, TypeGeneration: TopicCommit, TypeComplete: TopicCommit,
+		TypeFailure: TopicAck, TypeFailed: TopicCommit, TypeResumed: TopicCommit}
 	for _, m := range examples() {
 		got, ok := TopicOf(m)
 		if w, isRecord := want[m.Type()]; got != w || ok != isRecord {
@@ -170,10 +202,22 @@ func TestTopicOf(t *testing.T) {
 
 func TestAbortReasons(t *testing.T) {
 	counts := map[AbortReason]bool{AbortExpired: true, AbortDeclined: true, AbortFinalizeFailed: true,
-		AbortSubsumed: false, AbortGeneration: false, AbortIncomplete: false, AbortStopped: false}
+		AbortSubsumed: false, AbortGeneration: false, AbortIncomplete: false, AbortStopped: false, AbortFailed: false}
 	for r, c := range counts {
 		if !r.Valid() || r.CountsAsFailure() != c {
 			t.Errorf("reason %s: valid=%v counts=%v", r, r.Valid(), r.CountsAsFailure())
+		}
+	}
+}
+
+func TestPosition(t *testing.T) {
+	p, err := ParsePosition("clicks/3/1024")
+	if err != nil || p != (Position{Topic: "clicks", Partition: 3, Offset: 1024}) || p.String() != "clicks/3/1024" {
+		t.Fatalf("ParsePosition = %v, %v", p, err)
+	}
+	for _, bad := range []string{"", "clicks", "clicks/3", "/3/4", "c/-1/4", "c/1/-4", "c/x/4", "c/1/4/5", "c/99999999999/1"} {
+		if _, err := ParsePosition(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParsePosition(%q) = %v, want ErrInvalid", bad, err)
 		}
 	}
 }
@@ -192,6 +236,9 @@ func FuzzDecode(f *testing.F) {
 		`{"v":1,"type":"generation","gen":1,"assignment":{"r":null,"s":["a/0"]}}`,
 		`{"v":1,"type":"metadata","id":1,"gen":1,"ts":1,"kind":"checkpoint","tasks":[]}`,
 		`{"v":1,"type":"trigger","ID":1,"id":2,"ts":1,"kind":"checkpoint","gen":1}`,
+		`{"v":1,"type":"failure","gen":1,"task":"m/0","cause":"record","reason":"x","record":{"topic":"t","partition":0,"offset":0}}`,
+		`{"v":1,"type":"failed","gen":1,"ts":0,"task":"m/0","cause":"kafka","reason":"x","record":{}}`,
+		`{"v":1,"type":"resumed","gen":1,"ts":0,"skip":null}`,
 		"{\"v\":1,\"type\":\"decline\",\"id\":1,\"gen\":1,\"task\":\"\xff/1\",\"reason\":\"\xfe\"}",
 	} {
 		f.Add([]byte(s))
