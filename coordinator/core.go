@@ -28,6 +28,9 @@ var (
 	ErrInvalidEvent = errors.New("coordinator: invalid event")
 	// ErrHistory: Restore got records that no coordinator could have written.
 	ErrHistory = errors.New("coordinator: inconsistent history")
+	// ErrFailed: the job failed permanently (a Failed record); the core
+	// takes no assignment or request until a Resumed record clears it.
+	ErrFailed = errors.New("coordinator: job failed")
 )
 
 // recentSize is how many finished checkpoint IDs of the current generation
@@ -48,9 +51,12 @@ const (
 	phaseRunning
 	// phaseStopped: a stop-with-savepoint completed.
 	phaseStopped
+	// phaseFailed: the job failed permanently; nothing is triggered or
+	// assigned until a Resumed record.
+	phaseFailed
 )
 
-var phaseNames = [...]string{"waiting", "starting", "running", "stopped"}
+var phaseNames = [...]string{"waiting", "starting", "running", "stopped", "failed"}
 
 func (p phase) String() string { return phaseNames[p] }
 
@@ -118,6 +124,8 @@ type Core struct {
 	savepoints     []uint64 // savepoints completed in this generation
 	failures       int      // consecutive counted failures
 	lastCompletion time.Time
+	failed         *control.Failed    // the job's permanent failure, until resumed
+	skip           []control.Position // records every generation skips, sorted
 
 	// Volatile state.
 	phase       phase
@@ -160,6 +168,8 @@ func (c *Core) Step(e Event) error {
 		err = c.metadataWritten(ev)
 	case MetadataFailed:
 		err = c.metadataFailed(ev)
+	case TaskFailed:
+		c.taskFailed(ev.Failure)
 	default:
 		// reflect.TypeOf, unlike fmt's %T, keeps e from escaping, so that
 		// Step(Acknowledge{...}) does not allocate.
@@ -176,7 +186,7 @@ func (c *Core) Tick(now time.Time) {
 	if now.After(c.now) {
 		c.now = now
 	}
-	if c.phase == phaseStopped {
+	if c.phase == phaseStopped || c.phase == phaseFailed {
 		return
 	}
 	for _, p := range slices.Clone(c.pending) {
@@ -262,6 +272,10 @@ type Status struct {
 	// NextTrigger is when the next periodic trigger is due, if scheduled.
 	NextTrigger time.Time
 	Scheduled   bool
+	// Failed is the job's permanent failure, nil unless Phase is "failed".
+	Failed *control.Failed
+	// Skip lists the records every generation skips.
+	Skip []control.Position
 }
 
 // PendingStatus summarizes one pending checkpoint.
@@ -285,7 +299,11 @@ func (c *Core) Status() Status {
 	s := Status{
 		Gen: c.gen, Phase: c.phase.String(), Tasks: len(c.tasks), LastID: c.lastID,
 		LastCompleted: c.lastCompleted, Failures: c.failures,
-		NextTrigger: c.nextTrigger, Scheduled: c.scheduled,
+		NextTrigger: c.nextTrigger, Scheduled: c.scheduled, Skip: slices.Clone(c.skip),
+	}
+	if c.failed != nil {
+		f := *c.failed
+		s.Failed = &f
 	}
 	for _, p := range c.pending {
 		s.Pending = append(s.Pending, PendingStatus{ID: p.id, Kind: p.kind, Remaining: p.remaining,
@@ -534,7 +552,8 @@ func (c *Core) maybeRestart() {
 		return
 	}
 	c.restartDue = false
-	if c.failures <= c.cfg.TolerableFailures || c.phase == phaseStopped || c.phase == phaseWaiting || len(c.tasks) == 0 {
+	if c.failures <= c.cfg.TolerableFailures || c.phase == phaseStopped || c.phase == phaseWaiting ||
+		c.phase == phaseFailed || len(c.tasks) == 0 {
 		return
 	}
 	r := &Restart{Failures: c.failures, Reason: fmt.Sprintf(
@@ -546,14 +565,17 @@ func (c *Core) maybeRestart() {
 }
 
 func (c *Core) newGeneration(a control.Assignment) {
-	rec := control.Generation{Gen: c.gen + 1, Assignment: a, RestoreFrom: c.lastCompleted}
+	rec := control.Generation{Gen: c.gen + 1, Assignment: a, RestoreFrom: c.lastCompleted, Skip: slices.Clone(c.skip)}
 	c.applyGeneration(rec)
 	c.out.Records = append(c.out.Records, rec)
 }
 
 func (c *Core) assign(ev Assign) error {
-	if c.phase == phaseStopped {
+	switch c.phase {
+	case phaseStopped:
 		return ErrStopped
+	case phaseFailed:
+		return fmt.Errorf("%w in generation %d: %s", ErrFailed, c.failed.Gen, c.failed.Reason)
 	}
 	tasks, err := ev.Assignment.Tasks()
 	if err != nil {
@@ -587,6 +609,30 @@ func (c *Core) assign(ev Assign) error {
 	return nil
 }
 
+// taskFailed handles a task's report of a permanent failure: every pending
+// checkpoint is aborted and the Failed record stops the job everywhere
+// (DESIGN.md section 11). Reports of another generation, of an unknown task,
+// or after the job already failed or stopped change nothing.
+func (c *Core) taskFailed(f control.Failure) {
+	if f.Gen != c.gen || c.gen == 0 {
+		c.outcome(control.TypeFailure, 0, f.Gen, f.Task, AckStale)
+		return
+	}
+	if _, ok := c.index[f.Task]; !ok {
+		c.outcome(control.TypeFailure, 0, f.Gen, f.Task, AckUnknown)
+		return
+	}
+	if c.phase == phaseFailed || c.phase == phaseStopped {
+		c.outcome(control.TypeFailure, 0, f.Gen, f.Task, AckDuplicate)
+		return
+	}
+	c.outcome(control.TypeFailure, 0, f.Gen, f.Task, AckSuccess)
+	c.abortAll(control.AbortFailed, fmt.Sprintf("task %s failed: %s", f.Task, f.Reason))
+	rec := control.Failed{Gen: f.Gen, TS: c.now.UnixMilli(), Task: f.Task, Cause: f.Cause, Reason: f.Reason, Record: f.Record}
+	c.applyFailed(rec)
+	c.out.Records = append(c.out.Records, rec)
+}
+
 func (c *Core) taskRunning(ev TaskRunning) {
 	if c.phase != phaseStarting || ev.Gen != c.gen {
 		return
@@ -618,6 +664,8 @@ func (c *Core) requestSavepoint(ev RequestSavepoint) error {
 	switch c.phase {
 	case phaseStopped:
 		return ErrStopped
+	case phaseFailed:
+		return fmt.Errorf("%w in generation %d: %s", ErrFailed, c.failed.Gen, c.failed.Reason)
 	case phaseRunning:
 	default:
 		return fmt.Errorf("%w: generation %d is %s", ErrNotRunning, c.gen, c.phase)

@@ -53,6 +53,15 @@ type MetadataFailed struct {
 	Reason string
 }
 
+// TaskFailed is a task's report of a permanent failure (a control.Failure
+// from the ack topic): the core aborts every pending checkpoint and records
+// control.Failed, after which it triggers and assigns nothing until a
+// control.Resumed record (replayed by Restore) clears it.
+type TaskFailed struct {
+	Failure control.Failure
+}
+
+func (TaskFailed) isEvent()       {}
 func (Acknowledge) isEvent()      {}
 func (Decline) isEvent()          {}
 func (Assign) isEvent()           {}

@@ -102,9 +102,29 @@ func fmtRecord(r control.Message) string {
 		for _, t := range tasks {
 			ts = append(ts, t.String())
 		}
-		return fmt.Sprintf("append generation %d restore_from=%d tasks=(%s)", r.Gen, r.RestoreFrom, strings.Join(ts, " "))
+		s := fmt.Sprintf("append generation %d restore_from=%d tasks=(%s)", r.Gen, r.RestoreFrom, strings.Join(ts, " "))
+		if len(r.Skip) > 0 {
+			s += " skip=(" + fmtPositions(r.Skip) + ")"
+		}
+		return s
+	case control.Failed:
+		s := fmt.Sprintf("append failed gen=%d task=%s cause=%s at=%s (%s)", r.Gen, r.Task, r.Cause, relMS(r.TS), r.Reason)
+		if !r.Record.IsZero() {
+			s += " record=" + r.Record.String()
+		}
+		return s
+	case control.Resumed:
+		return fmt.Sprintf("append resumed gen=%d skip=(%s)", r.Gen, fmtPositions(r.Skip))
 	}
 	return fmt.Sprintf("%#v", r)
+}
+
+func fmtPositions(ps []control.Position) string {
+	var ss []string
+	for _, p := range ps {
+		ss = append(ss, p.String())
+	}
+	return strings.Join(ss, " ")
 }
 
 func fmtNotification(n Notification) string {
@@ -172,6 +192,12 @@ func fmtStatus(s Status) string {
 		s.Gen, s.Phase, s.Tasks, s.LastID, s.LastCompleted, s.Failures)
 	if s.Scheduled {
 		fmt.Fprintf(&b, " next_trigger=%s", rel(s.NextTrigger))
+	}
+	if s.Failed != nil {
+		fmt.Fprintf(&b, " failed=(gen=%d task=%s cause=%s)", s.Failed.Gen, s.Failed.Task, s.Failed.Cause)
+	}
+	if len(s.Skip) > 0 {
+		fmt.Fprintf(&b, " skip=(%s)", fmtPositions(s.Skip))
 	}
 	b.WriteString("\n")
 	for _, p := range s.Pending {
@@ -350,6 +376,49 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			Reason: argString(d, "reason", "snapshot failed")}})
 		return errOut(err) + h.delta()
 
+	case "fail":
+		// A task's report of a permanent failure (control.Failure).
+		gen := uint64(argInt(t, d, "gen", int(h.c.gen)))
+		a, _ := d.Arg("task")
+		f := control.Failure{Gen: gen, Task: parseTask(t, a.SingleVal(t)),
+			Cause: control.FailureCause(argString(d, "cause", "record")), Reason: argString(d, "reason", "does not decode")}
+		if r := argString(d, "record", ""); r != "" {
+			p, err := control.ParsePosition(r)
+			if err != nil {
+				t.Fatalf("%s: %v", d.Pos, err)
+			}
+			f.Record = p
+		}
+		err := h.step(TaskFailed{f})
+		return errOut(err) + h.delta()
+
+	case "resume":
+		// processor resume: a Resumed record appended by another writer;
+		// the coordinator that wrote Failed is gone, and a new one is
+		// rebuilt from the commit topic with it.
+		h.delta()
+		st := h.c.Status()
+		gen := uint64(argInt(t, d, "gen", int(st.Gen)))
+		r := control.Resumed{Gen: gen, TS: h.c.Now().UnixMilli()}
+		if a, ok := d.Arg("skip"); ok {
+			for _, v := range a.Vals {
+				p, err := control.ParsePosition(v)
+				if err != nil {
+					t.Fatalf("%s: %v", d.Pos, err)
+				}
+				r.Skip = append(r.Skip, p)
+			}
+			slices.SortFunc(r.Skip, control.Position.Compare)
+		}
+		history := append(slices.Clone(h.log), r)
+		c, err := Restore(h.cfg, h.c.Now(), history)
+		if err != nil {
+			return errOut(err)
+		}
+		*h = harness{cfg: h.cfg, c: c, log: history, commit: append(slices.Clone(h.commit), r),
+			lastTrigger: h.lastTrigger, acksAfter: h.acksAfter}
+		return fmtRecord(r) + "\n" + fmtStatus(c.Status())
+
 	case "savepoint", "stop":
 		kind := control.KindSavepoint
 		if d.Cmd == "stop" {
@@ -434,12 +503,14 @@ type durableState struct {
 	Savepoints     []uint64
 	Failures       int
 	LastCompletion time.Time
+	Failed         *control.Failed
+	Skip           []control.Position
 }
 
 func durable(c *Core) durableState {
 	s := durableState{Gen: c.gen, Assignment: c.assignment, Tasks: c.tasks, LastID: c.lastID,
 		LastCompleted: c.lastCompleted, Completed: c.completed, Recent: c.recent, Savepoints: c.savepoints,
-		Failures: c.failures, LastCompletion: c.lastCompletion}
+		Failures: c.failures, LastCompletion: c.lastCompletion, Failed: c.failed, Skip: c.skip}
 	for _, p := range c.pending {
 		s.Pending = append(s.Pending, *p)
 	}

@@ -11,7 +11,8 @@ import (
 // Restore rebuilds a core from the job's durable history, at time now
 // (event sourcing, DESIGN.md section 4). history is, in order:
 //
-//   - every record of the commit topic (Generation, Complete);
+//   - every record of the commit topic (Generation, Complete, Failed,
+//     Resumed);
 //   - then the newest committed record of the trigger topic (Trigger or
 //     Abort), if any: IDs of checkpoints that were triggered but never
 //     completed are never used again;
@@ -52,9 +53,19 @@ func Restore(cfg Config, now time.Time, history []control.Message) (*Core, error
 			c.applyTrigger(r)
 		case control.Abort:
 			c.applyAbort(r)
+		case control.Failed:
+			if r.Gen != c.gen {
+				return nil, fmt.Errorf("%w: record %d: failure of generation %d in generation %d", ErrHistory, i, r.Gen, c.gen)
+			}
+			c.applyFailed(r)
+		case control.Resumed:
+			if c.failed == nil || c.failed.Gen != r.Gen {
+				return nil, fmt.Errorf("%w: record %d: resume of generation %d, which did not fail", ErrHistory, i, r.Gen)
+			}
+			c.applyResumed(r)
 		case control.Ack:
 			c.ack(r)
-		case control.Decline:
+		case control.Decline, control.Failure:
 		default:
 			return nil, fmt.Errorf("%w: record %d: a %s is no control-topic record", ErrHistory, i, m.Type())
 		}
@@ -182,6 +193,26 @@ func (c *Core) retain() []completed {
 	return released
 }
 
+// applyFailed stops the job: a Failed record.
+func (c *Core) applyFailed(r control.Failed) {
+	c.failed = &r
+	c.phase = phaseFailed
+	c.scheduled = false
+	c.notRunning, c.waitingFor = nil, 0
+}
+
+// applyResumed clears the failure and adds the records to skip: the next
+// Assign starts a new generation.
+func (c *Core) applyResumed(r control.Resumed) {
+	c.failed = nil
+	c.phase = phaseWaiting
+	for _, p := range r.Skip {
+		if i, found := slices.BinarySearchFunc(c.skip, p, control.Position.Compare); !found {
+			c.skip = slices.Insert(c.skip, i, p)
+		}
+	}
+}
+
 // applyGeneration starts the generation of a Generation record.
 func (c *Core) applyGeneration(r control.Generation) {
 	tasks, _ := r.Assignment.Tasks() // validated by the caller
@@ -197,6 +228,8 @@ func (c *Core) applyGeneration(r control.Generation) {
 	c.savepoints = nil
 	c.failures = 0
 	c.bumpID(r.RestoreFrom)
+	c.skip = slices.Clone(r.Skip)
+	c.failed = nil
 	c.phase = phaseStarting
 	c.notRunning = make([]bool, len(tasks))
 	for i := range c.notRunning {

@@ -285,6 +285,8 @@ func (r *Runner) stepAck(core *coordinator.Core, m control.Message) {
 	case control.Running:
 		r.opts.Logger.Debug("task running", "component", "coordinator", "task", a.Task, "generation", a.Gen)
 		err = core.Step(coordinator.TaskRunning{Gen: a.Gen, Task: a.Task})
+	case control.Failure:
+		err = core.Step(coordinator.TaskFailed{Failure: a})
 	default:
 		return // another record type on the ack topic is no business of ours
 	}
@@ -306,6 +308,11 @@ func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinat
 				log.Debug("checkpoint triggered", "checkpoint_id", rec.ID, "kind", rec.Kind, "generation", rec.Gen)
 			case control.Generation:
 				log.Info("generation started", "generation", rec.Gen, "restore_from", rec.RestoreFrom)
+			case control.Failed:
+				// Every replica logs the failure as an error when it reads
+				// this record; the coordinator only says it wrote it.
+				log.Info("job failure recorded on the commit topic", "generation", rec.Gen, "task", rec.Task.String(),
+					"cause", rec.Cause)
 			}
 		}
 	}
