@@ -38,6 +38,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/control"
 )
 
 // SourceOffsets are a source's read positions: topic → partition → the next
@@ -148,6 +150,11 @@ type SourceConfig struct {
 	Restored SourceOffsets
 	// Start is where partitions without a restored offset start.
 	Start SourceStart
+	// Skip lists records the source drops unread (neither decoded nor
+	// delivered): those an operator skipped with `processor resume --skip`
+	// (the generation's control.Generation.Skip). Records of other
+	// partitions are ignored.
+	Skip []control.Position
 
 	// Group is the consumer group the offsets of completed checkpoints are
 	// committed to, for lag tools (DESIGN.md section 5 step 8), for
@@ -314,6 +321,9 @@ type sourcePartition struct {
 	partition int32
 
 	next int64 // the task goroutine's position
+	// skip holds the offsets of this partition to drop, ascending; the task
+	// goroutine pops them as it passes them.
+	skip []int64
 
 	// Published by the task goroutine for Lag, CaughtUp and Positions.
 	pos, lso, hwm atomic.Int64
@@ -395,6 +405,12 @@ func NewSource(ctx context.Context, cfg SourceConfig) (*Source, error) {
 			deadLetters: metrics.deadLetters.WithLabelValues(t),
 			lag:         metrics.lag.WithLabelValues(t, sourcePartitionLabel(cfg.Partition)),
 		}
+		for _, sk := range cfg.Skip {
+			if sk.Topic == t && sk.Partition == cfg.Partition {
+				p.skip = append(p.skip, sk.Offset)
+			}
+		}
+		slices.Sort(p.skip)
 		p.lso.Store(-1)
 		p.hwm.Store(-1)
 		s.parts[t] = p
@@ -589,6 +605,9 @@ func (s *Source) takePartition(p *sourcePartition, fp *kgo.FetchPartition) error
 		}
 		n++
 		size += len(r.Key) + len(r.Value)
+		if len(p.skip) > 0 && r.Offset >= p.skip[0] && s.skipped(p, r) {
+			continue
+		}
 		if err := s.decoder.Decode(r); err != nil {
 			if err := s.rejected(p, r, err); err != nil {
 				return err
@@ -611,6 +630,20 @@ func (s *Source) takePartition(p *sourcePartition, fp *kgo.FetchPartition) error
 	}
 	s.publishLag(p)
 	return nil
+}
+
+// skipped reports whether r is one of the records p skips, and forgets
+// the skip offsets r has passed.
+func (s *Source) skipped(p *sourcePartition, r *kgo.Record) bool {
+	for len(p.skip) > 0 && p.skip[0] < r.Offset {
+		p.skip = p.skip[1:]
+	}
+	if len(p.skip) == 0 || p.skip[0] != r.Offset {
+		return false
+	}
+	p.skip = p.skip[1:]
+	s.log.Info("source skipped a record, as processor resume --skip asked", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+	return true
 }
 
 // rejected applies the decode policy to r, which the decoder rejected.

@@ -39,7 +39,60 @@ var (
 	ErrNotFound = errors.New("state/objstore: object not found")
 	// ErrExists reports that a conditional put found the object already there.
 	ErrExists = errors.New("state/objstore: object already exists")
+	// ErrPermanent is matched by a *StorageError: the object store refuses
+	// the job's requests in a way no retry can fix (the bucket does not
+	// exist, access denied, invalid parameters). The job must stop and say
+	// so rather than retry.
+	ErrPermanent = errors.New("state/objstore: permanent error")
 )
+
+// StorageError is an error of the object store that no retry fixes, with
+// what an operator should check. It matches ErrPermanent.
+type StorageError struct {
+	// Op is the operation, for example "put chk-3/main-0.manifest".
+	Op string
+	// Problem says what is wrong, for people: "the bucket does not exist".
+	Problem string
+	Err     error
+}
+
+func (e *StorageError) Error() string {
+	return fmt.Sprintf("state/objstore: %s: %s (fix checkpoint.storage or the store's permissions; retrying cannot help): %v", e.Op, e.Problem, e.Err)
+}
+
+// Unwrap returns the driver's error.
+func (e *StorageError) Unwrap() error { return e.Err }
+
+// Is matches ErrPermanent.
+func (e *StorageError) Is(target error) bool { return target == ErrPermanent }
+
+// permanentProblem classifies a driver error of op: a *StorageError for
+// the errors no retry can fix, nil otherwise. bucketOp says that op names
+// no single object (a put or a list), so that "not found" can only mean
+// the bucket (S3's NoSuchBucket, a missing directory).
+func permanentProblem(op string, err error, bucketOp bool) *StorageError {
+	var se *StorageError
+	if errors.As(err, &se) {
+		return se
+	}
+	var problem string
+	switch gcerrors.Code(err) {
+	case gcerrors.PermissionDenied:
+		problem = "access denied"
+	case gcerrors.InvalidArgument:
+		problem = "the store rejects the request's parameters"
+	case gcerrors.Unimplemented:
+		problem = "the store does not support the request"
+	case gcerrors.NotFound:
+		if !bucketOp {
+			return nil
+		}
+		problem = "the bucket does not exist"
+	default:
+		return nil
+	}
+	return &StorageError{Op: op, Problem: problem, Err: err}
+}
 
 // Object describes one stored object.
 type Object struct {
@@ -211,20 +264,41 @@ type Store struct {
 // any scheme registered with gocloud.dev/blob) and returns the Store of job.
 // The Store owns the bucket: Close closes it.
 func Open(ctx context.Context, url, job string, opts Options) (*Store, error) {
+	shown := url
 	url = fileURLDefaults(url)
 	if err := makeFileRoot(url); err != nil {
-		return nil, fmt.Errorf("state/objstore: open %s: %w", url, err)
+		// The directory cannot be made: a path through a regular file, a
+		// read-only filesystem. A person must change the path.
+		return nil, &StorageError{Op: "open " + shown, Problem: "the directory cannot be created", Err: err}
 	}
 	b, err := blob.OpenBucket(ctx, url)
 	if err != nil {
-		return nil, fmt.Errorf("state/objstore: open %s: %w", url, err)
+		// An unknown scheme or parameter: the URL is wrong.
+		return nil, &StorageError{Op: "open " + shown, Problem: "the URL cannot be opened", Err: err}
 	}
 	s, err := New(FromBlob(url, b), job, opts)
 	if err != nil {
 		_ = b.Close()
 		return nil, err
 	}
+	// Opening a bucket sends no request: ask once, so that a bucket that
+	// does not exist, or refuses this job, is an error at start, not a
+	// checkpoint failing forever.
+	if err := s.probe(ctx); err != nil {
+		_ = b.Close()
+		if errors.Is(err, ErrPermanent) {
+			return nil, fmt.Errorf("checkpoint.storage %s: %w", shown, err)
+		}
+		return nil, fmt.Errorf("state/objstore: open %s: %w", shown, err)
+	}
 	return s, nil
+}
+
+// probe lists a prefix that holds no object (checkpoint IDs start at 1):
+// one cheap request that fails if the bucket is missing or refuses access.
+func (s *Store) probe(ctx context.Context) error {
+	_, err := s.List(ctx, CheckpointPrefix(0))
+	return err
 }
 
 // fileURLDefaults makes fileblob write its temporary files next to their
@@ -303,8 +377,20 @@ func (s *Store) PutFrom(ctx context.Context, key string, open func() (io.ReadClo
 			return Permanent(err)
 		}
 		defer r.Close()
-		return s.b.Upload(ctx, s.prefix+key, r, nil)
+		return bucketErr("put "+key, s.b.Upload(ctx, s.prefix+key, r, nil))
 	})
+}
+
+// bucketErr marks the errors of an operation on no single object (a put,
+// a list) that no retry can fix.
+func bucketErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if se := permanentProblem(op, err, true); se != nil {
+		return se
+	}
+	return err
 }
 
 // PutIfAbsent writes data under key only if nothing is there yet, and returns
@@ -319,7 +405,7 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, data []byte) error 
 		if err != nil && gcerrors.Code(err) == gcerrors.FailedPrecondition {
 			return Permanent(ErrExists)
 		}
-		return err
+		return bucketErr("conditional put "+key, err)
 	})
 	if errors.Is(err, ErrExists) && tries > 1 {
 		got, gerr := s.Get(ctx, key)
@@ -393,7 +479,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Object, error) {
 	err := s.Do(ctx, "list "+prefix, func(ctx context.Context) error {
 		objs, err := s.b.List(ctx, s.prefix+prefix)
 		if err != nil {
-			return err
+			return bucketErr("list "+prefix, err)
 		}
 		out = out[:0]
 		for _, o := range objs {
@@ -453,6 +539,9 @@ func (s *Store) Do(ctx context.Context, what string, op func(ctx context.Context
 		if err == nil {
 			return nil
 		}
+		if se := permanentProblem(what, err, false); se != nil {
+			return se
+		}
 		if gcerrors.Code(err) == gcerrors.NotFound {
 			return fmt.Errorf("%s: %w (%v)", what, ErrNotFound, err)
 		}
@@ -499,7 +588,7 @@ func Permanent(err error) error {
 // errors, throttling, internal server errors — is.
 func IsTransient(err error) bool {
 	var p permanent
-	if errors.As(err, &p) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.As(err, &p) || errors.Is(err, ErrPermanent) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	switch gcerrors.Code(err) {
