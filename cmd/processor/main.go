@@ -30,7 +30,7 @@ func newRootCmd(out io.Writer) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetOut(out)
-	root.AddCommand(newVersionCmd(), newValidateCmd(), newRunCmd(), newDevCmd(), newCheckpointsCmd(), newTransactionsCmd())
+	root.AddCommand(newVersionCmd(), newValidateCmd(), newRunCmd(), newDevCmd(), newCheckpointsCmd(), newTransactionsCmd(), newResumeCmd())
 	return root
 }
 

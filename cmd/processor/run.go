@@ -115,6 +115,10 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 		}
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if f := rep.Failure(); f != nil {
+				http.Error(w, "not ready: "+f.String()+"; to resume: "+f.Resume(), http.StatusServiceUnavailable)
+				return
+			}
 			if !rep.Ready() {
 				http.Error(w, "not ready: tasks not running (starting, restoring, or waiting for Kafka or the object store)", http.StatusServiceUnavailable)
 				return

@@ -1,6 +1,10 @@
 package replica
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weir-stream/weir/control"
+)
 
 // metrics are the replica's own Prometheus metrics; its tasks, sources,
 // sinks, state and coordinator register theirs on the same registry.
@@ -9,6 +13,22 @@ type metrics struct {
 	restoreSeconds                             prometheus.Histogram
 	retries                                    *prometheus.CounterVec
 	sessions                                   prometheus.Counter
+	jobFailed                                  *prometheus.GaugeVec
+}
+
+// failureCauses are the values of weir_replica_job_failed's cause label.
+var failureCauses = [...]control.FailureCause{control.CauseRecord, control.CauseStorage, control.CauseKafka}
+
+// setFailed sets weir_replica_job_failed: 1 for cause, 0 for the others
+// (every cause 0 when cause is empty).
+func (m *metrics) setFailed(cause control.FailureCause) {
+	for _, c := range failureCauses {
+		v := 0.0
+		if c == cause {
+			v = 1
+		}
+		m.jobFailed.WithLabelValues(string(c)).Set(v)
+	}
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -28,8 +48,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"what"}),
 		sessions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "weir", Subsystem: "replica",
 			Name: "session_restarts_total", Help: "Times the replica left the group after a failure and joined again."}),
+		jobFailed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "weir", Subsystem: "replica",
+			Name: "job_failed", Help: "1 while the job is stopped by a permanent failure (a failed record on the commit topic), by cause: record, storage, kafka."},
+			[]string{"cause"}),
 	}
-	for _, c := range []prometheus.Collector{m.members, m.coordinator, m.tasks, m.lastCompleted, m.restoreSeconds, m.retries, m.sessions} {
+	m.setFailed("")
+	for _, c := range []prometheus.Collector{m.members, m.coordinator, m.tasks, m.lastCompleted, m.restoreSeconds, m.retries, m.sessions, m.jobFailed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/config"
@@ -77,8 +78,43 @@ type Replica struct {
 	coord    *coordRole
 	lastView membership.View
 	lastGen  *control.Generation
+	// failed is the job's permanent failure, from the commit topic, until
+	// a resumed or generation record follows it; loggedAt is the commit
+	// offset of the failure last logged, so that each is logged once.
+	failed   *control.Failed
+	loggedAt int64
 
-	ready atomic.Bool
+	ready   atomic.Bool
+	failure atomic.Pointer[Failure] // read by Failure, for /readyz
+}
+
+// Failure is a job's permanent failure, as this replica read it from the
+// commit topic (DESIGN.md section 11).
+type Failure struct {
+	control.Failed
+	// CommitTopic and Offset locate the failed record.
+	CommitTopic string
+	Offset      int64
+}
+
+// Resume is the command that resumes the job, for people.
+func (f *Failure) Resume() string {
+	if !f.Record.IsZero() {
+		return "fix the job (for example source.on_error: skip) and restart its replicas, then run `processor resume -c FILE`; " +
+			"or skip the record with `processor resume -c FILE --skip " + f.Record.String() + "`"
+	}
+	return "fix the cause, then run `processor resume -c FILE`"
+}
+
+func (f *Failure) String() string {
+	s := fmt.Sprintf("job failed (cause %s", f.Cause)
+	if f.Task != (control.TaskID{}) {
+		s += ", task " + f.Task.String()
+	}
+	if !f.Record.IsZero() {
+		s += ", record " + f.Record.String()
+	}
+	return s + fmt.Sprintf(", generation %d; %s offset %d): %s", f.Gen, f.CommitTopic, f.Offset, f.Reason)
 }
 
 // coordRole is the coordinator runner while this replica holds the role.
@@ -97,6 +133,8 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 		log:    opts.Logger.With("replica", opts.ReplicaID, "job", cfg.Job.Name),
 		topics: kafkaio.NewControlTopics(cfg.Kafka.TopicPrefix),
 		tasks:  map[control.TaskID]*task.Task{},
+
+		loggedAt: -1,
 	}
 	r.kopts = []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.ClientID(cfg.Kafka.ClientID)}
 	met, err := newMetrics(opts.Registerer)
@@ -116,6 +154,10 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 // has caught up with the control topics: the /readyz answer.
 func (r *Replica) Ready() bool { return r.ready.Load() }
 
+// Failure returns the job's permanent failure, or nil while the job is not
+// failed. Safe for use by any goroutine.
+func (r *Replica) Failure() *Failure { return r.failure.Load() }
+
 // prepare connects to Kafka and the object store and learns the job's
 // tasks. It is retried with backoff by Run.
 func (r *Replica) prepare(ctx context.Context) error {
@@ -130,7 +172,10 @@ func (r *Replica) prepare(ctx context.Context) error {
 	var parts int
 	err = all(
 		func() error {
-			return kafkaio.EnsureControlTopics(ctx, adm, r.topics, int16(r.cfg.Kafka.ReplicationFactor))
+			if err := kafkaio.EnsureControlTopics(ctx, adm, r.topics, int16(r.cfg.Kafka.ReplicationFactor)); err != nil {
+				return err
+			}
+			return r.awaitControlTopics(ctx, adm)
 		},
 		func() error {
 			var err error
@@ -148,6 +193,9 @@ func (r *Replica) prepare(ctx context.Context) error {
 	}
 	if r.store == nil {
 		st, err := objstore.Open(ctx, r.cfg.Checkpoint.Storage, r.cfg.Job.Name, objstore.Options{Logger: r.log})
+		if errors.Is(err, objstore.ErrPermanent) {
+			return permanent{err} // no such bucket, access denied, a bad URL
+		}
 		if err != nil {
 			return err
 		}
@@ -180,8 +228,8 @@ func (r *Replica) inputPartitions(ctx context.Context, adm *kadm.Client) (int, e
 	parts := -1
 	for _, topic := range srcs[0].Topics {
 		d, ok := details[topic]
-		if !ok || d.Err != nil {
-			return 0, fmt.Errorf("input topic %s: %w", topic, errors.Join(d.Err, errMissing(ok)))
+		if err := topicProblem("input", topic, d, ok); err != nil {
+			return 0, err
 		}
 		if parts >= 0 && len(d.Partitions) != parts {
 			return 0, fmt.Errorf("input topics must have the same number of partitions (co-partitioning): %s has %d, others %d", topic, len(d.Partitions), parts)
@@ -191,9 +239,82 @@ func (r *Replica) inputPartitions(ctx context.Context, adm *kadm.Client) (int, e
 	return parts, nil
 }
 
-// checkSinks checks the exactly-once sinks' transaction timeouts against
+// topicProblem says what is wrong with topic (its description d, ok if the
+// broker described it): a missing topic or one this client may not use is
+// a permanent error, which a person must fix; others are retried.
+func topicProblem(role, topic string, d kadm.TopicDetail, ok bool) error {
+	switch {
+	case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+		return permanent{fmt.Errorf("%s topic %s does not exist: create it, or correct the job's configuration", role, topic)}
+	case errors.Is(d.Err, kerr.TopicAuthorizationFailed):
+		return permanent{fmt.Errorf("%s topic %s: this replica is not authorized to use it (kafka.sasl, the topic's ACLs): %w", role, topic, d.Err)}
+	case d.Err != nil:
+		return fmt.Errorf("%s topic %s: %w", role, topic, d.Err)
+	}
+	return nil
+}
+
+// awaitControlTopics waits until the broker answers for every control
+// topic: right after it created them, their metadata may not have reached
+// the partitions' leaders yet (UNKNOWN_TOPIC_OR_PARTITION), which resolves
+// itself within a second or so and is no reason for the session to fail.
+func (r *Replica) awaitControlTopics(ctx context.Context, adm *kadm.Client) error {
+	names := []string{r.topics.Trigger, r.topics.Ack, r.topics.Commit}
+	wait := 50 * time.Millisecond
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		offsets, err := adm.ListCommittedOffsets(ctx, names...)
+		if err == nil {
+			err = offsets.Error()
+			for _, name := range names {
+				if _, ok := offsets.Lookup(name, 0); !ok && err == nil {
+					err = fmt.Errorf("control topic %s: partition 0 not in the answer", name)
+				}
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("control topics not ready: %w", err)
+		}
+		r.log.Debug("waiting for the control topics' metadata", "err", err, "wait", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// checkSinks checks that the job's output topics (sinks and dead-letter
+// topics) exist, and the exactly-once sinks' transaction timeouts against
 // the broker's limit and the checkpoint timing.
 func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
+	var outputs []string
+	for _, sink := range r.opts.Job.Sinks() {
+		outputs = append(outputs, sink.Topic)
+	}
+	for _, src := range r.opts.Job.Sources() {
+		if src.DeadLetterTopic != "" && !slices.Contains(outputs, src.DeadLetterTopic) {
+			outputs = append(outputs, src.DeadLetterTopic)
+		}
+	}
+	if len(outputs) > 0 {
+		details, err := adm.ListTopics(ctx, outputs...)
+		if err != nil {
+			return fmt.Errorf("describe output topics: %w", err)
+		}
+		var errs []error
+		for _, topic := range outputs {
+			d, ok := details[topic]
+			errs = append(errs, topicProblem("output", topic, d, ok))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
 	for _, sink := range r.opts.Job.Sinks() {
 		if sink.Delivery == stream.DeliveryAtLeastOnce {
 			continue
@@ -226,13 +347,6 @@ func all(fns ...func() error) error {
 
 // stageName names the job's only stage (task IDs are "<stage>/<index>").
 const stageName = "main"
-
-func errMissing(ok bool) error {
-	if ok {
-		return nil
-	}
-	return errors.New("does not exist")
-}
 
 // Run runs the replica until ctx ends (it returns nil then) or a fatal
 // error. It prepares (retrying with backoff while Kafka or the object store
@@ -298,12 +412,18 @@ func (r *Replica) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The job's state is the newest generation, unless a failure came
+	// after it that no resume cleared: then this replica, even if it
+	// starts long after the failure, runs nothing and says why.
 	for _, rec := range hist.Records {
-		switch m := rec.Msg.(type) {
-		case control.Generation:
-			g := m
+		if g, ok := rec.Msg.(control.Generation); ok {
 			r.lastGen = &g
 		}
+	}
+	failed, failedAt := JobFailure(hist.Records)
+	r.clearFailed()
+	if failed != nil {
+		r.enterFailed(ctx, *failed, failedAt)
 	}
 	tail, err := kafkaio.NewControlTail(r.kopts, r.topics, map[control.Topic]kgo.Offset{
 		control.TopicCommit:  kgo.NewOffset().At(hist.End),
@@ -390,7 +510,7 @@ func (r *Replica) session(ctx context.Context) error {
 				r.onView(ctx, r.lastView)
 			}
 		case <-ticker.C:
-			if err := r.checkTasks(); err != nil {
+			if err := r.checkTasks(ctx); err != nil {
 				return err
 			}
 		}
@@ -408,7 +528,9 @@ func (r *Replica) onView(ctx context.Context, v membership.View) {
 		return
 	}
 	r.met.members.Set(float64(len(v.Members)))
-	if !v.IsCoordinator() {
+	if !v.IsCoordinator() || r.failed != nil {
+		// A failed job has nothing to coordinate until it is resumed;
+		// processor resume takes the coordinator's transactional ID.
 		r.stopCoordinator()
 		return
 	}
@@ -495,7 +617,23 @@ func (r *Replica) onRecord(ctx context.Context, rec kafkaio.ControlRecord) error
 	case control.Generation:
 		g := m
 		r.lastGen = &g
+		r.clearFailed()
 		return r.startGeneration(ctx, g)
+	case control.Failed:
+		r.enterFailed(ctx, m, rec.Offset)
+	case control.Resumed:
+		if r.failed == nil || r.failed.Gen != m.Gen {
+			return nil
+		}
+		r.clearFailed()
+		skip := make([]string, len(m.Skip))
+		for i, p := range m.Skip {
+			skip[i] = p.String()
+		}
+		r.log.Info("job resumed; a new generation starts", "generation", m.Gen, "skip", strings.Join(skip, " "))
+		if r.coord == nil && r.lastView.IsCoordinator() {
+			r.onView(ctx, r.lastView)
+		}
 	case control.Trigger:
 		if m.Gen != r.gen {
 			return nil
@@ -555,9 +693,10 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 			err := retry(ctx, r.log, r.met, "start_task", func() error {
 				var err error
 				t, err = task.Open(ctx, r.taskConfig(id, g))
-				if errors.Is(err, kafkaio.ErrSinkTxnAborted) {
+				if errors.Is(err, kafkaio.ErrSinkTxnAborted) || task.Permanent(err) != nil {
 					// Output of a completed checkpoint is lost: never go on
-					// silently (DESIGN.md invariant 5).
+					// silently (DESIGN.md invariant 5). Or the task can
+					// never start: reported below.
 					return permanent{err}
 				}
 				return err
@@ -576,7 +715,24 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 		return nil
 	}
 	if err := errors.Join(errs...); err != nil {
-		return err
+		if errors.Is(err, kafkaio.ErrSinkTxnAborted) {
+			return err
+		}
+		var reported bool
+		for _, e := range errs {
+			if p := task.Permanent(e); p != nil {
+				r.reportFailure(ctx, g.Gen, p.Failure(g.Gen, failedTask(e, mine)))
+				reported = true
+			}
+		}
+		if !reported {
+			return err
+		}
+		// The job stops: the coordinator records the failure, and every
+		// replica stops its tasks when it reads it. The session goes on,
+		// so that the replica does not leave and rejoin in a loop.
+		r.stopTasks(ctx)
+		return nil
 	}
 	r.gen = g.Gen
 	r.met.restoreSeconds.Observe(time.Since(start).Seconds())
@@ -602,7 +758,7 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 
 func (r *Replica) taskConfig(id control.TaskID, g control.Generation) task.Config {
 	return task.Config{
-		Job: r.opts.Job, ID: id, Gen: g.Gen, RestoreFrom: g.RestoreFrom,
+		Job: r.opts.Job, ID: id, Gen: g.Gen, RestoreFrom: g.RestoreFrom, Skip: g.Skip,
 		Kafka: r.kopts, Prefix: r.cfg.Kafka.TopicPrefix, Store: r.store,
 		StateDir: filepath.Join(r.cfg.State.Dir, r.cfg.Job.Name, task.StateName(id)),
 		Cache:    r.cache, Acks: r.acks,
@@ -616,18 +772,106 @@ func (r *Replica) taskConfig(id control.TaskID, g control.Generation) task.Confi
 // checkTasks returns the error of a task that failed. The session then
 // ends: the replica leaves the group, which starts a new generation that
 // restores every task from the last completed checkpoint (Flink's global
-// failover), and joins again.
-func (r *Replica) checkTasks() error {
+// failover), and joins again. A permanent failure (task.PermanentError)
+// does not end the session: the replica reports it to the coordinator,
+// which stops the job with a failed record.
+func (r *Replica) checkTasks(ctx context.Context) error {
 	for id, t := range r.tasks {
 		select {
 		case <-t.Done():
-			if err := t.Err(); err != nil {
+			err := t.Err()
+			if err == nil {
+				continue
+			}
+			var p *task.PermanentError
+			if !errors.As(err, &p) {
 				return fmt.Errorf("%w: task %s: %w", errTaskFailed, id, err)
 			}
+			r.ready.Store(false)
+			r.reportFailure(ctx, r.gen, p.Failure(r.gen, id))
+			if err := t.Stop(ctx); err != nil {
+				r.log.Warn("stop task", "task", id.String(), "err", err)
+			}
+			delete(r.tasks, id)
+			r.met.tasks.Set(float64(len(r.tasks)))
 		default:
 		}
 	}
 	return nil
+}
+
+// failedTask returns the task of mine whose start failed with err (the
+// error names it), or the first of mine.
+func failedTask(err error, mine []control.TaskID) control.TaskID {
+	for _, id := range mine {
+		if strings.Contains(err.Error(), "start task "+id.String()+":") {
+			return id
+		}
+	}
+	return mine[0]
+}
+
+// reportFailure sends a task's permanent failure to the coordinator (the
+// ack topic). If it is lost, the task's checkpoints expire, the job
+// restarts, and the task fails and reports again.
+func (r *Replica) reportFailure(ctx context.Context, gen uint64, f control.Failure) {
+	if gen == 0 {
+		return // not running a generation: nothing to report against
+	}
+	f.Gen = gen
+	r.log.Warn("reporting a permanent task failure to the coordinator", "task", f.Task.String(), "cause", f.Cause,
+		"record_topic", f.Record.Topic, "record_partition", f.Record.Partition, "record_offset", f.Record.Offset, "generation", gen)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := r.acks.Send(sctx, f); err != nil && ctx.Err() == nil {
+		r.log.Warn("failure report not sent; the task's checkpoints will expire and the job restart", "task", f.Task.String(), "err", err)
+	}
+}
+
+// JobFailure returns the job's permanent failure and its offset, given the
+// commit topic's records in order: the newest failed record, unless a
+// generation or resumed record follows it; nil if the job is not failed.
+func JobFailure(commit []kafkaio.ControlRecord) (*control.Failed, int64) {
+	var failed *control.Failed
+	var at int64 = -1
+	for _, rec := range commit {
+		switch m := rec.Msg.(type) {
+		case control.Generation, control.Resumed:
+			failed, at = nil, -1
+		case control.Failed:
+			f := m
+			failed, at = &f, rec.Offset
+		}
+	}
+	return failed, at
+}
+
+// enterFailed stops the job on this replica: the failed record at offset
+// of the commit topic says it failed permanently. It logs the failure once.
+func (r *Replica) enterFailed(ctx context.Context, f control.Failed, offset int64) {
+	r.failed = &f
+	r.ready.Store(false)
+	r.gen = 0
+	r.stopTasks(ctx)
+	r.stopCoordinator()
+	fl := &Failure{Failed: f, CommitTopic: r.topics.Commit, Offset: offset}
+	r.failure.Store(fl)
+	r.met.setFailed(f.Cause)
+	if r.loggedAt == offset {
+		return
+	}
+	r.loggedAt = offset
+	r.log.Error("job failed permanently; this replica runs none of its tasks until the job is resumed",
+		"cause", f.Cause, "task", f.Task.String(), "record_topic", f.Record.Topic, "record_partition", f.Record.Partition,
+		"record_offset", f.Record.Offset, "reason", f.Reason, "generation", f.Gen,
+		"commit_topic", r.topics.Commit, "commit_offset", offset, "resume", fl.Resume())
+}
+
+// clearFailed forgets the job's failure (a resumed or generation record).
+func (r *Replica) clearFailed() {
+	r.failed = nil
+	r.failure.Store(nil)
+	r.met.setFailed("")
 }
 
 var errTaskFailed = errors.New("replica: task failed")

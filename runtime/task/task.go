@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,9 @@ type Config struct {
 	// RestoreFrom is the checkpoint to restore from; 0 starts from the
 	// sources' configured start positions with empty state.
 	RestoreFrom uint64
+	// Skip lists input records the source drops unread (the generation's
+	// control.Generation.Skip).
+	Skip []control.Position
 	// Kafka are the base client options (seed brokers, TLS, SASL).
 	Kafka []kgo.Opt
 	// Prefix is the job's prefix of transactional IDs and groups
@@ -203,6 +207,7 @@ func (t *Task) open(ctx context.Context, name string) error {
 	srcCfg.ClientOpts = cfg.Kafka
 	srcCfg.Partition = int32(cfg.ID.Index)
 	srcCfg.Restored = opState.Offsets
+	srcCfg.Skip = cfg.Skip
 	srcCfg.Group = cfg.Prefix + "source"
 	srcCfg.Name = cfg.ID.String()
 	srcCfg.Logger = t.log
@@ -324,14 +329,70 @@ func sourceConfig(s stream.KafkaSource) (kafkaio.SourceConfig, error) {
 	}, nil
 }
 
+// PermanentError is a task failure that no retry or restart can fix: a
+// record that does not decode under on_error: fail, an object store that
+// refuses the job. The replica reports it to the coordinator (a
+// control.Failure), which stops the job (DESIGN.md section 11).
+type PermanentError struct {
+	Cause control.FailureCause
+	// Record is the input record that caused it, if one did.
+	Record control.Position
+	Err    error
+}
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Failure is the report of e for the coordinator.
+func (e *PermanentError) Failure(gen uint64, id control.TaskID) control.Failure {
+	reason := e.Err.Error()
+	if len(reason) > 2048 {
+		reason = strings.ToValidUTF8(reason[:2048], "") + "…"
+	}
+	return control.Failure{Gen: gen, Task: id, Cause: e.Cause, Reason: reason, Record: e.Record}
+}
+
+// Permanent returns err as a *PermanentError if no retry or restart can fix
+// it, and nil otherwise.
+func Permanent(err error) *PermanentError {
+	var pe *PermanentError
+	var dec *kafkaio.SourceDecodeError
+	var rec *stream.RecordError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pe):
+		return pe
+	case errors.As(err, &dec):
+		return &PermanentError{Cause: control.CauseRecord, Err: err,
+			Record: control.Position{Topic: dec.Topic, Partition: dec.Partition, Offset: dec.Offset}}
+	case errors.As(err, &rec) && errors.Is(err, stream.ErrDecode):
+		return &PermanentError{Cause: control.CauseRecord, Err: err,
+			Record: control.Position{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}}
+	case errors.Is(err, objstore.ErrPermanent):
+		return &PermanentError{Cause: control.CauseStorage, Err: err}
+	}
+	return nil
+}
+
 // run is the task goroutine.
 func (t *Task) run() {
 	defer close(t.done)
 	err := t.loop()
-	if err != nil && t.ctx.Err() == nil {
-		t.log.Error("task failed", "err", err)
-		t.err = err
+	if err == nil || t.ctx.Err() != nil {
+		return
 	}
+	if p := Permanent(err); p != nil {
+		// The replica reports it; the job's failure is logged as an error
+		// once per replica, when the coordinator has recorded it.
+		t.log.Warn("task stopped by a permanent failure", "cause", p.Cause, "err", err)
+		t.err = p
+		return
+	}
+	t.log.Error("task failed", "err", err)
+	t.err = err
 }
 
 func (t *Task) loop() error {
