@@ -175,18 +175,23 @@ func (j *failJob) produce(ctx context.Context, cl *kgo.Client, from, to int, poi
 	return bad
 }
 
-// verifyExactlyOnce reads out read_committed and checks that every key's
-// counts are 1..n without gap or repeat, and that they add up to want.
+// verifyExactlyOnce reads out read_committed from the start until it has
+// want records, then a little longer, and checks that every key's counts
+// are 1..n without gap or repeat and that there are exactly want outputs.
 func (j *failJob) verifyExactlyOnce(ctx context.Context, want int) {
 	t := j.t
 	t.Helper()
-	var recs []*kgo.Record
-	deadline := time.Now().Add(time.Minute)
+	cl := j.c.Client(t, kgo.ConsumeTopics(j.out), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	final := map[string]int{}
-	for time.Now().Before(deadline) {
-		recs = j.c.ReadCommitted(ctx, t, j.out)
-		final = map[string]int{}
-		for _, r := range recs {
+	seen := 0
+	deadline := time.Now().Add(time.Minute)
+	var settle time.Time // once want are seen, read 1 s more for extras
+	for time.Now().Before(deadline) && (settle.IsZero() || time.Now().Before(settle)) {
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) {
 			var v struct {
 				Key   string `json:"key"`
 				Count int    `json:"count"`
@@ -198,14 +203,14 @@ func (j *failJob) verifyExactlyOnce(ctx context.Context, want int) {
 				t.Fatalf("key %s: count %d after %d: not exactly once", v.Key, v.Count, final[v.Key])
 			}
 			final[v.Key] = v.Count
+			seen++
+		})
+		if seen >= want && settle.IsZero() {
+			settle = time.Now().Add(time.Second)
 		}
-		if len(recs) >= want {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
-	if len(recs) != want {
-		t.Fatalf("%d outputs committed, want %d", len(recs), want)
+	if seen != want {
+		t.Fatalf("%d outputs committed, want %d", seen, want)
 	}
 }
 
