@@ -267,9 +267,9 @@ func Open(ctx context.Context, url, job string, opts Options) (*Store, error) {
 	shown := url
 	url = fileURLDefaults(url)
 	if err := makeFileRoot(url); err != nil {
-		// The directory cannot be made: a path through a regular file, a
-		// read-only filesystem. A person must change the path.
-		return nil, &StorageError{Op: "open " + shown, Problem: "the directory cannot be created", Err: err}
+		// Retried: a volume not mounted yet, or a storage outage as the
+		// replica tests model it (the root replaced by a regular file).
+		return nil, fmt.Errorf("state/objstore: open %s: %w", shown, err)
 	}
 	b, err := blob.OpenBucket(ctx, url)
 	if err != nil {
