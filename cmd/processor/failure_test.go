@@ -21,6 +21,7 @@ import (
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/internal/s3test"
 	"github.com/weir-stream/weir/kafkaio"
 )
 
@@ -394,4 +395,37 @@ func TestMissingTopicsStopAtStart(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestMissingBucketStopsAtStart: `run` with checkpoint.storage naming an S3
+// bucket that does not exist exits at once with one clear message, instead
+// of retrying a permanent error as if it were transient. On the real S3
+// server.
+func TestMissingBucketStopsAtStart(t *testing.T) {
+	s3test.Bucket(t) // skips without the server (fails under WEIR_REQUIRE_S3=1)
+	s3cfg, _ := s3test.ConfigFromEnv()
+	s3cfg.Bucket = "weir-no-such-bucket-run"
+	clearConfigEnv(t)
+	c := kafkatest.NewKfake(t)
+	name := kafkatest.Name(t, "nobucket")
+	j := &failJob{t: t, c: c, name: name, in: name + "-in", out: name + "-out", dir: t.TempDir()}
+	c.CreateTopic(t, j.in, 1, nil)
+	c.CreateTopic(t, j.out, 1, nil)
+	cfg, err := config.Load(config.Source{File: j.file("fail"), Env: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Checkpoint.Storage = s3cfg.URL("")
+	cfg.State.Dir = j.dir
+	cfg.HTTP.Address = ""
+	var log syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = serve(ctx, cfg, &log, nil)
+	if err == nil || !strings.Contains(err.Error(), "the bucket does not exist") || ctx.Err() != nil {
+		t.Fatalf("serve = %v (ctx %v), want 'the bucket does not exist' at once", err, ctx.Err())
+	}
+	if strings.Contains(log.String(), "retrying") {
+		t.Errorf("a missing bucket was retried:\n%s", log.String())
+	}
 }
