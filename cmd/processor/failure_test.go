@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
@@ -427,5 +429,55 @@ func TestMissingBucketStopsAtStart(t *testing.T) {
 	}
 	if strings.Contains(log.String(), "retrying") {
 		t.Errorf("a missing bucket was retried:\n%s", log.String())
+	}
+}
+
+// TestFirstStartWaitsForControlTopics: right after the replica creates the
+// control topics, a broker may not know them yet for a moment
+// (UNKNOWN_TOPIC_OR_PARTITION from ListOffsets, which Apache Kafka answers
+// while the metadata travels). That resolves itself: the job's first start
+// logs no ERROR and restarts no session. kfake only: the fault is injected.
+func TestFirstStartWaitsForControlTopics(t *testing.T) {
+	clearConfigEnv(t)
+	c := kafkatest.NewKfake(t)
+	name := kafkatest.Name(t, "fresh")
+	j := &failJob{t: t, c: c, name: name, in: name + "-in", out: name + "-out", dir: t.TempDir()}
+	c.CreateTopic(t, j.in, 2, nil)
+	c.CreateTopic(t, j.out, 2, nil)
+	unknownUntil := time.Now().Add(2 * time.Second)
+	c.Fake.ControlKey(int16(kmsg.ListOffsets), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.Fake.KeepControl()
+		req := kreq.(*kmsg.ListOffsetsRequest)
+		if time.Now().After(unknownUntil) {
+			return nil, nil, false
+		}
+		for _, rt := range req.Topics {
+			if !strings.HasPrefix(rt.Topic, "_weir.") {
+				return nil, nil, false
+			}
+		}
+		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := j.start(ctx, "a", j.file("fail"))
+	waitFor(t, "ready", time.Minute, func() bool { code, _ := a.get("/readyz"); return code == http.StatusOK })
+	if i := strings.Index(a.log.String(), "level=ERROR"); i >= 0 {
+		t.Fatalf("the job's first start logged an ERROR: %s", a.log.String()[i:min(len(a.log.String()), i+300)])
+	}
+	if v := a.metric(t, "weir_replica_session_restarts_total"); v != "0" {
+		t.Fatalf("%s session restarts at the first start", v)
 	}
 }
