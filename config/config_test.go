@@ -62,8 +62,9 @@ func TestLoadClicksJob(t *testing.T) {
 	if !strings.HasPrefix(cfg.Checkpoint.Storage, "file:///") || !strings.HasSuffix(cfg.Checkpoint.Storage, "/weir-state/checkpoints") {
 		t.Fatalf("default storage %q", cfg.Checkpoint.Storage)
 	}
-	if sink.TransactionTimeout != cfg.MinTransactionTimeout() {
-		t.Fatalf("default transaction timeout %v too short", sink.TransactionTimeout)
+	if sink.TransactionTimeout != 0 || cfg.SinkTransactionTimeout(sink.TransactionTimeout) != cfg.MinTransactionTimeout() {
+		t.Fatalf("transaction timeout %v (default %v): want unset, defaulting to the least the checkpoints need, %v",
+			sink.TransactionTimeout, cfg.SinkTransactionTimeout(sink.TransactionTimeout), cfg.MinTransactionTimeout())
 	}
 }
 

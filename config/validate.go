@@ -202,7 +202,9 @@ func (c *Config) validateSink(v *validator, path string, s *SinkStep) {
 	if s.Delivery == ModeExactlyOnce && c.Checkpoint.Mode == ModeAtLeastOnce {
 		v.add(path+".delivery", "exactly-once needs checkpoint.mode exactly-once (it is at-least-once)")
 	}
-	if s.Delivery == ModeExactlyOnce {
+	if s.TransactionTimeout < 0 {
+		v.add(path+".transaction_timeout", "%v: must not be negative (leave it out for the default)", s.TransactionTimeout)
+	} else if s.Delivery == ModeExactlyOnce && s.TransactionTimeout > 0 {
 		if need := c.MinTransactionTimeout(); s.TransactionTimeout < need {
 			v.add(path+".transaction_timeout", "%v: must be at least 2 × checkpoint.interval + checkpoint.timeout + 1m (%v), or the broker may abort a transaction whose checkpoint completes late or fails once; raise it, or lower checkpoint.timeout", s.TransactionTimeout, need)
 		}

@@ -69,7 +69,8 @@ type Replica struct {
 	met     *metrics
 	runner  *runner.Runner // created once; Run once per coordinator term
 
-	taskIDs []control.TaskID // every task of the job, fixed at start
+	taskIDs []control.TaskID   // every task of the job, fixed at start
+	sinks   []stream.KafkaSink // the job's sinks with their defaults (sinkSpecs)
 
 	// Owned by Run's goroutine.
 	gen      uint64
@@ -97,6 +98,7 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 		log:    opts.Logger.With("replica", opts.ReplicaID, "job", cfg.Job.Name),
 		topics: kafkaio.NewControlTopics(cfg.Kafka.TopicPrefix),
 		tasks:  map[control.TaskID]*task.Task{},
+		sinks:  sinkSpecs(opts.Job, cfg),
 	}
 	r.kopts = []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.ClientID(cfg.Kafka.ClientID)}
 	met, err := newMetrics(opts.Registerer)
@@ -194,7 +196,7 @@ func (r *Replica) inputPartitions(ctx context.Context, adm *kadm.Client) (int, e
 // checkSinks checks the exactly-once sinks' transaction timeouts against
 // the broker's limit and the checkpoint timing.
 func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
-	for _, sink := range r.opts.Job.Sinks() {
+	for _, sink := range r.sinks {
 		if sink.Delivery == stream.DeliveryAtLeastOnce {
 			continue
 		}
@@ -211,6 +213,19 @@ func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
 		}
 	}
 	return nil
+}
+
+// sinkSpecs returns the job's sinks with the runtime's defaults filled in.
+// It is the one place that does so for every sink, the pipeline's own and a
+// source's dead-letter sink, of a YAML or a Go job: an exactly-once sink
+// without a transaction timeout gets config's default, the least the
+// checkpoint settings need (config.Config.SinkTransactionTimeout).
+func sinkSpecs(job *stream.Job, cfg *config.Config) []stream.KafkaSink {
+	sinks := job.Sinks()
+	for i := range sinks {
+		sinks[i].TransactionTimeout = cfg.SinkTransactionTimeout(sinks[i].TransactionTimeout)
+	}
+	return sinks
 }
 
 // all runs fns concurrently and returns their errors, joined.
@@ -607,6 +622,7 @@ func (r *Replica) taskConfig(id control.TaskID, g control.Generation) task.Confi
 		StateDir: filepath.Join(r.cfg.State.Dir, r.cfg.Job.Name, task.StateName(id)),
 		Cache:    r.cache, Acks: r.acks,
 		RecordCacheBytes:         cmp.Or(r.cfg.State.RecordCacheBytes, -1), // config: 0 is off
+		Sinks:                    r.sinks,
 		MaxConcurrentCheckpoints: r.cfg.Checkpoint.MaxConcurrent,
 		SinkMetrics:              r.sinkMet,
 		Logger:                   r.log, Registerer: r.opts.Registerer,
