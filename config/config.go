@@ -18,6 +18,9 @@ type Config struct {
 	HTTP       HTTP       `mapstructure:"http"`
 	Log        Log        `mapstructure:"log"`
 	Process    Process    `mapstructure:"process"`
+
+	// origins maps key paths to where Load found their values (Origin).
+	origins map[string]string
 }
 
 // Job names the job and describes its dataflow.
