@@ -310,3 +310,36 @@ func TestOriginsOfValidationProblems(t *testing.T) {
 		t.Fatalf("want the flag: %v", err)
 	}
 }
+
+// TestStorageURLChecked: checkpoint.storage must name a known scheme and a
+// bucket, and take only the query parameters of its scheme's opener in
+// gocloud.dev/blob, with near misses named.
+func TestStorageURLChecked(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"s3://", `"s3://": no bucket`},
+		{"s3://bucket?regoin=eu", `query parameter "regoin" is not one s3 takes (did you mean region?)`},
+		{"s3://bucket?region=eu&use_path_style=yes", `use_path_style="yes": want true or false`},
+		{"s3://bucket/checkpoints", `s3 ignores the path "/checkpoints": write s3://bucket?prefix=checkpoints/`},
+		{"gs://bucket?anonymus=true", `(did you mean anonymous?)`},
+		{"azblob://?domain=x", `no container`},
+		{"azblob://c?storage_acount=x", `(did you mean storage_account?)`},
+		{"file://tmp/chk", `write file:///tmp/chk (three slashes)`},
+		{"file:///tmp/chk?create_dirs=true", `(did you mean create_dir?)`},
+		{"ftp://host/x", `scheme "ftp" is not one of azblob, file, gs, mem, s3`},
+	} {
+		yaml := clicksJob + "  storage: \"" + tc.url + "\"\n"
+		_, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv})
+		if err == nil || !strings.Contains(err.Error(), "checkpoint.storage: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("storage %q: want a problem saying %q, got %v", tc.url, tc.want, err)
+		}
+	}
+	for _, ok := range []string{
+		"s3://weir?region=us-east-1&endpoint=http://127.0.0.1:19000&use_path_style=true&prefix=jobs/",
+		"gs://bucket", "azblob://c?protocol=http&domain=127.0.0.1:10000", "file:///var/lib/weir/chk", "mem://",
+	} {
+		yaml := clicksJob + "  storage: \"" + ok + "\"\n"
+		if _, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv}); err != nil {
+			t.Errorf("storage %q refused: %v", ok, err)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -90,11 +89,7 @@ func (c *Config) Validate() error {
 	if cp.Mode != ModeExactlyOnce && cp.Mode != ModeAtLeastOnce {
 		v.add("checkpoint.mode", "%q: must be %q or %q", cp.Mode, ModeExactlyOnce, ModeAtLeastOnce)
 	}
-	if u, err := url.Parse(cp.Storage); err != nil || cp.Storage == "" {
-		v.add("checkpoint.storage", "%q is not a URL", cp.Storage)
-	} else if !oneOf(u.Scheme, "file", "s3", "gs", "azblob", "mem") {
-		v.add("checkpoint.storage", "scheme %q: must be file, s3, gs, azblob or mem", u.Scheme)
-	}
+	validateStorage(&v, cp.Storage)
 
 	// state
 	if c.State.Dir == "" {

@@ -96,6 +96,23 @@ checkpoint:
 		}
 	}
 
+	// The object-store URL, checked by validate and, with the same code,
+	// by run before it connects to anything.
+	for _, cmd := range []string{"validate", "run"} {
+		var out, errOut bytes.Buffer
+		root := newRootCmd(&out)
+		root.SetErr(&errOut)
+		root.SetArgs([]string{cmd, "-c", "../../examples/clicks-per-user.yaml", "--checkpoint.storage=s3://bucket?regoin=eu"})
+		err := root.Execute()
+		msg := errOut.String()
+		if err != nil {
+			msg += err.Error()
+		}
+		if want := `flag --checkpoint.storage: checkpoint.storage: "s3://bucket?regoin=eu": query parameter "regoin" is not one s3 takes (did you mean region?)`; err == nil || !strings.Contains(msg, want) {
+			t.Errorf("%s: want %q, got %v\n%s", cmd, want, err, msg)
+		}
+	}
+
 	// A problem the pipeline compiler finds: at the step's line, without
 	// the compiler's Go source position.
 	dlq := strings.Replace(yaml, "{topics: [in]}", "{topics: [in], on_error: dead-letter, dead_letter_topic: out}", 1)
