@@ -223,8 +223,14 @@ func (c *Config) validateSink(v *validator, path string, s *SinkStep) {
 		checkTopic(v, path+".topic", s.Topic)
 	}
 	for i, step := range c.Job.Pipeline {
-		if step.Source != nil && slices.Contains(step.Source.Topics, s.Topic) {
+		if step.Source == nil {
+			continue
+		}
+		if slices.Contains(step.Source.Topics, s.Topic) {
 			v.add(path+".topic", "%q is also an input topic (job.pipeline[%d].source.topics): a job must not read its own output", s.Topic, i)
+		}
+		if step.Source.DeadLetterTopic == s.Topic && s.Delivery == ModeAtLeastOnce {
+			v.add(path+".topic", "%q is also the dead-letter topic (job.pipeline[%d].source.dead_letter_topic), whose records are written exactly-once: use another topic, or delivery exactly-once", s.Topic, i)
 		}
 	}
 	if s.Format != FormatJSON {

@@ -113,8 +113,9 @@ checkpoint:
 		}
 	}
 
-	// A problem the pipeline compiler finds: at the step's line, without
-	// the compiler's Go source position.
+	// A sink that would share the dead-letter topic with other settings:
+	// at the sink's line (the pipeline compiler found it before, citing its
+	// own Go source position).
 	dlq := strings.Replace(yaml, "{topics: [in]}", "{topics: [in], on_error: dead-letter, dead_letter_topic: out}", 1)
 	dlq = strings.Replace(dlq, "{topic: out}", "{topic: out, delivery: at-least-once}", 1)
 	dlq = strings.Replace(dlq, "  interval: 2\n  retained: three\n", "  interval: 2s\n", 1)
@@ -123,8 +124,8 @@ checkpoint:
 	}
 	os.Unsetenv("WEIR_STATE_BLOCK_CACHE_BYTES")
 	out, err = validate("-c", bad)
-	if err == nil || !strings.Contains(out, bad+":6:13: job.pipeline[2].sink: ") || strings.Contains(out, ".go:") {
-		t.Fatalf("want the sink step's problem at its line, with no Go position:\n%s", out)
+	if err == nil || !strings.Contains(out, bad+":6:21: job.pipeline[2].sink.topic: \"out\" is also the dead-letter topic") || strings.Contains(out, ".go:") {
+		t.Fatalf("want the sink topic's problem at its line, with no Go position:\n%s", out)
 	}
 	t.Logf("\n%s", out)
 
