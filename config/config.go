@@ -18,6 +18,9 @@ type Config struct {
 	HTTP       HTTP       `mapstructure:"http"`
 	Log        Log        `mapstructure:"log"`
 	Process    Process    `mapstructure:"process"`
+
+	// origins maps key paths to where Load found their values (Origin).
+	origins map[string]string
 }
 
 // Job names the job and describes its dataflow.
@@ -217,12 +220,9 @@ func (c *Config) stepDefaults() {
 			if s.Sink.Delivery == "" {
 				s.Sink.Delivery = ModeExactlyOnce
 			}
-			if s.Sink.TransactionTimeout == 0 {
-				// The least the sink accepts (MinTransactionTimeout), at most
-				// Kafka's default transaction.max.timeout.ms (15 minutes);
-				// validation says what to change when that is not enough.
-				s.Sink.TransactionTimeout = min(c.MinTransactionTimeout(), 15*time.Minute)
-			}
+			// TransactionTimeout stays 0 when unset: the runtime gives
+			// every sink its default (SinkTransactionTimeout), the
+			// dead-letter sink too.
 		}
 	}
 }
@@ -235,6 +235,19 @@ func (c *Config) stepDefaults() {
 // kafkaio.SinkTimeouts, which checks it again against the broker at start.
 func (c *Config) MinTransactionTimeout() time.Duration {
 	return 2*c.Checkpoint.Interval + c.Checkpoint.Timeout + time.Minute
+}
+
+// SinkTransactionTimeout returns the transaction timeout of an exactly-once
+// sink whose own setting is set (0: unset). Unset, it is the least the
+// checkpoint settings allow, MinTransactionTimeout: if that exceeds the
+// brokers' transaction.max.timeout.ms, the start-time check says which of
+// the two settings to change. It is the default of sink.transaction_timeout
+// and of every sink that has no such setting (a dead-letter topic's).
+func (c *Config) SinkTransactionTimeout(set time.Duration) time.Duration {
+	if set > 0 {
+		return set
+	}
+	return c.MinTransactionTimeout()
 }
 
 // derivedDefaults fills settings whose defaults depend on others.

@@ -62,8 +62,9 @@ func TestLoadClicksJob(t *testing.T) {
 	if !strings.HasPrefix(cfg.Checkpoint.Storage, "file:///") || !strings.HasSuffix(cfg.Checkpoint.Storage, "/weir-state/checkpoints") {
 		t.Fatalf("default storage %q", cfg.Checkpoint.Storage)
 	}
-	if sink.TransactionTimeout != cfg.MinTransactionTimeout() {
-		t.Fatalf("default transaction timeout %v too short", sink.TransactionTimeout)
+	if sink.TransactionTimeout != 0 || cfg.SinkTransactionTimeout(sink.TransactionTimeout) != cfg.MinTransactionTimeout() {
+		t.Fatalf("transaction timeout %v (default %v): want unset, defaulting to the least the checkpoints need, %v",
+			sink.TransactionTimeout, cfg.SinkTransactionTimeout(sink.TransactionTimeout), cfg.MinTransactionTimeout())
 	}
 }
 
@@ -220,6 +221,125 @@ func TestReferenceDocumentsEveryKey(t *testing.T) {
 	for _, k := range config.Keys() {
 		if !strings.Contains(string(doc), "`"+k+"`") {
 			t.Errorf("docs/configuration.md does not document %s", k)
+		}
+	}
+}
+
+// TestProblemsSayWhereAndWhat checks each problem of a value that does not
+// decode: its origin (file:line:column, variable, flag), key path, value and
+// what was expected, in the user's words, and no knock-on problem.
+func TestProblemsSayWhereAndWhat(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "job.yaml")
+	yaml := strings.Replace(clicksJob, "  interval: 1s\n", "  interval: 2\n  retained: three\n  intervall: 5s\n", 1)
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	flags := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	flags.String("checkpoint.timeout", "", "")
+	flags.String("http.pprof", "", "")
+	if err := flags.Parse([]string{"--checkpoint.timeout=30", "--http.pprof=yes"}); err != nil {
+		t.Fatal(err)
+	}
+	env := envOf(map[string]string{"WEIR_CHECKPOINT_MAX_CONCURRENT": "two"})
+	_, err := config.Load(config.Source{File: path, Env: env, Flags: flags})
+	if err == nil {
+		t.Fatal("bad values accepted")
+	}
+	got := unjoin(err)
+	want := []string{
+		path + ":11:13: checkpoint.interval: 2: a duration needs a unit: write 2s, 2ms or 2m",
+		path + `:12:13: checkpoint.retained: "three": want a whole number`,
+		path + ":13:3: checkpoint.intervall: unknown key (did you mean interval?)",
+		`environment variable WEIR_CHECKPOINT_MAX_CONCURRENT: checkpoint.max_concurrent: "two": want a whole number`,
+		"flag --checkpoint.timeout: checkpoint.timeout: 30: a duration needs a unit",
+		`flag --http.pprof: http.pprof: "yes": want true or false`,
+	}
+	for _, w := range want {
+		found := false
+		for _, e := range got {
+			found = found || strings.HasPrefix(e.Error(), w)
+		}
+		if !found {
+			t.Errorf("no problem %q in:\n%v", w, err)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d problems, want %d (no knock-on ones):\n%v", len(got), len(want), err)
+	}
+	for _, bad := range []string{"strconv", "cannot parse", "ns:", "mapstructure"} {
+		if strings.Contains(err.Error(), bad) {
+			t.Errorf("problems leak %q:\n%v", bad, err)
+		}
+	}
+}
+
+// TestYAMLSyntaxErrorAlone: a file that is not YAML gives one problem at
+// its line, not the "required" problems of everything it failed to set.
+func TestYAMLSyntaxErrorAlone(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(path, []byte("job:\n  name: x\n   pipeline: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := config.Load(config.Source{File: path, Env: noEnv})
+	if err == nil {
+		t.Fatal("broken YAML accepted")
+	}
+	if ps := unjoin(err); len(ps) != 1 || !strings.HasPrefix(err.Error(), path+":3: YAML syntax: ") {
+		t.Fatalf("want one problem at %s:3, got:\n%v", path, err)
+	}
+}
+
+// TestOriginsOfValidationProblems: a value that decodes but is invalid is
+// reported where it was set too, list items included, and a flag that
+// replaces a YAML list takes the list's place.
+func TestOriginsOfValidationProblems(t *testing.T) {
+	yaml := strings.Replace(clicksJob, "[127.0.0.1:9092]", "[127.0.0.1:9092, nohostport]", 1)
+	_, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv})
+	if err == nil || !strings.Contains(err.Error(), `yaml:9:29: kafka.brokers[1]: "nohostport" is not host:port`) {
+		t.Fatalf("want the list item's position: %v", err)
+	}
+	flags := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	flags.String("kafka.brokers", "", "")
+	if err := flags.Parse([]string{"--kafka.brokers=a:1,nohost"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = config.Load(config.Source{YAML: []byte(clicksJob), Env: noEnv, Flags: flags})
+	if err == nil || !strings.Contains(err.Error(), `flag --kafka.brokers: kafka.brokers[1]: "nohost" is not host:port`) {
+		t.Fatalf("want the flag: %v", err)
+	}
+}
+
+// TestStorageURLChecked: checkpoint.storage must name a known scheme and a
+// bucket, and take only the query parameters of its scheme's opener in
+// gocloud.dev/blob, with near misses named.
+func TestStorageURLChecked(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"s3://", `"s3://": no bucket`},
+		{"s3://bucket?regoin=eu", `query parameter "regoin" is not one s3 takes (did you mean region?)`},
+		{"s3://bucket?region=eu&use_path_style=yes", `use_path_style="yes": want true or false`},
+		{"s3://bucket/checkpoints", `s3 ignores the path "/checkpoints": write s3://bucket?prefix=checkpoints/`},
+		{"gs://bucket?anonymus=true", `(did you mean anonymous?)`},
+		{"azblob://?domain=x", `no container`},
+		{"azblob://c?storage_acount=x", `(did you mean storage_account?)`},
+		{"file://tmp/chk", `write file:///tmp/chk (three slashes)`},
+		{"file:///tmp/chk?create_dirs=true", `(did you mean create_dir?)`},
+		{"ftp://host/x", `scheme "ftp" is not one of azblob, file, gs, mem, s3`},
+	} {
+		yaml := clicksJob + "  storage: \"" + tc.url + "\"\n"
+		_, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv})
+		if err == nil || !strings.Contains(err.Error(), "checkpoint.storage: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("storage %q: want a problem saying %q, got %v", tc.url, tc.want, err)
+		}
+	}
+	for _, ok := range []string{
+		"s3://weir?region=us-east-1&endpoint=http://127.0.0.1:19000&use_path_style=true&prefix=jobs/",
+		"gs://bucket", "azblob://c?protocol=http&domain=127.0.0.1:10000", "file:///var/lib/weir/chk", "mem://",
+	} {
+		yaml := clicksJob + "  storage: \"" + ok + "\"\n"
+		if _, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv}); err != nil {
+			t.Errorf("storage %q refused: %v", ok, err)
 		}
 	}
 }

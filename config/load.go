@@ -1,19 +1,19 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
-	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 )
 
 // EnvPrefix starts every environment variable Weir reads.
@@ -36,88 +36,348 @@ type Source struct {
 // Load reads a configuration from, lowest to highest precedence: defaults,
 // the YAML file, environment variables and flags. It then fills derived
 // defaults and validates. Unknown keys are errors. Every problem is
-// reported, each with its key path, joined in one error whose lines read
-// "key.path: problem".
+// reported, each a *FieldError with its key path and where the value came
+// from (file:line:column, environment variable or flag), joined in one
+// error. A YAML syntax error is reported alone: nothing after it could be
+// read reliably.
+//
+// Values are decoded here, not by a generic decoder, so that a problem says
+// what was expected in the user's terms ("a duration needs a unit") and
+// where the value was written; a value that does not decode keeps its
+// default, and the checks of Validate that it would only confuse are left
+// out.
 func Load(src Source) (*Config, error) {
-	v := viper.New()
-	v.SetConfigType("yaml")
-	def := Default()
-	var problems []error
+	cfg := Default()
+	d := decoder{origins: map[string]string{}, bad: map[string]bool{}}
+	root := reflect.ValueOf(&cfg).Elem()
 
-	// Defaults, so that viper knows every scalar key (and so binds its
-	// environment variable).
-	scalars := flatten(def)
-	for k, val := range scalars {
-		v.SetDefault(k, val)
-	}
-	var raw []map[string]any
-	readYAML := func(name string, b []byte) {
-		if len(bytes.TrimSpace(b)) == 0 {
-			return
+	readYAML := func(name string, b []byte) error {
+		var doc yaml.Node
+		if err := yaml.Unmarshal(b, &doc); err != nil {
+			return yamlSyntaxError(name, err)
 		}
-		if err := v.MergeConfig(bytes.NewReader(b)); err != nil {
-			problems = append(problems, fmt.Errorf("%s: %w", name, err))
-			return
+		if len(doc.Content) == 0 {
+			return nil // empty, or only comments
 		}
-		m := map[string]any{}
-		one := viper.New()
-		one.SetConfigType("yaml")
-		if err := one.ReadConfig(bytes.NewReader(b)); err == nil {
-			m = one.AllSettings()
-		}
-		raw = append(raw, m)
+		d.file = name
+		d.node(root, doc.Content[0], "")
+		return nil
 	}
 	if src.File != "" {
 		b, err := os.ReadFile(src.File)
 		if err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}
-		readYAML(src.File, b)
+		if err := readYAML(src.File, b); err != nil {
+			return nil, err
+		}
 	}
-	readYAML("yaml", src.YAML)
-	for _, m := range raw {
-		problems = append(problems, unknownKeys(reflect.TypeFor[Config](), m, "")...)
+	if len(src.YAML) > 0 {
+		if err := readYAML("yaml", src.YAML); err != nil {
+			return nil, err
+		}
 	}
 
+	fields := scalarFields(root)
 	lookup := src.Env
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	for _, k := range sortedKeys(scalars) {
+	for _, k := range sortedKeys(fields) {
 		env := EnvName(k)
-		if val, ok := lookup(env); ok {
-			v.Set(k, val)
+		if s, ok := lookup(env); ok {
+			d.text(fields[k], s, k, "environment variable "+env)
 		}
 	}
 	if src.Flags != nil {
 		src.Flags.Visit(func(f *pflag.Flag) {
-			if _, known := scalars[f.Name]; !known {
-				return
+			if fv, ok := fields[f.Name]; ok {
+				d.text(fv, f.Value.String(), f.Name, "flag --"+f.Name)
 			}
-			if sv, ok := f.Value.(pflag.SliceValue); ok {
-				v.Set(f.Name, sv.GetSlice())
-				return
-			}
-			v.Set(f.Name, f.Value.String())
 		})
 	}
-	cfg := Default()
-	if err := v.Unmarshal(&cfg, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
-		mapstructure.StringToTimeDurationHookFunc(),
-		mapstructure.StringToSliceHookFunc(","),
-	))); err != nil {
-		// A value of the wrong type ("interval: soon"): mapstructure names
-		// the key; nothing else can be checked reliably.
-		return nil, errors.Join(append(problems, fmt.Errorf("config: %w", err))...)
-	}
+
 	cfg.derivedDefaults()
-	if err := cfg.Validate(); err != nil {
-		problems = append(problems, err)
+	cfg.origins = d.origins
+	problems := d.problems
+	for _, p := range unjoin(cfg.Validate()) {
+		var fe *FieldError
+		if errors.As(p, &fe) && d.covers(fe.Path) {
+			continue // a consequence of a value that did not decode
+		}
+		problems = append(problems, p)
 	}
 	if len(problems) > 0 {
-		return nil, errors.Join(problems...)
+		return nil, cfg.Annotate(errors.Join(problems...))
 	}
 	return &cfg, nil
+}
+
+// Annotate adds to every *FieldError in err, by its key path, where that
+// setting's value came from, if Load knows and it is not set yet: the
+// problems that the pipeline compiler finds after Load are annotated too.
+func (c *Config) Annotate(err error) error {
+	if err == nil {
+		return nil
+	}
+	problems := unjoin(err)
+	for _, p := range problems {
+		var fe *FieldError
+		if errors.As(p, &fe) && fe.Origin == "" {
+			fe.Origin = c.Origin(fe.Path)
+		}
+	}
+	return errors.Join(problems...)
+}
+
+// Origin returns where the value at path (or, failing that, the nearest
+// enclosing setting) came from: "job.yaml:9:13", "environment variable
+// WEIR_KAFKA_BROKERS", "flag --checkpoint.interval"; empty for a default.
+func (c *Config) Origin(path string) string {
+	for path != "" {
+		if o, ok := c.origins[path]; ok {
+			return o
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return ""
+}
+
+// yamlLineRE finds the line number yaml.v3 puts into its errors.
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// yamlSyntaxError turns a YAML parser error into a problem at name:line.
+func yamlSyntaxError(name string, err error) error {
+	msg := err.Error()
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("%s:%s: YAML syntax: %s (nothing else was checked)", name, m[1], msg[len(m[0]):])
+	}
+	return fmt.Errorf("%s: YAML syntax: %s (nothing else was checked)", name, strings.TrimPrefix(msg, "yaml: "))
+}
+
+// decoder decodes YAML nodes and strings into a Config, recording problems
+// and where each setting came from.
+type decoder struct {
+	file     string            // the YAML being decoded, for origins
+	origins  map[string]string // key path -> where its value came from
+	bad      map[string]bool   // key paths whose value did not decode
+	problems []error
+}
+
+func (d *decoder) problem(path, origin, format string, args ...any) {
+	d.bad[path] = true
+	d.problems = append(d.problems, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...), Origin: origin})
+}
+
+// covers reports whether path is, or is inside, a setting whose value did
+// not decode.
+func (d *decoder) covers(path string) bool {
+	for p := range d.bad {
+		if path == p || strings.HasPrefix(path, p+".") || strings.HasPrefix(path, p+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *decoder) at(n *yaml.Node) string { return fmt.Sprintf("%s:%d:%d", d.file, n.Line, n.Column) }
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// node decodes n into v, the setting at path.
+func (d *decoder) node(v reflect.Value, n *yaml.Node, path string) {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if path != "" {
+		d.origins[path] = d.at(n)
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return // "key:" with no value: the default
+	}
+	t := v.Type()
+	switch {
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
+		if v.IsNil() {
+			v.Set(reflect.New(t.Elem()))
+		}
+		d.node(v.Elem(), n, path)
+	case t.Kind() == reflect.Struct && t != durationType:
+		if n.Kind != yaml.MappingNode {
+			d.problem(path, d.at(n), "%s: want a mapping of %s", describe(n), strings.Join(keysOf(t), ", "))
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			sub := join(path, k.Value)
+			f, ok := fieldByKey(v, k.Value)
+			if !ok {
+				msg := "unknown key"
+				if s := suggest(k.Value, keysOf(t)); s != "" {
+					msg += fmt.Sprintf(" (did you mean %s?)", s)
+				}
+				d.problem(sub, d.at(k), "%s", msg)
+				continue
+			}
+			d.node(f, val, sub)
+		}
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+		if n.Kind != yaml.SequenceNode {
+			d.problem(path, d.at(n), "%s: want a list", describe(n))
+			return
+		}
+		s := reflect.MakeSlice(t, len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			d.node(s.Index(i), item, fmt.Sprintf("%s[%d]", path, i))
+		}
+		v.Set(s)
+	case t.Kind() == reflect.Slice: // []string
+		var items []string
+		switch n.Kind {
+		case yaml.SequenceNode:
+			for i, item := range n.Content {
+				if item.Kind != yaml.ScalarNode {
+					d.problem(fmt.Sprintf("%s[%d]", path, i), d.at(item), "%s: want a string", describe(item))
+					return
+				}
+				d.origins[fmt.Sprintf("%s[%d]", path, i)] = d.at(item)
+				items = append(items, item.Value)
+			}
+		case yaml.ScalarNode:
+			items = splitList(n.Value)
+		default:
+			d.problem(path, d.at(n), "%s: want a list of strings", describe(n))
+			return
+		}
+		v.Set(reflect.ValueOf(items))
+	default:
+		if n.Kind != yaml.ScalarNode {
+			d.problem(path, d.at(n), "%s: want %s", describe(n), expected(t))
+			return
+		}
+		d.scalar(v, n.Value, path, d.at(n))
+	}
+}
+
+// text decodes s, from an environment variable or a flag, into the scalar
+// setting v at path.
+func (d *decoder) text(v reflect.Value, s, path, origin string) {
+	for p := range d.origins { // the YAML list this value replaces
+		if strings.HasPrefix(p, path+"[") {
+			delete(d.origins, p)
+		}
+	}
+	d.origins[path] = origin
+	delete(d.bad, path) // a higher-precedence value replaces one that was bad
+	if v.Kind() == reflect.Slice {
+		v.Set(reflect.ValueOf(splitList(s)))
+		return
+	}
+	d.scalar(v, s, path, origin)
+}
+
+// scalar decodes the scalar s into v.
+func (d *decoder) scalar(v reflect.Value, s, path, origin string) {
+	switch {
+	case v.Type() == durationType:
+		if dur, err := time.ParseDuration(s); err == nil {
+			v.SetInt(int64(dur))
+			return
+		}
+		if _, err := strconv.ParseFloat(s, 64); err == nil {
+			d.problem(path, origin, "%s: a duration needs a unit: write %ss, %sms or %sm, for example", s, s, s, s)
+			return
+		}
+		d.problem(path, origin, "%q: want a duration such as 500ms, 10s or 2m", s)
+	case v.Kind() == reflect.Int || v.Kind() == reflect.Int64:
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v.OverflowInt(n) {
+			d.problem(path, origin, "%q: want a whole number", s)
+			return
+		}
+		v.SetInt(n)
+	case v.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			d.problem(path, origin, "%q: want true or false", s)
+			return
+		}
+		v.SetBool(b)
+	case v.Kind() == reflect.String:
+		v.SetString(s)
+	default:
+		d.problem(path, origin, "cannot be set here (%s)", v.Type())
+	}
+}
+
+// describe names what a YAML node is, for a problem.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return strconv.Quote(n.Value)
+}
+
+// expected says, for a problem, what a scalar setting of type t takes.
+func expected(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return "a duration such as 10s"
+	case t.Kind() == reflect.Int || t.Kind() == reflect.Int64:
+		return "a whole number"
+	case t.Kind() == reflect.Bool:
+		return "true or false"
+	}
+	return "a string"
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// splitList splits a comma-separated list, as environment variables and
+// flags write lists.
+func splitList(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	parts := strings.Split(s, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts
+}
+
+// fieldByKey returns the field of struct v whose key is key.
+func fieldByKey(v reflect.Value, key string) (reflect.Value, bool) {
+	t := v.Type()
+	for i := range t.NumField() {
+		if t.Field(i).Tag.Get("mapstructure") == key {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
+}
+
+// keysOf returns the keys of struct type t.
+func keysOf(t reflect.Type) []string {
+	var keys []string
+	for i := range t.NumField() {
+		if k := t.Field(i).Tag.Get("mapstructure"); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // EnvName returns the environment variable of a key path:
@@ -128,42 +388,40 @@ func EnvName(key string) string {
 
 // Keys returns every scalar key path, sorted: the settings that have an
 // environment variable and may be set by a flag.
-func Keys() []string { return sortedKeys(flatten(Default())) }
+func Keys() []string {
+	c := Default()
+	return sortedKeys(scalarFields(reflect.ValueOf(&c).Elem()))
+}
 
-// flatten returns the scalar settings of c by key path. Pipeline steps are
-// no scalars: they come from YAML only.
-func flatten(c Config) map[string]any {
-	out := map[string]any{}
+// scalarFields returns the scalar settings of the Config v by key path.
+// Pipeline steps are no scalars: they come from YAML only.
+func scalarFields(v reflect.Value) map[string]reflect.Value {
+	out := map[string]reflect.Value{}
 	var walk func(v reflect.Value, prefix string)
 	walk = func(v reflect.Value, prefix string) {
 		t := v.Type()
 		for i := range t.NumField() {
-			f := t.Field(i)
-			key := f.Tag.Get("mapstructure")
+			key := t.Field(i).Tag.Get("mapstructure")
 			if key == "" {
 				continue
 			}
-			if prefix != "" {
-				key = prefix + "." + key
-			}
+			key = join(prefix, key)
 			fv := v.Field(i)
-			switch {
-			case f.Type.Kind() == reflect.Struct:
+			switch ft := fv.Type(); {
+			case ft.Kind() == reflect.Struct && ft != durationType:
 				walk(fv, key)
-			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+			case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
 				// A list of sections: YAML only.
-			case f.Type == reflect.TypeFor[time.Duration]():
-				out[key] = fv.Interface().(time.Duration).String()
 			default:
-				out[key] = fv.Interface()
+				out[key] = fv
 			}
 		}
 	}
-	walk(reflect.ValueOf(c), "")
+	walk(v, "")
 	return out
 }
 
-func sortedKeys(m map[string]any) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -172,46 +430,19 @@ func sortedKeys(m map[string]any) []string {
 	return keys
 }
 
-// unknownKeys reports every key of m, at any depth, that t has no field for.
-func unknownKeys(t reflect.Type, m map[string]any, prefix string) []error {
-	fields := map[string]reflect.Type{}
-	for i := range t.NumField() {
-		if key := t.Field(i).Tag.Get("mapstructure"); key != "" {
-			fields[key] = t.Field(i).Type
-		}
+// unjoin flattens errors.Join trees into their leaves.
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
 	}
-	var problems []error
-	for _, k := range sortedKeys(m) {
-		path := k
-		if prefix != "" {
-			path = prefix + "." + k
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, unjoin(e)...)
 		}
-		ft, ok := fields[k]
-		if !ok {
-			problems = append(problems, &FieldError{Path: path, Msg: "unknown key"})
-			continue
-		}
-		for ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		switch {
-		case ft.Kind() == reflect.Struct && ft != reflect.TypeFor[time.Duration]():
-			if sub, ok := m[k].(map[string]any); ok {
-				problems = append(problems, unknownKeys(ft, sub, path)...)
-			}
-		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
-			items, _ := m[k].([]any)
-			for i, item := range items {
-				sub, ok := item.(map[string]any)
-				if !ok {
-					problems = append(problems, &FieldError{Path: fmt.Sprintf("%s[%d]", path, i), Msg: "must be a mapping"})
-					continue
-				}
-				problems = append(problems, unknownKeys(ft.Elem(), sub, fmt.Sprintf("%s[%d]", path, i))...)
-			}
-		}
+		return out
 	}
-	return problems
+	return []error{err}
 }
 
 // absPath makes a local directory absolute for a file:// URL.

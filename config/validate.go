@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -15,10 +15,22 @@ type FieldError struct {
 	// Path is the key path of the setting: "checkpoint.interval",
 	// "job.pipeline[2].sink.topic".
 	Path string
-	Msg  string
+	// Msg says what is wrong: the value, and what was expected.
+	Msg string
+	// Origin is where the value came from: "job.yaml:9:13" (file, line,
+	// column), "environment variable WEIR_CHECKPOINT_INTERVAL", "flag
+	// --checkpoint.interval"; empty for a default or a missing setting.
+	Origin string
 }
 
-func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
+// Error reads "origin: path: msg", like a compiler's message, or "path:
+// msg" without an origin.
+func (e *FieldError) Error() string {
+	if e.Origin != "" {
+		return e.Origin + ": " + e.Path + ": " + e.Msg
+	}
+	return e.Path + ": " + e.Msg
+}
 
 // jobNameRE keeps job names usable inside Kafka topic names and object keys.
 var jobNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,99}$`)
@@ -77,11 +89,7 @@ func (c *Config) Validate() error {
 	if cp.Mode != ModeExactlyOnce && cp.Mode != ModeAtLeastOnce {
 		v.add("checkpoint.mode", "%q: must be %q or %q", cp.Mode, ModeExactlyOnce, ModeAtLeastOnce)
 	}
-	if u, err := url.Parse(cp.Storage); err != nil || cp.Storage == "" {
-		v.add("checkpoint.storage", "%q is not a URL", cp.Storage)
-	} else if !oneOf(u.Scheme, "file", "s3", "gs", "azblob", "mem") {
-		v.add("checkpoint.storage", "scheme %q: must be file, s3, gs, azblob or mem", u.Scheme)
-	}
+	validateStorage(&v, cp.Storage)
 
 	// state
 	if c.State.Dir == "" {
@@ -158,13 +166,32 @@ func (c *Config) validatePipeline(v *validator) {
 	}
 }
 
+// topicRE is Kafka's rule for topic names (and "." and ".." are refused).
+var topicRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+func validTopic(t string) bool { return topicRE.MatchString(t) && t != "." && t != ".." }
+
+func checkTopic(v *validator, path, t string) {
+	if !validTopic(t) {
+		v.add(path, "%q is not a valid Kafka topic name: use 1 to 249 letters, digits, '.', '_' or '-'", t)
+	}
+}
+
 func validateSource(v *validator, path string, s *SourceStep) {
 	if len(s.Topics) == 0 {
 		v.add(path+".topics", "required: at least one topic")
 	}
 	for i, t := range s.Topics {
-		if t == "" {
-			v.add(fmt.Sprintf("%s.topics[%d]", path, i), "empty topic name")
+		p := fmt.Sprintf("%s.topics[%d]", path, i)
+		checkTopic(v, p, t)
+		if j := slices.Index(s.Topics[:i], t); j >= 0 {
+			v.add(p, "%q is listed twice (also topics[%d])", t, j)
+		}
+	}
+	if s.DeadLetterTopic != "" {
+		checkTopic(v, path+".dead_letter_topic", s.DeadLetterTopic)
+		if slices.Contains(s.Topics, s.DeadLetterTopic) {
+			v.add(path+".dead_letter_topic", "%q is also an input topic: a job must not read its own dead letters", s.DeadLetterTopic)
 		}
 	}
 	if !oneOf(s.Format, FormatJSON, FormatRaw) {
@@ -192,6 +219,19 @@ func validateSource(v *validator, path string, s *SourceStep) {
 func (c *Config) validateSink(v *validator, path string, s *SinkStep) {
 	if s.Topic == "" {
 		v.add(path+".topic", "required")
+	} else {
+		checkTopic(v, path+".topic", s.Topic)
+	}
+	for i, step := range c.Job.Pipeline {
+		if step.Source == nil {
+			continue
+		}
+		if slices.Contains(step.Source.Topics, s.Topic) {
+			v.add(path+".topic", "%q is also an input topic (job.pipeline[%d].source.topics): a job must not read its own output", s.Topic, i)
+		}
+		if step.Source.DeadLetterTopic == s.Topic && s.Delivery == ModeAtLeastOnce {
+			v.add(path+".topic", "%q is also the dead-letter topic (job.pipeline[%d].source.dead_letter_topic), whose records are written exactly-once: use another topic, or delivery exactly-once", s.Topic, i)
+		}
 	}
 	if s.Format != FormatJSON {
 		v.add(path+".format", "%q: must be json", s.Format)
@@ -202,7 +242,9 @@ func (c *Config) validateSink(v *validator, path string, s *SinkStep) {
 	if s.Delivery == ModeExactlyOnce && c.Checkpoint.Mode == ModeAtLeastOnce {
 		v.add(path+".delivery", "exactly-once needs checkpoint.mode exactly-once (it is at-least-once)")
 	}
-	if s.Delivery == ModeExactlyOnce {
+	if s.TransactionTimeout < 0 {
+		v.add(path+".transaction_timeout", "%v: must not be negative (leave it out for the default)", s.TransactionTimeout)
+	} else if s.Delivery == ModeExactlyOnce && s.TransactionTimeout > 0 {
 		if need := c.MinTransactionTimeout(); s.TransactionTimeout < need {
 			v.add(path+".transaction_timeout", "%v: must be at least 2 × checkpoint.interval + checkpoint.timeout + 1m (%v), or the broker may abort a transaction whose checkpoint completes late or fails once; raise it, or lower checkpoint.timeout", s.TransactionTimeout, need)
 		}

@@ -194,3 +194,50 @@ func TestSourceDeadLetterTopicMissing(t *testing.T) {
 		}
 	})
 }
+
+// TestSourceDecodeErrorsCountedOnce: the sources a process opens for one
+// partition, generation after generation, count each rejected record once,
+// although every restore reads again the records after its checkpoint's
+// offsets; a rejected record past everything read before is counted.
+func TestSourceDecodeErrorsCountedOnce(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := srcCtx(t)
+		topic, dlq := kafkatest.Name(t, "src"), kafkatest.Name(t, "dlq")
+		c.CreateTopic(t, topic, 1, nil)
+		c.CreateTopic(t, dlq, 1, nil)
+		good, bad := srcDecodeInput(t, ctx, c, topic, 0)
+		reg := prometheus.NewRegistry() // the replica's: shared by its tasks' sources
+		open := func(restored kafkaio.SourceOffsets) *kafkaio.Source {
+			return srcOpen(t, ctx, c, kafkaio.SourceConfig{Topics: []string{topic}, Decoder: kafkaio.DecodeJSON{},
+				DecodeErrors: kafkaio.DecodeDeadLetter, DeadLetterTopic: dlq, Restored: restored, Registerer: reg})
+		}
+		want := func(when string, n float64) {
+			t.Helper()
+			for _, m := range []string{kafkaio.SourceMetricDecodeErrs, kafkaio.SourceMetricDeadLetters} {
+				if got := srcMetric(t, reg, m, map[string]string{"topic": topic}); got != n {
+					t.Errorf("%s: %s = %v, want %v", when, m, got, n)
+				}
+			}
+		}
+		src := open(nil)
+		srcRead(t, ctx, src, len(good))
+		srcWaitCaughtUp(t, ctx, src)
+		want("first read", float64(len(bad)))
+		src.Close()
+
+		// A restore from a checkpoint taken before any of them: all read again.
+		src = open(kafkaio.SourceOffsets{topic: {0: 0}})
+		srcRead(t, ctx, src, len(good))
+		srcWaitCaughtUp(t, ctx, src)
+		want("after a restore", float64(len(bad)))
+		src.Close()
+
+		// Then a new bad record and a good one, after a restore from the
+		// middle.
+		srcProduce(t, ctx, srcProducer(t, c), &kgo.Record{Topic: topic, Value: []byte("{")}, &kgo.Record{Topic: topic, Value: []byte("{}")})
+		src = open(kafkaio.SourceOffsets{topic: {0: bad[0].Offset + 1}})
+		srcRead(t, ctx, src, 1+len(good)-1) // the good ones after bad[0], and {}
+		srcWaitCaughtUp(t, ctx, src)
+		want("after new input", float64(len(bad)+1))
+	})
+}

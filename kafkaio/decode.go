@@ -67,7 +67,8 @@ func DecoderForFormat(format string) (Decoder, error) {
 }
 
 // DecodePolicy says what a source does with a record its Decoder rejects.
-// Every rejected record is counted in weir_source_decode_errors_total.
+// Every rejected record is counted in weir_source_decode_errors_total, once
+// per process (Source.rejected).
 type DecodePolicy string
 
 // The decode policies.

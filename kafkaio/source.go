@@ -330,6 +330,10 @@ type sourcePartition struct {
 
 	records, bytes, decodeErrs, deadLetters prometheus.Counter
 	lag                                     prometheus.Gauge
+	// uncounted is the offset from which this partition's rejected records
+	// are not counted yet, shared by every source of the process on the
+	// same registry (decodeErrorCounter).
+	uncounted *atomic.Int64
 }
 
 // NewSource validates cfg, resolves each partition's start offset (restored,
@@ -403,6 +407,7 @@ func NewSource(ctx context.Context, cfg SourceConfig) (*Source, error) {
 			bytes:       metrics.bytes.WithLabelValues(t),
 			decodeErrs:  metrics.decodeErrs.WithLabelValues(t, string(s.policy)),
 			deadLetters: metrics.deadLetters.WithLabelValues(t),
+			uncounted:   metrics.decodeErrs.uncounted(t, cfg.Partition),
 			lag:         metrics.lag.WithLabelValues(t, sourcePartitionLabel(cfg.Partition)),
 		}
 		for _, sk := range cfg.Skip {
@@ -438,7 +443,7 @@ func NewSource(ctx context.Context, cfg SourceConfig) (*Source, error) {
 // so that Lag is known before the first fetch.
 func (s *Source) resolveStart(ctx context.Context, cfg *SourceConfig) (map[string]map[int32]kgo.Offset, error) {
 	check := slices.Clone(cfg.Topics)
-	if s.policy == DecodeDeadLetter && cfg.DeadLetter == nil {
+	if s.policy == DecodeDeadLetter { // whichever writer writes to it
 		check = append(check, cfg.DeadLetterTopic)
 	}
 	details, err := s.adm.ListTopics(ctx, check...)
@@ -647,8 +652,16 @@ func (s *Source) skipped(p *sourcePartition, r *kgo.Record) bool {
 }
 
 // rejected applies the decode policy to r, which the decoder rejected.
+//
+// The counters count each rejected record once per process: a record read
+// again after a restore (the records after the restored checkpoint's
+// offsets were read before, if this process ran the task) is not counted
+// again, one past every record counted so far is.
 func (s *Source) rejected(p *sourcePartition, r *kgo.Record, cause error) error {
-	p.decodeErrs.Inc()
+	first := advanceUncounted(p.uncounted, r.Offset)
+	if first {
+		p.decodeErrs.Inc()
+	}
 	switch s.policy {
 	case DecodeSkip:
 		s.log.Debug("source skipped undecodable record", "topic", r.Topic, "offset", r.Offset, "error", cause)
@@ -658,7 +671,9 @@ func (s *Source) rejected(p *sourcePartition, r *kgo.Record, cause error) error 
 			return fmt.Errorf("kafkaio: source topic %s partition %d offset %d: dead letter: %w", r.Topic, r.Partition, r.Offset, err)
 		}
 		s.dlqPending++
-		p.deadLetters.Inc()
+		if first {
+			p.deadLetters.Inc()
+		}
 		s.log.Debug("source dead-lettered undecodable record", "topic", r.Topic, "offset", r.Offset, "error", cause)
 		return nil
 	}

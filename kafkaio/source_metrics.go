@@ -3,6 +3,8 @@ package kafkaio
 import (
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -27,7 +29,7 @@ type sourceMetrics struct {
 	records     *prometheus.CounterVec // topic
 	bytes       *prometheus.CounterVec // topic
 	lag         *prometheus.GaugeVec   // topic, partition
-	decodeErrs  *prometheus.CounterVec // topic, policy
+	decodeErrs  *decodeErrorCounter    // topic, policy
 	deadLetters *prometheus.CounterVec // topic
 }
 
@@ -45,13 +47,13 @@ func newSourceMetrics(reg prometheus.Registerer) (*sourceMetrics, error) {
 			Name: SourceMetricLag,
 			Help: "Records between a source's fetch position and the partition's last stable offset.",
 		}, []string{"topic", "partition"}),
-		decodeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		decodeErrs: &decodeErrorCounter{CounterVec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: SourceMetricDecodeErrs,
-			Help: "Records the sources' decoders rejected, by the policy that handled them.",
-		}, []string{"topic", "policy"}),
+			Help: "Records the sources' decoders rejected, by the policy that handled them; each once per process, also when a restore reads it again.",
+		}, []string{"topic", "policy"})},
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: SourceMetricDeadLetters,
-			Help: "Records the sources handed to the dead-letter topic.",
+			Help: "Records the sources handed to the dead-letter topic; each once per process, also when a restore reads it again.",
 		}, []string{"topic"}),
 	}
 	var err error
@@ -71,6 +73,55 @@ func newSourceMetrics(reg prometheus.Registerer) (*sourceMetrics, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// decodeErrorCounter is weir_source_decode_errors_total together with, per
+// topic and partition, the offset from which rejected records were not
+// counted yet. Registered once per registry and adopted by every later
+// source (sourceRegister), it carries that offset across the sources that
+// successive generations open for one partition, so that a record that a
+// restore makes the source read again is not counted again.
+type decodeErrorCounter struct {
+	*prometheus.CounterVec
+
+	mu   sync.Mutex // guards from
+	from map[sourceTopicPartition]*atomic.Int64
+}
+
+type sourceTopicPartition struct {
+	topic     string
+	partition int32
+}
+
+// uncounted returns the shared "not counted from" offset of a partition.
+func (c *decodeErrorCounter) uncounted(topic string, partition int32) *atomic.Int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.from == nil {
+		c.from = make(map[sourceTopicPartition]*atomic.Int64)
+	}
+	k := sourceTopicPartition{topic, partition}
+	a := c.from[k]
+	if a == nil {
+		a = new(atomic.Int64)
+		c.from[k] = a
+	}
+	return a
+}
+
+// advanceUncounted moves *from past offset and reports whether offset was
+// not counted yet. Lock-free: a partition's old source may still be closing
+// while its new one reads.
+func advanceUncounted(from *atomic.Int64, offset int64) bool {
+	for {
+		cur := from.Load()
+		if offset < cur {
+			return false
+		}
+		if from.CompareAndSwap(cur, offset+1) {
+			return true
+		}
+	}
 }
 
 // sourceRegister registers c, or returns the equal collector already there.

@@ -16,6 +16,8 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/weir-stream/weir/config"
@@ -29,7 +31,7 @@ import (
 func Compile(job config.Job) (*stream.Job, error) {
 	c := &compiler{job: stream.NewJob(job.Name), ops: make(map[string]int)}
 	if err := c.job.Err(); err != nil {
-		c.add("job.name", "%v", err)
+		c.addJob("job.name", err)
 	}
 	if len(job.Pipeline) == 0 {
 		c.add("job.pipeline", "required: at least a source and a sink step")
@@ -69,7 +71,7 @@ func Compile(job config.Job) (*stream.Job, error) {
 		}
 	}
 	if err := c.job.Build(); err != nil {
-		c.add("job.pipeline", "%v", err)
+		c.addJob("job.pipeline", err)
 		return nil, c.err()
 	}
 	return c.job, nil
@@ -103,6 +105,20 @@ type compiler struct {
 func (c *compiler) add(path, format string, args ...any) {
 	c.problems = append(c.problems, &config.FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
+
+// addJob reports a problem the stream package found in the job the step at
+// path defined. Its messages are for Go authors: they end in the Go call
+// site of the builder ("(pipeline.go:167)"), which is this package's, not
+// the YAML user's; the key path says where the problem is instead.
+func (c *compiler) addJob(path string, err error) {
+	msg := strings.TrimPrefix(err.Error(), stream.ErrInvalidJob.Error()+": ")
+	msg = goSiteRE.ReplaceAllString(msg, "")
+	c.add(path, "%s", msg)
+}
+
+// goSiteRE matches the Go call sites in stream's messages:
+// " (pipeline.go:167)", " (source at pipeline.go:167)".
+var goSiteRE = regexp.MustCompile(` \((?:[a-z ]+ at )?[\w.-]+\.go:\d+\)`)
 
 func (c *compiler) err() error { return errors.Join(c.problems...) }
 
@@ -166,7 +182,7 @@ func (c *compiler) source(path string, s *config.SourceStep) {
 	// applies on_error there), and the steps read the bytes they need.
 	c.cur = stream.From(c.job, src, stream.RawCodec{})
 	if err := c.job.Err(); err != nil {
-		c.add(path, "%v", err)
+		c.addJob(path, err)
 	}
 }
 
@@ -180,7 +196,7 @@ func (c *compiler) aggregate(path string, a *config.AggregateStep) {
 		return
 	}
 	if err := c.job.Err(); err != nil {
-		c.add(path, "%v", err)
+		c.addJob(path, err)
 	}
 }
 
@@ -213,7 +229,7 @@ func (c *compiler) sink(path string, s *config.SinkStep) {
 	}
 	stream.To(c.cur, sink, stream.RawCodec{})
 	if err := c.job.Err(); err != nil {
-		c.add(path, "%v", err)
+		c.addJob(path, err)
 	}
 }
 

@@ -245,3 +245,18 @@ func BenchmarkCountPipeline(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/record")
 	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/n, "allocs/record")
 }
+
+// TestCompileErrorsNameNoGoSource: a problem the stream package finds is
+// reported at the step's key path, without stream's Go call site (which is
+// this package's source, meaningless to a YAML user).
+func TestCompileErrorsNameNoGoSource(t *testing.T) {
+	job := config.Job{Name: "x", Pipeline: []config.Step{
+		{Source: &config.SourceStep{Topics: []string{"in", "in"}}},
+		{Aggregate: &config.AggregateStep{Op: "count"}},
+		{Sink: &config.SinkStep{Topic: "out"}},
+	}}
+	_, err := pipeline.Compile(job)
+	if err == nil || !strings.Contains(err.Error(), "job.pipeline[0].source: source: topic in listed twice") || strings.Contains(err.Error(), ".go:") {
+		t.Fatalf("want the source step's problem without a Go position: %v", err)
+	}
+}

@@ -133,7 +133,8 @@ type KafkaSink struct {
 	// Delivery defaults to DeliveryExactlyOnce.
 	Delivery Delivery
 	// TransactionTimeout is the producer's transaction.timeout.ms under
-	// exactly-once; zero lets the runtime choose.
+	// exactly-once; zero lets the runtime choose: the least the checkpoint
+	// settings need (config.Config.SinkTransactionTimeout).
 	TransactionTimeout time.Duration
 }
 

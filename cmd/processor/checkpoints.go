@@ -36,8 +36,7 @@ when their _metadata is gone.`,
 			return listCheckpoints(ctx, cmd, cfg)
 		},
 	}
-	list.Flags().StringVarP(&file, "config", "c", "", "the job's YAML configuration file")
-	addConfigFlags(list.Flags())
+	addConfigFlags(list.Flags(), &file)
 	cmd.AddCommand(list)
 	return cmd
 }

@@ -49,9 +49,8 @@ resume refuses a job that is not failed, and changes nothing then.`,
 			return resume(ctx, cmd, cfg, skips)
 		},
 	}
-	cmd.Flags().StringVarP(&file, "config", "c", "", "the job's YAML configuration file")
 	cmd.Flags().StringArrayVar(&skips, "skip", nil, "an input record to skip, as TOPIC/PARTITION/OFFSET (repeatable)")
-	addConfigFlags(cmd.Flags())
+	addConfigFlags(cmd.Flags(), &file)
 	return cmd
 }
 

@@ -52,14 +52,16 @@ transactions, leaves the group and exits 0 within process.grace_period.`,
 			return serve(ctx, cfg, cmd.ErrOrStderr(), nil)
 		},
 	}
-	cmd.Flags().StringVarP(&file, "config", "c", "", "the YAML configuration file")
-	addConfigFlags(cmd.Flags())
+	addConfigFlags(cmd.Flags(), &file)
 	return cmd
 }
 
-// addConfigFlags adds a flag for every scalar configuration key, named by
-// its key path.
-func addConfigFlags(fs *pflag.FlagSet) {
+// addConfigFlags adds the flags of every command that loads a job's
+// configuration (run, validate, checkpoints, transactions), so that each
+// accepts what the others do: -c FILE, and a flag for every scalar
+// configuration key, named by its key path.
+func addConfigFlags(fs *pflag.FlagSet, file *string) {
+	fs.StringVarP(file, "config", "c", "", "the job's YAML configuration file")
 	for _, k := range config.Keys() {
 		fs.String(k, "", "overrides "+k+" (environment: "+config.EnvName(k)+")")
 	}
@@ -90,7 +92,7 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 	log := newLogger(cfg, logOut)
 	job, err := pipeline.Compile(cfg.Job)
 	if err != nil {
-		return fmt.Errorf("job: %w", err)
+		return fmt.Errorf("job: %w", cfg.Annotate(err))
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 

@@ -55,8 +55,7 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 		return fn(ctx, a, cfg)
 	}
 	withConfig := func(c *cobra.Command) *cobra.Command {
-		c.Flags().StringVarP(&file, "config", "c", "", "the job's YAML configuration file")
-		addConfigFlags(c.Flags())
+		addConfigFlags(c.Flags(), &file)
 		return c
 	}
 	// The actions change what consumers of the output see, and none can be

@@ -57,7 +57,7 @@ func TestTransactionsCommand(t *testing.T) {
 kafka: {brokers: [%s]}
 state: {dir: "%s/state"}
 log: {level: error}
-`, job, out, out, c.Brokers[0], dir)
+`, job, job+"-in", out, c.Brokers[0], dir) // the input need not exist: transactions reads no input
 		if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -16,12 +16,13 @@ func newValidateCmd() *cobra.Command {
 		Use:   "validate -c FILE",
 		Short: "Check a configuration (YAML, environment, flags) without starting anything",
 		Long: `validate loads the configuration exactly as "run" would — defaults, the YAML
-file, WEIR_<SECTION>_<KEY> environment variables — reports every problem,
-one per line, each with its key path, and compiles the pipeline. It exits 1
-if there is any problem. It connects to nothing.`,
+file, WEIR_<SECTION>_<KEY> environment variables and the same flags as
+"run" — reports every problem, one per line, each with where the value came
+from (file:line:column, variable or flag) and its key path, and compiles
+the pipeline. It exits 1 if there is any problem. It connects to nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(config.Source{File: file})
+			cfg, err := config.Load(config.Source{File: file, Flags: cmd.Flags()})
 			if err != nil {
 				out := cmd.ErrOrStderr()
 				problems := unjoin(err)
@@ -31,14 +32,16 @@ if there is any problem. It connects to nothing.`,
 				return fmt.Errorf("%s: %d problem(s)", file, len(problems))
 			}
 			if _, err := pipeline.Compile(cfg.Job); err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), err)
+				for _, p := range unjoin(cfg.Annotate(err)) {
+					fmt.Fprintln(cmd.ErrOrStderr(), p)
+				}
 				return fmt.Errorf("%s: the pipeline does not compile", file)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (job %s, %d steps)\n", file, cfg.Job.Name, len(cfg.Job.Pipeline))
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&file, "config", "c", "", "the YAML configuration file")
+	addConfigFlags(cmd.Flags(), &file)
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }

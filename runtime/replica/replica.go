@@ -70,7 +70,8 @@ type Replica struct {
 	met     *metrics
 	runner  *runner.Runner // created once; Run once per coordinator term
 
-	taskIDs []control.TaskID // every task of the job, fixed at start
+	taskIDs []control.TaskID   // every task of the job, fixed at start
+	sinks   []stream.KafkaSink // the job's sinks with their defaults (sinkSpecs)
 
 	// Owned by Run's goroutine.
 	gen      uint64
@@ -135,6 +136,7 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 		tasks:  map[control.TaskID]*task.Task{},
 
 		loggedAt: -1,
+		sinks:    sinkSpecs(opts.Job, cfg),
 	}
 	r.kopts = []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.ClientID(cfg.Kafka.ClientID)}
 	met, err := newMetrics(opts.Registerer)
@@ -293,7 +295,7 @@ func (r *Replica) awaitControlTopics(ctx context.Context, adm *kadm.Client) erro
 // the broker's limit and the checkpoint timing.
 func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
 	var outputs []string
-	for _, sink := range r.opts.Job.Sinks() {
+	for _, sink := range r.sinks {
 		outputs = append(outputs, sink.Topic)
 	}
 	for _, src := range r.opts.Job.Sources() {
@@ -315,7 +317,7 @@ func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
 			return err
 		}
 	}
-	for _, sink := range r.opts.Job.Sinks() {
+	for _, sink := range r.sinks {
 		if sink.Delivery == stream.DeliveryAtLeastOnce {
 			continue
 		}
@@ -332,6 +334,19 @@ func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
 		}
 	}
 	return nil
+}
+
+// sinkSpecs returns the job's sinks with the runtime's defaults filled in.
+// It is the one place that does so for every sink, the pipeline's own and a
+// source's dead-letter sink, of a YAML or a Go job: an exactly-once sink
+// without a transaction timeout gets config's default, the least the
+// checkpoint settings need (config.Config.SinkTransactionTimeout).
+func sinkSpecs(job *stream.Job, cfg *config.Config) []stream.KafkaSink {
+	sinks := job.Sinks()
+	for i := range sinks {
+		sinks[i].TransactionTimeout = cfg.SinkTransactionTimeout(sinks[i].TransactionTimeout)
+	}
+	return sinks
 }
 
 // all runs fns concurrently and returns their errors, joined.
@@ -763,6 +778,7 @@ func (r *Replica) taskConfig(id control.TaskID, g control.Generation) task.Confi
 		StateDir: filepath.Join(r.cfg.State.Dir, r.cfg.Job.Name, task.StateName(id)),
 		Cache:    r.cache, Acks: r.acks,
 		RecordCacheBytes:         cmp.Or(r.cfg.State.RecordCacheBytes, -1), // config: 0 is off
+		Sinks:                    r.sinks,
 		MaxConcurrentCheckpoints: r.cfg.Checkpoint.MaxConcurrent,
 		SinkMetrics:              r.sinkMet,
 		Logger:                   r.log, Registerer: r.opts.Registerer,

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -61,6 +62,10 @@ type Config struct {
 	RecordCacheBytes int64
 	// Acks appends the task's acks and declines.
 	Acks *kafkaio.AckWriter
+	// Sinks are the job's sinks (Job.Sinks, same order) with the runtime's
+	// defaults filled in (a transaction timeout for each exactly-once sink):
+	// the replica's sinkSpecs.
+	Sinks []stream.KafkaSink
 	// MaxConcurrentCheckpoints sizes the sink's transaction pool.
 	MaxConcurrentCheckpoints int
 	// TimerInterval is how often processing-time timers are checked while
@@ -193,8 +198,11 @@ func (t *Task) open(ctx context.Context, name string) error {
 	}
 	t.chain = chain
 
-	if n := len(opState.Sinks); n > 0 && n != len(cfg.Job.Sinks()) {
-		return fmt.Errorf("checkpoint %d has transactions of %d sinks; the job has %d", cfg.RestoreFrom, n, len(cfg.Job.Sinks()))
+	if len(cfg.Sinks) != len(cfg.Job.Sinks()) {
+		return fmt.Errorf("task config has %d sinks; the job has %d", len(cfg.Sinks), len(cfg.Job.Sinks()))
+	}
+	if n := len(opState.Sinks); n > 0 && n != len(cfg.Sinks) {
+		return fmt.Errorf("checkpoint %d has transactions of %d sinks; the job has %d", cfg.RestoreFrom, n, len(cfg.Sinks))
 	}
 	sources := cfg.Job.Sources()
 	if len(sources) != 1 {
@@ -203,6 +211,17 @@ func (t *Task) open(ctx context.Context, name string) error {
 	srcCfg, err := sourceConfig(sources[0])
 	if err != nil {
 		return err
+	}
+	if srcCfg.DecodeErrors == kafkaio.DecodeDeadLetter {
+		// The records the source's format check rejects go to the job's
+		// exactly-once sink of the dead-letter topic, as those its codec
+		// rejects do (stream.KafkaSource.DeadLetterTopic): they commit with
+		// the checkpoint of their epoch, so a restore never writes one twice.
+		idx := slices.IndexFunc(cfg.Sinks, func(k stream.KafkaSink) bool { return k.Topic == srcCfg.DeadLetterTopic })
+		if idx < 0 {
+			return fmt.Errorf("source: the job has no sink for the dead-letter topic %s", srcCfg.DeadLetterTopic)
+		}
+		srcCfg.DeadLetter = sinkDeadLetters{t: t, sink: idx}
 	}
 	srcCfg.ClientOpts = cfg.Kafka
 	srcCfg.Partition = int32(cfg.ID.Index)
@@ -218,7 +237,7 @@ func (t *Task) open(ctx context.Context, name string) error {
 	// trips to the broker: they run in parallel. No record is read before
 	// open returns, so nothing is written before every sink has recovered
 	// (DESIGN.md section 6).
-	specs := cfg.Job.Sinks()
+	specs := cfg.Sinks
 	t.sinks = make([]*kafkaio.Sink, len(specs))
 	errs := make([]error, len(specs)+1)
 	var wg sync.WaitGroup
@@ -376,6 +395,22 @@ func Permanent(err error) *PermanentError {
 	}
 	return nil
 }
+
+// sinkDeadLetters is the source's DeadLetterWriter of a task: it adds each
+// dead letter to the task's sink of the dead-letter topic, on the task
+// goroutine (the source calls it from Next), so that the record belongs to
+// the open epoch's transaction. It needs no flush of its own: the barrier
+// that follows pre-commits every sink, and the checkpoint commits it.
+type sinkDeadLetters struct {
+	t    *Task
+	sink int // index in t.sinks
+}
+
+func (d sinkDeadLetters) WriteDeadLetter(ctx context.Context, r *kgo.Record) error {
+	return d.t.sinks[d.sink].Write(ctx, r)
+}
+
+func (sinkDeadLetters) FlushDeadLetters(context.Context) error { return nil }
 
 // run is the task goroutine.
 func (t *Task) run() {
