@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,9 +57,11 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 	writeJob(t, cfgFile, job, input, output, c.Brokers)
 
 	// The sink's transactional IDs: <prefix><stage>-<partition>-<slot>,
-	// the stage of a YAML pipeline being "main".
+	// the stage of a YAML pipeline being "main". Those of partition 0 are
+	// aged (aging costs about 3 ms a bump on the test broker, sequential
+	// per ID); partition 1's task runs beside them as usual.
 	var ids []string
-	for p := range rotationPartitions {
+	for p := range 1 {
 		for s := range rotationPoolSlots {
 			ids = append(ids, fmt.Sprintf("_weir.%s.main-%d-%d", job, p, s))
 		}
@@ -101,6 +104,7 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 	cl := newCluster(t, bin, cfgFile, dir)
 	defer cl.stopAll()
 	replica := cl.start()
+	committed := countCommitted(ctx, t, c.Brokers, output)
 	waitOutput(ctx, t, c, output, 1)
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
@@ -120,8 +124,7 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 		cl.kill(replica)
 		t.Logf("rotation %d: %s fenced by the recovery; kill -9 %s again", kill+1, id, replica)
 		cl.restart(replica)
-		since := committedSum(ctx, t, raw, output)
-		recovery = waitAdvance(ctx, t, raw, output, since, filepath.Join(dir, replica+".log"))
+		recovery = committed.waitAdvance(ctx, t, committed.n.Load(), filepath.Join(dir, replica+".log"))
 		t.Logf("rotation %d: committed output advances %.1fs after the restart", kill+1, recovery.Seconds())
 	}
 	t.Logf("recovery: %.1fs from the last restart until committed output advanced", recovery.Seconds())
@@ -239,34 +242,52 @@ func waitFenced(ctx context.Context, t *testing.T, cl *kgo.Client, id string, pi
 	t.Fatalf("%s was not fenced by the restarted replica within 2 minutes", id)
 }
 
-// committedSum is the sum of topic's last stable offsets.
-func committedSum(ctx context.Context, t *testing.T, cl *kgo.Client, topic string) int64 {
-	t.Helper()
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		t.Fatalf("last stable offsets of %s: %v", topic, err)
-	}
-	var sum int64
-	ends.Each(func(o kadm.ListedOffset) { sum += o.Offset })
-	return sum
+// committedCounter counts the data records a read_committed consumer of
+// topic has seen: the committed output (an abort marker moves the last
+// stable offset too, so offsets would not do).
+type committedCounter struct {
+	n    atomic.Int64
+	stop context.CancelFunc
+	done chan struct{}
 }
 
-// waitAdvance waits until topic's committed output passes since and
-// returns how long that took; if it does not within two minutes the job is
-// stuck, and the replica's log says why.
-func waitAdvance(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, since int64, logFile string) time.Duration {
+func countCommitted(ctx context.Context, t *testing.T, brokers []string, topic string) *committedCounter {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(ctx)
+	c := &committedCounter{stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		defer cl.Close()
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			c.n.Add(int64(fs.NumRecords()))
+		}
+	}()
+	t.Cleanup(func() { stop(); <-c.done })
+	return c
+}
+
+// waitAdvance waits until more than since committed output records were
+// seen and returns how long that took; if that does not happen within two
+// minutes the job is stuck, and the replica's log says why.
+func (c *committedCounter) waitAdvance(ctx context.Context, t *testing.T, since int64, logFile string) time.Duration {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(2 * time.Minute)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if committedSum(ctx, t, cl, topic) > since {
+		if c.n.Load() > since {
 			return time.Since(start)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 	b, _ := os.ReadFile(logFile)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	t.Fatalf("the job is stuck: committed output of %s did not advance within 2 minutes of the restart; last log lines:\n%s",
-		topic, strings.Join(lines[max(0, len(lines)-8):], "\n"))
+	t.Fatalf("the job is stuck: no new committed output within 2 minutes of the restart; last log lines:\n%s",
+		strings.Join(lines[max(0, len(lines)-8):], "\n"))
 	return 0
 }
