@@ -88,7 +88,8 @@ func describeID(t *testing.T, ctx context.Context, c *kafkatest.Cluster, id stri
 // commits its transaction at the old producer ID's last epoch, the replica
 // dies, recovery re-commits with the recorded (old ID, epoch) and fences
 // (the new ID moves past epoch 0), the replica dies again, and every later
-// recovery must find the transaction committed, not lost.
+// recovery must find the transaction committed, not lost; also after the ID
+// rotates a second time.
 func TestSinkRecoverAfterRotationCommitted(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		ctx := sinkCtx(t)
@@ -119,6 +120,28 @@ func TestSinkRecoverAfterRotationCommitted(t *testing.T) {
 		}
 		c.WaitStable(t, e.topic)
 		sinkWantValues(t, "after the rotation", sinkCommitted(t, ctx, c, e.topic, 40, 300*time.Millisecond), append(slices.Clone(v1), v2...))
+
+		// A second rotation: the ID moves to a third producer ID; the
+		// handles of both earlier ones are still decided committed.
+		ageTxnIDs(t, ctx, c.Client(t), 32766, h.TransactionalID)
+		if _, _, err := initProducerID(ctx, c.Client(t), h.TransactionalID); err != nil {
+			t.Fatal(err)
+		}
+		if pid, _, _ := describeID(t, ctx, c, h.TransactionalID); pid == h2[0].ProducerID {
+			t.Fatalf("the ID did not rotate a second time")
+		}
+		for i := range 2 {
+			s, err := kafkaio.NewSink(e.config(poolOfOne))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close(context.Background()) })
+			if err := s.Recover(ctx, []kafkaio.SinkTxnHandle{h, h2[0]}); err != nil {
+				t.Fatalf("recovery %d after the second rotation: %v", i+1, err)
+			}
+		}
+		c.WaitStable(t, e.topic)
+		sinkWantValues(t, "after the second rotation", sinkCommitted(t, ctx, c, e.topic, 40, 300*time.Millisecond), append(slices.Clone(v1), v2...))
 	})
 }
 
