@@ -244,10 +244,14 @@ type quarantinedSlot struct {
 
 // sinkSlot is one transactional producer of the pool.
 type sinkSlot struct {
-	txnID   string
-	cl      *kgo.Client
-	watch   *txnWatch             // commits cl did not make (txnwatch.go)
-	err     atomic.Pointer[error] // first record error of the open transaction
+	txnID string
+	cl    *kgo.Client
+	watch *txnWatch             // commits cl did not make (txnwatch.go)
+	err   atomic.Pointer[error] // first record error of the open transaction
+	// marker is a record of the open transaction that the broker
+	// acknowledged: its offset goes into the handle (SinkTxnHandle.Marker).
+	// The record is the sink's until the flush, which copies it.
+	marker  atomic.Pointer[kgo.Record]
 	promise func(*kgo.Record, error)
 	met     *sinkTaskMetrics
 	// topics are the topics the open transaction writes to, and
@@ -266,6 +270,9 @@ func (sl *sinkSlot) done(r *kgo.Record, err error) {
 	if err != nil {
 		firstErr(&sl.err, err)
 		return
+	}
+	if sl.marker.Load() == nil {
+		sl.marker.CompareAndSwap(nil, r)
 	}
 	sl.met.records.Inc()
 	sl.met.bytes.Add(float64(recordBytes(r)))
@@ -635,6 +642,7 @@ func (s *Sink) begin(ctx context.Context) error {
 		return err
 	}
 	sl.err.Store(nil)
+	sl.marker.Store(nil)
 	sl.topics = sl.topics[:0]
 	if err := sl.cl.BeginTransaction(); err != nil {
 		return s.fail(fmt.Errorf("begin transaction %s: %w", sl.txnID, err))
@@ -850,7 +858,13 @@ func (s *Sink) flush(txn *sinkTxn) {
 		txn.err = s.fail(fmt.Errorf("pre-commit transaction %s of checkpoint %d: %w", sl.txnID, txn.checkpoint, err))
 		return
 	}
-	txn.handle = SinkTxnHandle{TransactionalID: sl.txnID, ProducerID: pid, ProducerEpoch: epoch, Checkpoint: txn.checkpoint}
+	txn.handle = SinkTxnHandle{
+		Version: SinkTxnHandleVersion, TransactionalID: sl.txnID, ProducerID: pid, ProducerEpoch: epoch,
+		Checkpoint: txn.checkpoint, BeganMillis: txn.opened.UnixMilli(),
+	}
+	if r := sl.marker.Load(); r != nil {
+		txn.handle.Marker = SinkTxnMarker{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	}
 	s.log.Debug("pre-committed transaction", "transactional_id", sl.txnID, "producer_id", pid, "producer_epoch", epoch,
 		"checkpoint", txn.checkpoint, "open_for", time.Since(txn.opened))
 }
@@ -954,8 +968,20 @@ func (s *Sink) commit(ctx context.Context, txn *sinkTxn) error {
 		// lost, and the task must stop rather than go on silently.
 		s.met.aborted.Inc()
 		e := txnAborted(ctx, s.admin, txn.handle, s.cfg.TransactionTimeout, err)
-		e.ByClient = true
+		e.Cause = LossByClient
 		err = e
+	case (errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.InvalidProducerIDMapping) ||
+		errors.Is(err, kerr.TransactionalIDNotFound)) && txn.handle.Marker.Topic != "":
+		// The log decides, as in recovery: committed output is never
+		// reported lost. A committed one still fails the sink: its
+		// client is out of step with the broker, and the restore's
+		// recovery finds the transaction committed.
+		if _, serr := settleByMarker(ctx, s.admin, txn.handle, s.cfg.TransactionTimeout, err, s.log); serr != nil {
+			if errors.Is(serr, ErrSinkTxnAborted) {
+				s.met.aborted.Inc()
+			}
+			err = serr
+		}
 	case errors.Is(err, kerr.InvalidTxnState), errors.Is(err, kerr.InvalidProducerIDMapping), errors.Is(err, kerr.TransactionalIDNotFound):
 		s.met.aborted.Inc()
 		err = txnAborted(ctx, s.admin, txn.handle, s.cfg.TransactionTimeout, err)
