@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/weir-stream/weir/internal/e2eutil"
 	"github.com/weir-stream/weir/internal/kafkatest"
 )
@@ -80,6 +82,10 @@ type scenario struct {
 type scenarioOptions struct {
 	job      func(*e2eutil.Job)
 	replicas e2eutil.ReplicaOptions
+	// topicConfigs are set on the input and output topics.
+	topicConfigs map[string]*string
+	// inputOpts are added to the input producer's client.
+	inputOpts []kgo.Opt
 }
 
 // newScenario creates the job's topics on c, writes its configuration and
@@ -99,11 +105,11 @@ func newScenario(t *testing.T, c *kafkatest.Cluster, name string, opts scenarioO
 	if opts.job != nil {
 		opts.job(&s.job)
 	}
-	c.CreateTopic(t, s.job.Input, partitions, nil)
-	c.CreateTopic(t, s.job.Output, partitions, nil)
+	c.CreateTopic(t, s.job.Input, partitions, opts.topicConfigs)
+	c.CreateTopic(t, s.job.Output, partitions, opts.topicConfigs)
 	s.cfgFile = filepath.Join(s.dir, "job.yaml")
 	s.writeJob()
-	s.in = e2eutil.NewInput(t, c.Brokers, s.job.Input, keys)
+	s.in = e2eutil.NewInput(t, c.Brokers, s.job.Input, keys, opts.inputOpts...)
 	s.ver = e2eutil.StartVerifier(t, c.Brokers, s.job.Output)
 	s.commits = e2eutil.WatchCommits(t, c.Brokers, s.job.Name)
 	// Registered before the replicas, so it runs after they were killed.
@@ -202,6 +208,16 @@ func (s *scenario) waitGeneration(since time.Time, timeout time.Duration) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	s.t.Fatalf("no new generation within %v", timeout)
+}
+
+// checkStalled fails the test if committed output advanced during the
+// fault, from its start plus grace (commits already under way may land)
+// to its end: a fault that stops nothing proves nothing.
+func (s *scenario) checkStalled(start, end time.Time, grace time.Duration) {
+	s.t.Helper()
+	if n := s.ver.ArrivedBetween(start.Add(grace), end); n > 0 {
+		s.t.Fatalf("committed output advanced %d times during the fault (from %v after its start): the fault was not effective", n, grace)
+	}
 }
 
 // recovered waits until committed output advances after the fault's end,

@@ -75,6 +75,15 @@ func NewReplicas(t testing.TB, bin, cfgFile, dir string, opts ReplicaOptions) *R
 	return r
 }
 
+// SetStorage sets checkpoint.storage and extra environment (credentials)
+// for the replicas started from now on.
+func (r *Replicas) SetStorage(url string, env ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.opts.Storage = url
+	r.opts.Env = append(r.opts.Env, env...)
+}
+
 // StateDir is replica id's state.dir.
 func (r *Replicas) StateDir(id string) string { return filepath.Join(r.dir, "state-"+id) }
 
@@ -108,14 +117,17 @@ func (r *Replicas) Restart(id string, flags ...string) *Proc {
 	args := []string{"run", "-c", r.cfg,
 		"--process.replica_id=" + id,
 		"--state.dir=" + r.StateDir(id),
-		"--checkpoint.storage=" + r.opts.Storage,
 	}
-	if r.opts.HTTP {
+	r.mu.Lock()
+	opts := r.opts
+	r.mu.Unlock()
+	args = append(args, "--checkpoint.storage="+opts.Storage)
+	if opts.HTTP {
 		args = append(args, "--http.address=127.0.0.1:0")
 	}
-	args = append(append(args, r.opts.Flags...), flags...)
+	args = append(append(args, opts.Flags...), flags...)
 	cmd := exec.Command(r.bin, args...)
-	cmd.Env = append(os.Environ(), r.opts.Env...)
+	cmd.Env = append(childEnv(), opts.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		r.t.Fatal(err)
@@ -129,6 +141,19 @@ func (r *Replicas) Restart(id string, flags ...string) *Proc {
 	r.running[id] = p
 	r.mu.Unlock()
 	return p
+}
+
+// childEnv is this process's environment without WEIR_* variables: the
+// test's own (WEIR_KAFKA_BROKERS of the shared broker, say) would override
+// the job's YAML, whose file and flags are a replica's whole configuration.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WEIR_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // Proc returns the current run of replica id, or nil.

@@ -136,6 +136,20 @@ func (v *Verifier) WaitSeen(n int, timeout time.Duration) error {
 	return nil
 }
 
+// ArrivedBetween reports how many times committed output arrived after from
+// and before to.
+func (v *Verifier) ArrivedBetween(from, to time.Time) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n := 0
+	for _, a := range v.arrivals {
+		if a.After(from) && a.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
 // WaitAdvance waits until committed output arrives after since, and returns
 // how long after since it arrived: a fault's recovery time, when since is
 // the fault's end.
