@@ -180,10 +180,29 @@ func (s *scenario) stopFlow() {
 // waitOutput waits until n more committed output records than now were read.
 func (s *scenario) waitOutput(n int, timeout time.Duration) {
 	s.t.Helper()
-	if err := s.ver.WaitSeen(s.ver.Seen()+n, timeout); err != nil {
-		s.t.Fatal(err)
+	want := s.ver.Seen() + n
+	deadline := time.Now().Add(timeout)
+	for s.ver.Seen() < want {
+		s.failOnExit()
+		if time.Now().After(deadline) {
+			s.t.Fatalf("output %s: %d committed records after %v, want at least %d", s.job.Output, s.ver.Seen(), timeout, want)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	s.failOnViolations()
+}
+
+// failOnExit fails the scenario when a replica it did not stop has exited.
+func (s *scenario) failOnExit() {
+	s.t.Helper()
+	for _, id := range s.reps.IDs() {
+		p := s.reps.Proc(id)
+		select {
+		case <-p.Done():
+			s.t.Fatalf("replica %s exited (%v); its last lines:\n%s", id, p.Err(), tail(p.Log(), 3000))
+		default:
+		}
+	}
 }
 
 // failOnViolations stops the scenario as soon as the verifier found
