@@ -42,9 +42,16 @@ func TestFaultAllDownPastTransactionTimeout(t *testing.T) {
 	for len(completes) > 0 {
 		<-completes
 	}
-	for r := range completes {
-		if r.Type == "complete" {
-			break
+	deadline := time.After(time.Minute)
+wait:
+	for {
+		select {
+		case r := <-completes:
+			if r.Type == "complete" {
+				break wait
+			}
+		case <-deadline:
+			t.Fatal("no checkpoint completed within a minute")
 		}
 	}
 	ids := s.reps.IDs()
@@ -58,8 +65,8 @@ func TestFaultAllDownPastTransactionTimeout(t *testing.T) {
 	}
 	restarted := time.Now()
 
-	deadline := restarted.Add(3 * time.Minute)
-	for time.Now().Before(deadline) {
+	until := restarted.Add(3 * time.Minute)
+	for time.Now().Before(until) {
 		if d, err := s.ver.WaitAdvance(restarted, time.Millisecond); err == nil {
 			t.Log("outcome: recovered")
 			s.result("recovery", d)
