@@ -119,7 +119,9 @@ func newScenario(t *testing.T, c *kafkatest.Cluster, name string, opts scenarioO
 			t.Logf("replica logs and state of the failed scenario kept in %s", s.dir)
 			return
 		}
-		_ = os.RemoveAll(s.dir)
+		if os.Getenv("WEIR_FAULTS_KEEP") != "1" {
+			_ = os.RemoveAll(s.dir)
+		}
 	})
 	s.reps = e2eutil.NewReplicas(t, processorBin, s.cfgFile, s.dir, opts.replicas)
 	return s

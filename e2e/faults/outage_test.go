@@ -127,7 +127,12 @@ const diskFullFor = 25 * time.Second
 // once.
 func TestFaultStateDiskFull(t *testing.T) {
 	c := kafkatest.NewReal(t)
-	s := newScenario(t, c, "disk_full", scenarioOptions{replicas: e2eutil.ReplicaOptions{HTTP: true}})
+	// Without the record cache every record writes Pebble's WAL, so the full
+	// disk reaches the commit path (not only the next snapshot's files)
+	// within a fraction of a second, every run.
+	s := newScenario(t, c, "disk_full", scenarioOptions{replicas: e2eutil.ReplicaOptions{
+		HTTP: true, Flags: []string{"--state.record_cache_bytes=0"},
+	}})
 	const victim = "r0" // the first replica started
 	dir := s.reps.StateDir(victim)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -145,6 +150,22 @@ func TestFaultStateDiskFull(t *testing.T) {
 	s.startReplicas(2)
 	s.waitOutput(2*rate, 2*time.Minute)
 
+	// The fault must hit tasks: wait until the newest generation gives
+	// the victim some.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		gens := s.commits.Records("generation")
+		if len(gens) > 0 && strings.Contains(gens[len(gens)-1].Raw, `"`+victim+`":["`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s holds no task after a minute: %v", victim, gens)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	p := s.reps.Proc(victim)
+	logBefore := len(p.Log())
+
 	filler := filepath.Join(dir, "filler")
 	fill(t, filler)
 	start := time.Now()
@@ -152,7 +173,6 @@ func TestFaultStateDiskFull(t *testing.T) {
 		t.Fatalf("the state directory is not full: writing 64 KiB as root: %v (want ENOSPC)", err)
 	}
 	t.Logf("state directory of %s full", victim)
-	p := s.reps.Proc(victim)
 	notReady := false
 	for time.Since(start) < diskFullFor {
 		select {
@@ -169,6 +189,9 @@ func TestFaultStateDiskFull(t *testing.T) {
 	}
 	freed := time.Now()
 	t.Logf("state directory freed after %.1f s", freed.Sub(start).Seconds())
+	if during := p.Log()[logBefore:]; !strings.Contains(during, "no space left on device") {
+		t.Errorf("replica %s logged no 'no space left on device' while its state directory was full: the fault did not reach its tasks, or the error was not reported", victim)
+	}
 	if !notReady {
 		t.Errorf("replica %s answered /readyz 200 all along while its state directory was full", victim)
 	}
