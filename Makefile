@@ -32,6 +32,10 @@ test: ## Every test, with -race, on kfake, the real Kafka broker and the real S3
 test-e2e: ## The end-to-end exactly-once test alone (kill -9, rescaling), on the real broker
 	WEIR_SERVICES=kafka WEIR_TEST_PKGS=./e2e/... bash scripts/test.sh
 
+.PHONY: test-faults
+test-faults: ## The fault suite on the real broker: pauses, kills, broker restart, storage outages, poison records, long outages, full disk, producer-ID rotation (WEIR_FAULTS_RUN=pattern selects)
+	bash scripts/test-faults.sh
+
 .PHONY: test-short
 test-short: ## Unit and kfake tests only (no Java, no S3 server needed)
 	env -u WEIR_KAFKA_BROKERS -u WEIR_S3_ENDPOINT -u WEIR_REQUIRE_REAL_KAFKA -u WEIR_REQUIRE_S3 \

@@ -1,0 +1,76 @@
+package e2eutil
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Job is the YAML count job the end-to-end tests run: source (json) →
+// aggregate count → exactly-once sink. Zero fields take the defaults noted.
+type Job struct {
+	Name    string
+	Input   string
+	Output  string
+	Brokers []string
+
+	OnError         string // source.on_error; "" leaves the product's default (fail)
+	DeadLetterTopic string // with OnError "dead-letter"
+
+	SessionTimeout     time.Duration // kafka.session_timeout; default 6s (the broker's least)
+	Interval           time.Duration // checkpoint.interval; default 1s
+	CheckpointTimeout  time.Duration // checkpoint.timeout; default 30s
+	TransactionTimeout time.Duration // sink.transaction_timeout; 0 leaves the product's default
+	LogLevel           string        // log.level; default info
+}
+
+// YAML renders the job's configuration file.
+func (j Job) YAML() string {
+	or := func(d, def time.Duration) time.Duration {
+		if d == 0 {
+			return def
+		}
+		return d
+	}
+	var src strings.Builder
+	fmt.Fprintf(&src, "topics: [%s], format: json, start: earliest", j.Input)
+	if j.OnError != "" {
+		fmt.Fprintf(&src, ", on_error: %s", j.OnError)
+	}
+	if j.DeadLetterTopic != "" {
+		fmt.Fprintf(&src, ", dead_letter_topic: %s", j.DeadLetterTopic)
+	}
+	sink := fmt.Sprintf("topic: %s, format: json, delivery: exactly-once", j.Output)
+	if j.TransactionTimeout > 0 {
+		sink += fmt.Sprintf(", transaction_timeout: %s", j.TransactionTimeout)
+	}
+	level := j.LogLevel
+	if level == "" {
+		level = "info"
+	}
+	return fmt.Sprintf(`job:
+  name: %s
+  pipeline:
+    - source: {%s}
+    - aggregate: {op: count}
+    - sink: {%s}
+kafka:
+  brokers: [%s]
+  session_timeout: %s
+checkpoint:
+  interval: %s
+  timeout: %s
+http:
+  address: ""
+log:
+  level: %s
+`, j.Name, src.String(), sink, strings.Join(j.Brokers, ", "),
+		or(j.SessionTimeout, 6*time.Second), or(j.Interval, time.Second),
+		or(j.CheckpointTimeout, 30*time.Second), level)
+}
+
+// Write writes the job's configuration to path.
+func (j Job) Write(path string) error {
+	return os.WriteFile(path, []byte(j.YAML()), 0o600)
+}
