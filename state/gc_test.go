@@ -228,7 +228,7 @@ func TestReleaseWithDeleteFailures(t *testing.T) {
 			}
 		}
 	}
-	del, err := reg.CollectGarbage(ctx, time.Now().Add(-time.Hour)) // orphans first, regardless of age
+	del, err := reg.CollectGarbage(ctx, time.Now().Add(-time.Hour), 0) // orphans first, regardless of age
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestCollectGarbage(t *testing.T) {
 	r4 := snapshotNow(t, b, 4, "")
 	_ = store.Put(ctx, objstore.MetadataKey(4), []byte("meta")) // coordinator died before complete
 
-	del, err := reg.CollectGarbage(ctx, time.Now().Add(time.Hour))
+	del, err := reg.CollectGarbage(ctx, time.Now().Add(time.Hour), 0)
 	deleted := del.Keys
 	if err != nil {
 		t.Fatal(err)
@@ -306,7 +306,7 @@ func TestCollectGarbage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := reg.CollectGarbage(ctx, time.Now().Add(time.Hour)); err != nil {
+	if _, err := reg.CollectGarbage(ctx, time.Now().Add(time.Hour), 0); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range listKeys(t, store, "") {

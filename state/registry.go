@@ -178,17 +178,20 @@ func (r *Registry) Release(ctx context.Context, id int64) (Deleted, error) {
 		// The rest of chk-<id>/ is left to CollectGarbage, which lists again.
 		errs = append(errs, fmt.Errorf("state: release checkpoint %d: %w", id, listErr))
 	}
-	for _, o := range objs {
+	rest := slices.DeleteFunc(slices.Clone(objs), func(o objstore.Object) bool {
 		if o.Key == metadata {
 			del.add(o.Key, o.Size)
-			continue
+			return true
 		}
-		if err := r.store.Delete(ctx, o.Key); err != nil {
+		return false
+	})
+	for i, err := range r.deleteEach(ctx, rest) {
+		if err != nil {
 			del.Failed++
 			errs = append(errs, fmt.Errorf("state: release checkpoint %d: %w", id, err))
 			continue
 		}
-		del.add(o.Key, o.Size)
+		del.add(rest[i].Key, rest[i].Size)
 	}
 	r.mu.Lock()
 	keys := r.mu.checkpoints[id]
@@ -215,21 +218,26 @@ func (r *Registry) deleteOrphans(ctx context.Context) (Deleted, error) {
 	}
 	r.mu.Unlock()
 	slices.Sort(keys)
+	objs := make([]objstore.Object, len(keys))
+	for i, k := range keys {
+		objs[i].Key = k
+	}
 	var del Deleted
 	var errs []error
-	for _, k := range keys {
-		err := r.store.Delete(ctx, k)
+	for i, err := range r.deleteEach(ctx, objs) {
+		k := keys[i]
+		if err != nil {
+			del.Failed++
+			errs = append(errs, fmt.Errorf("state: delete unreferenced %s: %w", k, err))
+			continue
+		}
 		r.mu.Lock()
-		if err == nil && r.mu.refs[k] == 0 {
+		if r.mu.refs[k] == 0 {
 			delete(r.mu.orphans, k)
 			del.add(k, r.mu.sizes[k])
 			delete(r.mu.sizes, k)
 		}
 		r.mu.Unlock()
-		if err != nil {
-			del.Failed++
-			errs = append(errs, fmt.Errorf("state: delete unreferenced %s: %w", k, err))
-		}
 	}
 	if len(del.Keys) > 0 {
 		r.log.Info("deleted unreferenced shared files", "count", len(del.Keys), "bytes", del.Bytes)
@@ -238,14 +246,18 @@ func (r *Registry) deleteOrphans(ctx context.Context) (Deleted, error) {
 }
 
 // CollectGarbage deletes every object of the job that no retained
-// checkpoint refers to and that is older than olderThan: shared files
-// (uploaded by snapshots that failed, were aborted, or whose task crashed)
-// and objects under chk-<n>/ of checkpoints that are not registered. It never
-// touches savepoints/. Objects of checkpoints in progress are unreferenced
-// too: pass an olderThan before the start of any checkpoint still in
-// progress, in the object store's clock (StoreTime; for example taken
-// before a new generation that aborts them all). It returns what it deleted.
-func (r *Registry) CollectGarbage(ctx context.Context, olderThan time.Time) (Deleted, error) {
+// checkpoint refers to: shared files (uploaded by snapshots that failed, were
+// aborted, or whose task crashed) older than olderThan, and objects under
+// chk-<n>/ of checkpoints that are not registered, if n <= deadUpTo or they
+// are older than olderThan. It never touches savepoints/. Objects of
+// checkpoints in progress are unreferenced too: pass an olderThan before the
+// start of any checkpoint still in progress, in the object store's clock
+// (StoreTime; for example taken before a new generation that aborts them
+// all), and as deadUpTo an ID no checkpoint in progress has (0: none; after
+// a new generation, the highest ID triggered before it: none of those can
+// complete any more, whenever their objects were written). It returns what
+// it deleted.
+func (r *Registry) CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo int64) (Deleted, error) {
 	deleted, err := r.deleteOrphans(ctx)
 	errs := []error{err}
 	shared, err := r.store.List(ctx, objstore.SharedPrefix(""))
@@ -269,7 +281,7 @@ func (r *Registry) CollectGarbage(ctx context.Context, olderThan time.Time) (Del
 		if !ok {
 			continue
 		}
-		if _, retained := r.mu.checkpoints[id]; retained || !o.ModTime.Before(olderThan) {
+		if _, retained := r.mu.checkpoints[id]; retained || (id > deadUpTo && !o.ModTime.Before(olderThan)) {
 			continue
 		}
 		if strings.HasSuffix(o.Key, "/_metadata") {
@@ -280,29 +292,52 @@ func (r *Registry) CollectGarbage(ctx context.Context, olderThan time.Time) (Del
 	}
 	r.mu.Unlock()
 	// Metadata first: a checkpoint stops existing before its files go.
-	for _, o := range append(metadata, victims...) {
-		k := o.Key
+	for _, group := range [][]objstore.Object{metadata, victims} {
 		r.mu.Lock()
-		referenced := r.mu.refs[k] > 0
-		if id, ok := objstore.ParseCheckpointKey(k); ok {
-			_, retained := r.mu.checkpoints[id]
-			referenced = referenced || retained
-		}
+		group = slices.DeleteFunc(group, func(o objstore.Object) bool {
+			referenced := r.mu.refs[o.Key] > 0
+			if id, ok := objstore.ParseCheckpointKey(o.Key); ok {
+				_, retained := r.mu.checkpoints[id]
+				referenced = referenced || retained
+			}
+			return referenced // registered meanwhile
+		})
 		r.mu.Unlock()
-		if referenced {
-			continue // registered meanwhile
+		for i, err := range r.deleteEach(ctx, group) {
+			if err != nil {
+				deleted.Failed++
+				errs = append(errs, fmt.Errorf("state: collect %s: %w", group[i].Key, err))
+				continue
+			}
+			deleted.add(group[i].Key, group[i].Size)
 		}
-		if err := r.store.Delete(ctx, k); err != nil {
-			deleted.Failed++
-			errs = append(errs, fmt.Errorf("state: collect %s: %w", k, err))
-			continue
-		}
-		deleted.add(k, o.Size)
 	}
 	if len(deleted.Keys) > 0 {
 		r.log.Info("garbage collected", "objects", len(deleted.Keys), "bytes", deleted.Bytes)
 	}
 	return deleted, errors.Join(errs...)
+}
+
+// deleteConcurrency is how many deletes a Registry runs at once: a release
+// deletes a few objects per task, and one at a time a slow store would fall
+// behind a short checkpoint interval.
+const deleteConcurrency = 8
+
+// deleteEach deletes every object of objs, deleteConcurrency at a time, and
+// returns each one's error, in the order of objs. A failure stops nothing.
+func (r *Registry) deleteEach(ctx context.Context, objs []objstore.Object) []error {
+	errs := make([]error, len(objs))
+	sem := make(chan struct{}, deleteConcurrency)
+	var wg sync.WaitGroup
+	for i, o := range objs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = r.store.Delete(ctx, o.Key)
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // clockKey is the object StoreTime writes. It lies outside shared/, chk-*/

@@ -39,8 +39,10 @@ type Discarder interface {
 	// Clock returns the object store's current time (state.StoreTime).
 	Clock(ctx context.Context) (time.Time, error)
 	// CollectGarbage deletes every object that no registered checkpoint
-	// refers to and that was written before olderThan (a Clock reading).
-	CollectGarbage(ctx context.Context, olderThan time.Time) (state.Deleted, error)
+	// refers to and that was written before olderThan (a Clock reading),
+	// and everything under chk-<n>/ of unregistered checkpoints n <=
+	// deadUpTo (state.Registry.CollectGarbage).
+	CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo uint64) (state.Deleted, error)
 }
 
 // ObjectStoreGC is the Discarder of a job's object store: a state.Registry
@@ -172,8 +174,8 @@ func (g *ObjectStoreGC) Clock(ctx context.Context) (time.Time, error) {
 }
 
 // CollectGarbage implements Discarder.
-func (g *ObjectStoreGC) CollectGarbage(ctx context.Context, olderThan time.Time) (state.Deleted, error) {
-	return g.reg.CollectGarbage(ctx, olderThan)
+func (g *ObjectStoreGC) CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo uint64) (state.Deleted, error) {
+	return g.reg.CollectGarbage(ctx, olderThan, int64(deadUpTo))
 }
 
 // gcKind says what a gcWork item is.
@@ -191,16 +193,20 @@ type gcWork struct {
 	kind      gcKind
 	completed []control.Complete // gcRebuild: every checkpoint to keep; gcRegister: one
 	discard   coordinator.Discard
-	olderThan time.Time // gcCollect
+	// gcCollect: the object store's time before the generation, and the
+	// highest checkpoint ID triggered before it.
+	olderThan time.Time
+	deadUpTo  uint64
 }
 
 // gcQueue hands work from Run's goroutine to the gc goroutine. It has no
 // bound, so that Run never waits for the object store and never drops a
 // registration: items are small and come once per checkpoint.
 type gcQueue struct {
-	mu    sync.Mutex
-	items []gcWork
-	wake  chan struct{}
+	mu     sync.Mutex
+	items  []gcWork
+	closed bool // no more items: pop returns false once empty
+	wake   chan struct{}
 }
 
 func newGCQueue() *gcQueue { return &gcQueue{wake: make(chan struct{}, 1)} }
@@ -215,9 +221,24 @@ func (q *gcQueue) push(w gcWork) {
 	}
 }
 
-// pop waits for the next item; false when ctx ended.
+// close ends the queue: what it holds is still popped.
+func (q *gcQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop waits for the next item; false when ctx ended, or the queue is closed
+// and empty.
 func (q *gcQueue) pop(ctx context.Context) (gcWork, bool) {
 	for {
+		if ctx.Err() != nil {
+			return gcWork{}, false
+		}
 		q.mu.Lock()
 		if len(q.items) > 0 {
 			w := q.items[0]
@@ -226,7 +247,11 @@ func (q *gcQueue) pop(ctx context.Context) (gcWork, bool) {
 			q.mu.Unlock()
 			return w, true
 		}
+		closed := q.closed
 		q.mu.Unlock()
+		if closed {
+			return gcWork{}, false
+		}
 		select {
 		case <-q.wake:
 		case <-ctx.Done():
@@ -280,7 +305,7 @@ func (r *Runner) gcLoop(ctx context.Context, log *slog.Logger, q *gcQueue) {
 				log.Debug("checkpoint released", "checkpoint_id", w.discard.ID, "objects", len(del.Keys), "bytes", del.Bytes)
 			}
 		case gcCollect:
-			del, err := d.CollectGarbage(ctx, w.olderThan)
+			del, err := d.CollectGarbage(ctx, w.olderThan, w.deadUpTo)
 			r.metrics.observeDeleted("collected", del)
 			if err != nil && ctx.Err() == nil {
 				r.metrics.gcFailures.WithLabelValues("collect").Inc()

@@ -193,12 +193,24 @@ func (r *Runner) Run(ctx context.Context) error {
 	gc := newGCQueue()
 	if r.opts.Discarder != nil {
 		gc.push(gcWork{kind: gcRebuild, completed: retainedCompletes(history, st.Completed)})
+		// The gc goroutine outlives the term briefly: on the way out it
+		// finishes what the term decided (every release follows a durable
+		// Complete, so that is safe even after another coordinator took
+		// over), for at most gcDrainTimeout. What it leaves, the next term's
+		// rebuild and collection find.
+		gcCtx, gcCancel := context.WithCancel(context.WithoutCancel(ctx))
 		gcDone := make(chan struct{})
 		go func() {
 			defer close(gcDone)
-			r.gcLoop(runCtx, log, gc)
+			r.gcLoop(gcCtx, log, gc)
 		}()
-		defer func() { cancel(); <-gcDone }()
+		defer func() {
+			gc.close()
+			timer := time.AfterFunc(gcDrainTimeout, gcCancel)
+			<-gcDone
+			timer.Stop()
+			gcCancel()
+		}()
 	}
 
 	ticker := time.NewTicker(r.opts.TickInterval)
@@ -303,12 +315,25 @@ func (r *Runner) stepAck(core *coordinator.Core, m control.Message) {
 
 // carryOut does what rd says, in the documented order.
 func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinator.Core, w *kafkaio.ControlWriter, rd coordinator.Ready, gc *gcQueue) error {
-	// 0. Before a new generation: the object store's clock. Everything
-	// written before it and not registered is garbage once the Generation
-	// record is durable (it aborts every pending checkpoint; tasks of the
-	// new generation upload only after they read it).
+	// 0. Before a new generation: the object store's clock and the highest
+	// checkpoint ID so far. Everything written before that time, and
+	// everything under chk-<n>/ up to that ID, that is not registered is
+	// garbage once the Generation record is durable: it aborts every
+	// pending checkpoint, and tasks of the new generation upload only after
+	// they read it, for higher IDs.
 	var collectBefore time.Time
+	var deadUpTo uint64
 	if r.opts.Discarder != nil && slices.ContainsFunc(rd.Records, isGeneration) {
+		deadUpTo = core.Status().LastID
+		// (A trigger of the new generation comes only after its tasks
+		// report running, in a later Ready; should one follow the
+		// Generation record here, it is alive.)
+		gen := slices.IndexFunc(rd.Records, isGeneration)
+		for _, m := range rd.Records[gen:] {
+			if trg, ok := m.(control.Trigger); ok {
+				deadUpTo = min(deadUpTo, trg.ID-1)
+			}
+		}
 		cctx, cancel := context.WithTimeout(ctx, clockTimeout)
 		t, err := r.opts.Discarder.Clock(cctx)
 		cancel()
@@ -376,7 +401,7 @@ func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinat
 		gc.push(gcWork{kind: gcDiscard, discard: d})
 	}
 	if !collectBefore.IsZero() {
-		gc.push(gcWork{kind: gcCollect, olderThan: collectBefore})
+		gc.push(gcWork{kind: gcCollect, olderThan: collectBefore, deadUpTo: deadUpTo})
 	}
 	// 5. Restart: the Generation record is already written.
 	if rd.Restart != nil {
@@ -386,6 +411,10 @@ func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinat
 	r.metrics.observe(rd.Metrics)
 	return nil
 }
+
+// gcDrainTimeout bounds how long a term that ends keeps deleting what it
+// released.
+const gcDrainTimeout = 3 * time.Second
 
 // clockTimeout bounds the object-store clock read before a new generation:
 // an unreachable store skips one collection rather than delay the job.
