@@ -749,6 +749,20 @@ func Encode(m Message) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// DecodeMetadata parses a checkpoint's _metadata object: Decode, and an
+// error unless it holds a Metadata. It is the one reader of _metadata.
+func DecodeMetadata(b []byte) (Metadata, error) {
+	m, err := Decode(b)
+	if err != nil {
+		return Metadata{}, err
+	}
+	md, ok := m.(Metadata)
+	if !ok {
+		return Metadata{}, fmt.Errorf("%w: a %s where checkpoint metadata was expected", ErrInvalid, m.Type())
+	}
+	return md, nil
+}
+
 // Decode parses one encoded message. Errors wrap ErrMalformed,
 // ErrUnknownVersion, ErrUnknownType or ErrInvalid. Decoding is strict: a
 // field the type does not have, trailing data, or a missing required value

@@ -18,7 +18,8 @@
 //     NotifyAborted follow the coordinator's decisions.
 //   - Registry: the coordinator's shared-file registry; Register a
 //     completed checkpoint, Release one that is no longer retained,
-//     CollectGarbage after a failover. WriteMetadata writes chk-<n>/_metadata
+//     CollectGarbage after a new generation (StoreTime reads the object
+//     store's clock for it). WriteMetadata writes chk-<n>/_metadata
 //     with a conditional put.
 //
 // # Goroutines

@@ -69,7 +69,7 @@ func TestRegistryReleaseDeletesExactlyUnreferenced(t *testing.T) {
 	// With small memtables and many flushes, compactions drop files between
 	// checkpoints, so that releases have something to delete.
 	for _, release := range []int64{1, 2, 3, 4} {
-		if err := reg.Release(ctx, release); err != nil {
+		if _, err := reg.Release(ctx, release); err != nil {
 			t.Fatal(err)
 		}
 		want := map[string]bool{}
@@ -100,7 +100,7 @@ func TestRegistryReleaseDeletesExactlyUnreferenced(t *testing.T) {
 	if !maps.Equal(dump(t, r), states[5]) {
 		t.Fatal("checkpoint 5 broken by releases")
 	}
-	if err := reg.Release(ctx, 4); err == nil {
+	if _, err := reg.Release(ctx, 4); err == nil {
 		t.Fatal("released an unregistered checkpoint")
 	}
 }
@@ -192,7 +192,7 @@ func TestReleaseWithDeleteFailures(t *testing.T) {
 	// _metadata cannot be deleted: nothing is, the checkpoint stays.
 	before := listKeys(t, store, "")
 	fb.fail("delete", "_metadata", -1, false)
-	if err := reg.Release(ctx, 1); err == nil {
+	if _, err := reg.Release(ctx, 1); err == nil {
 		t.Fatal("release succeeded without deleting _metadata")
 	}
 	fb.clear()
@@ -202,12 +202,12 @@ func TestReleaseWithDeleteFailures(t *testing.T) {
 	if !slices.Contains(reg.Retained(), 1) {
 		t.Fatal("checkpoint 1 unregistered")
 	}
-	if err := reg.Release(ctx, 1); err != nil {
+	if _, err := reg.Release(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	// Shared files cannot be deleted: release reports it, later retries.
 	fb.fail("delete", "shared/", -1, true)
-	err := reg.Release(ctx, 2)
+	_, err := reg.Release(ctx, 2)
 	fb.clear()
 	var orphans []string
 	for _, k := range objectsOf(res[2]) {
@@ -228,12 +228,12 @@ func TestReleaseWithDeleteFailures(t *testing.T) {
 			}
 		}
 	}
-	deleted, err := reg.CollectGarbage(ctx, time.Now().Add(-time.Hour)) // orphans first, regardless of age
+	del, err := reg.CollectGarbage(ctx, time.Now().Add(-time.Hour), 0) // orphans first, regardless of age
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range orphans {
-		if !slices.Contains(deleted, k) {
+		if !slices.Contains(del.Keys, k) {
 			t.Errorf("orphan %s not deleted on retry", k)
 		}
 	}
@@ -273,7 +273,8 @@ func TestCollectGarbage(t *testing.T) {
 	r4 := snapshotNow(t, b, 4, "")
 	_ = store.Put(ctx, objstore.MetadataKey(4), []byte("meta")) // coordinator died before complete
 
-	deleted, err := reg.CollectGarbage(ctx, time.Now().Add(time.Hour))
+	del, err := reg.CollectGarbage(ctx, time.Now().Add(time.Hour), 0)
+	deleted := del.Keys
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,11 +302,11 @@ func TestCollectGarbage(t *testing.T) {
 		}
 	}
 	for _, id := range []int64{1, 2} {
-		if err := reg.Release(ctx, id); err != nil {
+		if _, err := reg.Release(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := reg.CollectGarbage(ctx, time.Now().Add(time.Hour)); err != nil {
+	if _, err := reg.CollectGarbage(ctx, time.Now().Add(time.Hour), 0); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range listKeys(t, store, "") {

@@ -193,7 +193,8 @@ func TestKillDuringUpload(t *testing.T) {
 	if err := reg.Register(ctx, 1, []string{handle1}); err != nil {
 		t.Fatal(err)
 	}
-	deleted, err := reg.CollectGarbage(ctx, time.Now().Add(time.Hour))
+	del, err := reg.CollectGarbage(ctx, time.Now().Add(time.Hour), 0)
+	deleted := del.Keys
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,19 +84,18 @@ func (m *Manifest) ObjectKey(f FileEntry) string {
 	return f.Key
 }
 
-// SharedKeys returns the keys of the manifest's shared files.
-func (m *Manifest) SharedKeys() []string {
-	var out []string
+// sharedObjects returns the key and size of every shared object the
+// manifest lists: shared files and the parts of files stored in pieces.
+func (m *Manifest) sharedObjects() []Part {
 	if m.Savepoint != "" {
 		return nil
 	}
+	var out []Part
 	for _, f := range m.Files {
 		if f.Shared {
-			out = append(out, f.Key)
+			out = append(out, Part{Key: f.Key, Size: f.Size, SHA256: f.SHA256})
 		}
-		for _, p := range f.Parts {
-			out = append(out, p.Key)
-		}
+		out = append(out, f.Parts...)
 	}
 	return out
 }

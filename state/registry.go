@@ -29,7 +29,10 @@ type Registry struct {
 
 	mu struct {
 		sync.Mutex
-		refs        map[string]int
+		refs map[string]int
+		// sizes are the sizes of the shared keys in refs and orphans, as
+		// the manifests list them.
+		sizes       map[string]int64
 		checkpoints map[int64][]string // retained checkpoint -> its shared keys, deduplicated
 		// orphans are unreferenced shared keys whose deletion failed; every
 		// Release and CollectGarbage tries them again.
@@ -44,6 +47,7 @@ func NewRegistry(store *objstore.Store, logger *slog.Logger) *Registry {
 	}
 	r := &Registry{store: store, log: logger}
 	r.mu.refs = make(map[string]int)
+	r.mu.sizes = make(map[string]int64)
 	r.mu.checkpoints = make(map[int64][]string)
 	r.mu.orphans = make(map[string]struct{})
 	return r
@@ -71,16 +75,16 @@ func (r *Registry) RegisterManifests(id int64, ms []*Manifest) error {
 	if err := objstore.CheckID(id); err != nil {
 		return err
 	}
-	seen := make(map[string]struct{})
+	sizes := make(map[string]int64)
 	var keys []string
 	for _, m := range ms {
 		if m.Checkpoint != id {
 			return fmt.Errorf("%w: manifest of task %s is for checkpoint %d, not %d", ErrManifest, m.Task, m.Checkpoint, id)
 		}
-		for _, k := range m.SharedKeys() {
-			if _, dup := seen[k]; !dup {
-				seen[k] = struct{}{}
-				keys = append(keys, k)
+		for _, o := range m.sharedObjects() {
+			if _, dup := sizes[o.Key]; !dup {
+				sizes[o.Key] = o.Size
+				keys = append(keys, o.Key)
 			}
 		}
 	}
@@ -92,9 +96,31 @@ func (r *Registry) RegisterManifests(id int64, ms []*Manifest) error {
 	r.mu.checkpoints[id] = keys
 	for _, k := range keys {
 		r.mu.refs[k]++
+		r.mu.sizes[k] = sizes[k]
 		delete(r.mu.orphans, k)
 	}
 	return nil
+}
+
+// Deleted is what a Release or CollectGarbage deleted.
+type Deleted struct {
+	// Keys are the deleted objects, relative to the job root.
+	Keys []string
+	// Bytes is their total size.
+	Bytes int64
+	// Failed counts deletes that failed; they are tried again later.
+	Failed int
+}
+
+func (d *Deleted) add(key string, size int64) {
+	d.Keys = append(d.Keys, key)
+	d.Bytes += size
+}
+
+func (d *Deleted) merge(o Deleted) {
+	d.Keys = append(d.Keys, o.Keys...)
+	d.Bytes += o.Bytes
+	d.Failed += o.Failed
 }
 
 // Retained returns the registered checkpoint IDs, ascending.
@@ -107,6 +133,14 @@ func (r *Registry) Retained() []int64 {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Registered reports whether checkpoint id is registered.
+func (r *Registry) Registered(id int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.mu.checkpoints[id]
+	return ok
 }
 
 // Refs returns the number of retained checkpoints that refer to a shared
@@ -123,18 +157,42 @@ func (r *Registry) Refs(key string) int {
 // checkpoint refers to any more. If the _metadata cannot be deleted the
 // checkpoint stays registered and Release returns the error; later delete
 // failures are remembered and retried by the next Release or
-// CollectGarbage.
-func (r *Registry) Release(ctx context.Context, id int64) error {
+// CollectGarbage. It returns what it deleted.
+func (r *Registry) Release(ctx context.Context, id int64) (Deleted, error) {
+	var del Deleted
 	r.mu.Lock()
 	_, ok := r.mu.checkpoints[id]
 	r.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("state: release checkpoint %d: not registered", id)
+		return del, fmt.Errorf("state: release checkpoint %d: not registered", id)
 	}
-	if err := r.store.Delete(ctx, objstore.MetadataKey(id)); err != nil {
-		return fmt.Errorf("state: release checkpoint %d: %w", id, err)
+	prefix := objstore.CheckpointPrefix(id)
+	objs, listErr := r.store.List(ctx, prefix)
+	metadata := objstore.MetadataKey(id)
+	if err := r.store.Delete(ctx, metadata); err != nil {
+		del.Failed++
+		return del, fmt.Errorf("state: release checkpoint %d: %w", id, err)
 	}
-	prefixErr := r.store.DeletePrefix(ctx, objstore.CheckpointPrefix(id))
+	var errs []error
+	if listErr != nil {
+		// The rest of chk-<id>/ is left to CollectGarbage, which lists again.
+		errs = append(errs, fmt.Errorf("state: release checkpoint %d: %w", id, listErr))
+	}
+	rest := slices.DeleteFunc(slices.Clone(objs), func(o objstore.Object) bool {
+		if o.Key == metadata {
+			del.add(o.Key, o.Size)
+			return true
+		}
+		return false
+	})
+	for i, err := range r.deleteEach(ctx, rest) {
+		if err != nil {
+			del.Failed++
+			errs = append(errs, fmt.Errorf("state: release checkpoint %d: %w", id, err))
+			continue
+		}
+		del.add(rest[i].Key, rest[i].Size)
+	}
 	r.mu.Lock()
 	keys := r.mu.checkpoints[id]
 	delete(r.mu.checkpoints, id)
@@ -146,15 +204,13 @@ func (r *Registry) Release(ctx context.Context, id int64) error {
 		}
 	}
 	r.mu.Unlock()
-	_, err := r.deleteOrphans(ctx)
-	if prefixErr != nil {
-		err = errors.Join(fmt.Errorf("state: release checkpoint %d: %w", id, prefixErr), err)
-	}
-	return err
+	orphans, err := r.deleteOrphans(ctx)
+	del.merge(orphans)
+	return del, errors.Join(append(errs, err)...)
 }
 
 // deleteOrphans deletes the unreferenced shared files it knows of.
-func (r *Registry) deleteOrphans(ctx context.Context) ([]string, error) {
+func (r *Registry) deleteOrphans(ctx context.Context) (Deleted, error) {
 	r.mu.Lock()
 	var keys []string
 	for k := range r.mu.orphans {
@@ -162,35 +218,46 @@ func (r *Registry) deleteOrphans(ctx context.Context) ([]string, error) {
 	}
 	r.mu.Unlock()
 	slices.Sort(keys)
-	var deleted []string
+	objs := make([]objstore.Object, len(keys))
+	for i, k := range keys {
+		objs[i].Key = k
+	}
+	var del Deleted
 	var errs []error
-	for _, k := range keys {
-		err := r.store.Delete(ctx, k)
+	for i, err := range r.deleteEach(ctx, objs) {
+		k := keys[i]
+		if err != nil {
+			del.Failed++
+			errs = append(errs, fmt.Errorf("state: delete unreferenced %s: %w", k, err))
+			continue
+		}
 		r.mu.Lock()
-		if err == nil && r.mu.refs[k] == 0 {
+		if r.mu.refs[k] == 0 {
 			delete(r.mu.orphans, k)
-			deleted = append(deleted, k)
+			del.add(k, r.mu.sizes[k])
+			delete(r.mu.sizes, k)
 		}
 		r.mu.Unlock()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("state: delete unreferenced %s: %w", k, err))
-		}
 	}
-	if len(deleted) > 0 {
-		r.log.Info("deleted unreferenced shared files", "count", len(deleted))
+	if len(del.Keys) > 0 {
+		r.log.Info("deleted unreferenced shared files", "count", len(del.Keys), "bytes", del.Bytes)
 	}
-	return deleted, errors.Join(errs...)
+	return del, errors.Join(errs...)
 }
 
 // CollectGarbage deletes every object of the job that no retained
-// checkpoint refers to and that is older than olderThan: shared files
-// (uploaded by snapshots that failed, were aborted, or whose task crashed)
-// and objects under chk-<n>/ of checkpoints that are not registered. It never
-// touches savepoints/. Objects of checkpoints in progress are unreferenced
-// too: pass an olderThan before the start of any checkpoint still in
-// progress (for example after a new generation aborted them all, or now
-// minus the checkpoint timeout). It returns the deleted keys.
-func (r *Registry) CollectGarbage(ctx context.Context, olderThan time.Time) ([]string, error) {
+// checkpoint refers to: shared files (uploaded by snapshots that failed, were
+// aborted, or whose task crashed) older than olderThan, and objects under
+// chk-<n>/ of checkpoints that are not registered, if n <= deadUpTo or they
+// are older than olderThan. It never touches savepoints/. Objects of
+// checkpoints in progress are unreferenced too: pass an olderThan before the
+// start of any checkpoint still in progress, in the object store's clock
+// (StoreTime; for example taken before a new generation that aborts them
+// all), and as deadUpTo an ID no checkpoint in progress has (0: none; after
+// a new generation, the highest ID triggered before it: none of those can
+// complete any more, whenever their objects were written). It returns what
+// it deleted.
+func (r *Registry) CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo int64) (Deleted, error) {
 	deleted, err := r.deleteOrphans(ctx)
 	errs := []error{err}
 	shared, err := r.store.List(ctx, objstore.SharedPrefix(""))
@@ -201,12 +268,12 @@ func (r *Registry) CollectGarbage(ctx context.Context, olderThan time.Time) ([]s
 	if err != nil {
 		return deleted, errors.Join(append(errs, err)...)
 	}
-	var victims []string
-	var metadata []string
+	var victims []objstore.Object
+	var metadata []objstore.Object
 	r.mu.Lock()
 	for _, o := range shared {
 		if r.mu.refs[o.Key] == 0 && o.ModTime.Before(olderThan) {
-			victims = append(victims, o.Key)
+			victims = append(victims, o)
 		}
 	}
 	for _, o := range chk {
@@ -214,36 +281,82 @@ func (r *Registry) CollectGarbage(ctx context.Context, olderThan time.Time) ([]s
 		if !ok {
 			continue
 		}
-		if _, retained := r.mu.checkpoints[id]; retained || !o.ModTime.Before(olderThan) {
+		if _, retained := r.mu.checkpoints[id]; retained || (id > deadUpTo && !o.ModTime.Before(olderThan)) {
 			continue
 		}
 		if strings.HasSuffix(o.Key, "/_metadata") {
-			metadata = append(metadata, o.Key)
+			metadata = append(metadata, o)
 		} else {
-			victims = append(victims, o.Key)
+			victims = append(victims, o)
 		}
 	}
 	r.mu.Unlock()
 	// Metadata first: a checkpoint stops existing before its files go.
-	for _, k := range append(metadata, victims...) {
+	for _, group := range [][]objstore.Object{metadata, victims} {
 		r.mu.Lock()
-		referenced := r.mu.refs[k] > 0
-		if id, ok := objstore.ParseCheckpointKey(k); ok {
-			_, retained := r.mu.checkpoints[id]
-			referenced = referenced || retained
-		}
+		group = slices.DeleteFunc(group, func(o objstore.Object) bool {
+			referenced := r.mu.refs[o.Key] > 0
+			if id, ok := objstore.ParseCheckpointKey(o.Key); ok {
+				_, retained := r.mu.checkpoints[id]
+				referenced = referenced || retained
+			}
+			return referenced // registered meanwhile
+		})
 		r.mu.Unlock()
-		if referenced {
-			continue // registered meanwhile
+		for i, err := range r.deleteEach(ctx, group) {
+			if err != nil {
+				deleted.Failed++
+				errs = append(errs, fmt.Errorf("state: collect %s: %w", group[i].Key, err))
+				continue
+			}
+			deleted.add(group[i].Key, group[i].Size)
 		}
-		if err := r.store.Delete(ctx, k); err != nil {
-			errs = append(errs, fmt.Errorf("state: collect %s: %w", k, err))
-			continue
-		}
-		deleted = append(deleted, k)
 	}
-	if len(deleted) > 0 {
-		r.log.Info("garbage collected", "objects", len(deleted))
+	if len(deleted.Keys) > 0 {
+		r.log.Info("garbage collected", "objects", len(deleted.Keys), "bytes", deleted.Bytes)
 	}
 	return deleted, errors.Join(errs...)
+}
+
+// deleteConcurrency is how many deletes a Registry runs at once: a release
+// deletes a few objects per task, and one at a time a slow store would fall
+// behind a short checkpoint interval.
+const deleteConcurrency = 8
+
+// deleteEach deletes every object of objs, deleteConcurrency at a time, and
+// returns each one's error, in the order of objs. A failure stops nothing.
+func (r *Registry) deleteEach(ctx context.Context, objs []objstore.Object) []error {
+	errs := make([]error, len(objs))
+	sem := make(chan struct{}, deleteConcurrency)
+	var wg sync.WaitGroup
+	for i, o := range objs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = r.store.Delete(ctx, o.Key)
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// clockKey is the object StoreTime writes. It lies outside shared/, chk-*/
+// and savepoints/, so nothing else reads or deletes it.
+const clockKey = "_gc_clock"
+
+// StoreTime returns the object store's current time: the modification time
+// of an object it writes now. Every object written after StoreTime returns
+// has a modification time that is not before it, whatever the caller's own
+// clock says, so it is the olderThan to pass to CollectGarbage for
+// "everything written before now" (a store that keeps modification times in
+// whole seconds rounds both down alike).
+func StoreTime(ctx context.Context, store *objstore.Store) (time.Time, error) {
+	if err := store.Put(ctx, clockKey, nil); err != nil {
+		return time.Time{}, fmt.Errorf("state: read the object store's clock: %w", err)
+	}
+	o, err := store.Stat(ctx, clockKey)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("state: read the object store's clock: %w", err)
+	}
+	return o.ModTime, nil
 }

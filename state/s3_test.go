@@ -49,7 +49,7 @@ func checkSnapshotRestoreOn(t *testing.T, url string) {
 		t.Fatalf("conditional put: %v", err)
 	}
 	for _, id := range []int64{1, 2} {
-		if err := reg.Release(ctx, id); err != nil {
+		if _, err := reg.Release(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 	}

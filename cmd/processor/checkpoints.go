@@ -66,18 +66,16 @@ func listCheckpoints(ctx context.Context, cmd *cobra.Command, cfg *config.Config
 		at := time.UnixMilli(c.TS).UTC().Format(time.RFC3339)
 		tasks, size, uploaded, dur := "-", "released", "-", "-"
 		if b, err := store.Get(ctx, c.Metadata); err == nil {
-			if m, err := control.Decode(b); err == nil {
-				if md, ok := m.(control.Metadata); ok {
-					var sb, ub int64
-					for _, ts := range md.Tasks {
-						sb += ts.Metrics.StateBytes
-						ub += ts.Metrics.UploadedBytes
-					}
-					tasks = fmt.Sprint(len(md.Tasks))
-					size, uploaded = humanBytes(sb), humanBytes(ub)
-					if md.TS > 0 && c.TS >= md.TS {
-						dur = (time.Duration(c.TS-md.TS) * time.Millisecond).String()
-					}
+			if md, err := control.DecodeMetadata(b); err == nil {
+				var sb, ub int64
+				for _, ts := range md.Tasks {
+					sb += ts.Metrics.StateBytes
+					ub += ts.Metrics.UploadedBytes
+				}
+				tasks = fmt.Sprint(len(md.Tasks))
+				size, uploaded = humanBytes(sb), humanBytes(ub)
+				if md.TS > 0 && c.TS >= md.TS {
+					dur = (time.Duration(c.TS-md.TS) * time.Millisecond).String()
 				}
 			}
 		}

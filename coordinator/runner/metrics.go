@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weir-stream/weir/coordinator"
+	"github.com/weir-stream/weir/state"
 )
 
 // metrics are the coordinator's Prometheus metrics (DESIGN.md section 12).
@@ -14,6 +15,9 @@ type metrics struct {
 	duration, alignment                             prometheus.Histogram
 	stateBytes, uploadedBytes                       prometheus.Gauge
 	ackResultNames                                  []string
+	// Garbage collection: deleted objects and bytes by what they were
+	// (released, aborted, collected); failures by step.
+	gcObjects, gcBytes, gcFailures *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -42,13 +46,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		stateBytes:    g("state_bytes", "Total state size of the newest completed checkpoint."),
 		uploadedBytes: g("uploaded_bytes", "Bytes uploaded by the newest completed checkpoint."),
+		gcObjects: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "weir", Subsystem: "checkpoint",
+			Name: "gc_deleted_objects_total", Help: "Objects deleted from checkpoint storage, by what they were: released (checkpoints beyond retained), aborted (what aborted checkpoints left under chk-<n>/), collected (unreferenced leftovers found after a new generation)."},
+			[]string{"what"}),
+		gcBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "weir", Subsystem: "checkpoint",
+			Name: "gc_deleted_bytes_total", Help: "Bytes deleted from checkpoint storage, by what they were (as gc_deleted_objects_total)."},
+			[]string{"what"}),
+		gcFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "weir", Subsystem: "checkpoint",
+			Name: "gc_failures_total", Help: "Failed garbage-collection steps (rebuild, register, release, discard, collect); registrations are retried, deletes are retried by later steps."},
+			[]string{"what"}),
+	}
+	for _, what := range []string{"released", "aborted", "collected"} {
+		m.gcObjects.WithLabelValues(what)
+		m.gcBytes.WithLabelValues(what)
+	}
+	for _, what := range []string{"rebuild", "register", "release", "discard", "collect"} {
+		m.gcFailures.WithLabelValues(what)
 	}
 	for _, r := range []coordinator.AckResult{coordinator.AckSuccess, coordinator.AckDuplicate,
 		coordinator.AckUnknown, coordinator.AckDiscarded, coordinator.AckStale} {
 		m.ackResultNames = append(m.ackResultNames, r.String())
 	}
 	for _, col := range []prometheus.Collector{m.triggered, m.completed, m.failed, m.aborted, m.restarts,
-		m.acks, m.generation, m.pending, m.lastCompleted, m.duration, m.alignment, m.stateBytes, m.uploadedBytes} {
+		m.acks, m.generation, m.pending, m.lastCompleted, m.duration, m.alignment, m.stateBytes, m.uploadedBytes,
+		m.gcObjects, m.gcBytes, m.gcFailures} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
@@ -86,4 +107,9 @@ func (m *metrics) observeNotification(n coordinator.Notification) {
 	m.alignment.Observe(n.MaxAlign.Seconds())
 	m.stateBytes.Set(float64(n.StateBytes))
 	m.uploadedBytes.Set(float64(n.UploadedBytes))
+}
+
+func (m *metrics) observeDeleted(what string, d state.Deleted) {
+	m.gcObjects.WithLabelValues(what).Add(float64(len(d.Keys)))
+	m.gcBytes.WithLabelValues(what).Add(float64(d.Bytes))
 }

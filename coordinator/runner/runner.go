@@ -8,11 +8,18 @@
 // one Kafka transaction, _metadata objects with a conditional put, then
 // notifications, discards and metrics.
 //
+// With a Discarder it also keeps the object store down to what the job's
+// checkpoints need: it rebuilds the shared-file registry at the start of
+// each term, registers every completed checkpoint, releases those beyond
+// the retained count, and collects unreferenced leftovers after each
+// generation it starts (gc.go).
+//
 // Goroutines: Run's goroutine owns the core and every Kafka writer; one
 // goroutine reads the ack topic and hands records to Run over a channel; one
-// goroutine carries out discards, which may be slow and are never needed for
-// correctness (garbage collection covers any it misses). Other goroutines
-// talk to the core only through Submit.
+// goroutine (gcLoop) owns the Discarder and carries out registrations,
+// discards and collections in order, from an unbounded queue, so that slow
+// deletes never hold up the core. Other goroutines talk to the core only
+// through Submit.
 package runner
 
 import (
@@ -21,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,11 +48,6 @@ type MetadataStore interface {
 	WriteMetadata(ctx context.Context, m control.Metadata) (string, error)
 }
 
-// Discarder deletes state that no checkpoint needs any more.
-type Discarder interface {
-	Discard(ctx context.Context, d coordinator.Discard) error
-}
-
 // Options configure a Runner.
 type Options struct {
 	// Core is the coordinator's configuration. Its Random may be nil: the
@@ -59,7 +62,9 @@ type Options struct {
 	TransactionalID string
 	// Metadata writes _metadata objects. Required.
 	Metadata MetadataStore
-	// Discarder deletes released state; nil only logs what would go.
+	// Discarder keeps the object store down to what the checkpoints need
+	// (NewObjectStoreGC). The product always sets it; nil keeps every
+	// object and only logs what would go (tests of the protocol alone).
 	Discarder Discarder
 	// OnNotification, if set, is called from Run's goroutine for every
 	// completed or aborted checkpoint, after its records are durable.
@@ -147,7 +152,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	defer w.Close()
 
-	core, ackEnd, err := r.restore(ctx)
+	core, ackEnd, history, err := r.restore(ctx)
 	if err != nil {
 		return err
 	}
@@ -185,13 +190,28 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	discards := make(chan coordinator.Discard, 1024)
-	discarderDone := make(chan struct{})
-	go func() {
-		defer close(discarderDone)
-		r.discardLoop(runCtx, log, discards)
-	}()
-	defer func() { cancel(); <-discarderDone }()
+	gc := newGCQueue()
+	if r.opts.Discarder != nil {
+		gc.push(gcWork{kind: gcRebuild, completed: retainedCompletes(history, st.Completed)})
+		// The gc goroutine outlives the term briefly: on the way out it
+		// finishes what the term decided (every release follows a durable
+		// Complete, so that is safe even after another coordinator took
+		// over), for at most gcDrainTimeout. What it leaves, the next term's
+		// rebuild and collection find.
+		gcCtx, gcCancel := context.WithCancel(context.WithoutCancel(ctx))
+		gcDone := make(chan struct{})
+		go func() {
+			defer close(gcDone)
+			r.gcLoop(gcCtx, log, gc)
+		}()
+		defer func() {
+			gc.close()
+			timer := time.AfterFunc(gcDrainTimeout, gcCancel)
+			<-gcDone
+			timer.Stop()
+			gcCancel()
+		}()
+	}
 
 	ticker := time.NewTicker(r.opts.TickInterval)
 	defer ticker.Stop()
@@ -219,7 +239,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		for core.HasReady() {
 			rd := core.Ready()
-			if err := r.carryOut(ctx, log, core, w, rd, discards); err != nil {
+			if err := r.carryOut(ctx, log, core, w, rd, gc); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -232,9 +252,9 @@ func (r *Runner) Run(ctx context.Context) error {
 
 // restore rebuilds the core from the commit topic and the newest record of
 // the trigger topic, and returns the ack topic's end, where the ack tail
-// starts. The three reads are independent and run in parallel; they follow
-// the fencing, so no zombie writes behind them.
-func (r *Runner) restore(ctx context.Context) (*coordinator.Core, int64, error) {
+// starts, and the records replayed. The three reads are independent and run
+// in parallel; they follow the fencing, so no zombie writes behind them.
+func (r *Runner) restore(ctx context.Context) (*coordinator.Core, int64, []control.Message, error) {
 	var commits, triggers kafkaio.ControlHistory
 	var ackEnd int64
 	var errs [3]error
@@ -259,7 +279,7 @@ func (r *Runner) restore(ctx context.Context) (*coordinator.Core, int64, error) 
 	})
 	wg.Wait()
 	if err := errors.Join(errs[:]...); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	history := make([]control.Message, 0, len(commits.Records)+1)
 	for _, rec := range commits.Records {
@@ -270,9 +290,9 @@ func (r *Runner) restore(ctx context.Context) (*coordinator.Core, int64, error) 
 	}
 	core, err := coordinator.Restore(r.opts.Core, r.opts.Now(), history)
 	if err != nil {
-		return nil, 0, fmt.Errorf("rebuild the coordinator from %d records: %w", len(history), err)
+		return nil, 0, nil, fmt.Errorf("rebuild the coordinator from %d records: %w", len(history), err)
 	}
-	return core, ackEnd, nil
+	return core, ackEnd, history, nil
 }
 
 func (r *Runner) stepAck(core *coordinator.Core, m control.Message) {
@@ -296,7 +316,35 @@ func (r *Runner) stepAck(core *coordinator.Core, m control.Message) {
 }
 
 // carryOut does what rd says, in the documented order.
-func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinator.Core, w *kafkaio.ControlWriter, rd coordinator.Ready, discards chan<- coordinator.Discard) error {
+func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinator.Core, w *kafkaio.ControlWriter, rd coordinator.Ready, gc *gcQueue) error {
+	// 0. Before a new generation: the object store's clock and the highest
+	// checkpoint ID so far. Everything written before that time, and
+	// everything under chk-<n>/ up to that ID, that is not registered is
+	// garbage once the Generation record is durable: it aborts every
+	// pending checkpoint, and tasks of the new generation upload only after
+	// they read it, for higher IDs.
+	var collectBefore time.Time
+	var deadUpTo uint64
+	if r.opts.Discarder != nil && slices.ContainsFunc(rd.Records, isGeneration) {
+		deadUpTo = core.Status().LastID
+		// (A trigger of the new generation comes only after its tasks
+		// report running, in a later Ready; should one follow the
+		// Generation record here, it is alive.)
+		gen := slices.IndexFunc(rd.Records, isGeneration)
+		for _, m := range rd.Records[gen:] {
+			if trg, ok := m.(control.Trigger); ok {
+				deadUpTo = min(deadUpTo, trg.ID-1)
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, clockTimeout)
+		t, err := r.opts.Discarder.Clock(cctx)
+		cancel()
+		if err != nil {
+			r.metrics.gcFailures.WithLabelValues("collect").Inc()
+			log.Warn("garbage collection skipped for this generation: no object-store clock", "err", err)
+		}
+		collectBefore = t
+	}
 	// 1. Control records, in one transaction.
 	if len(rd.Records) > 0 {
 		if err := w.Append(ctx, rd.Records...); err != nil {
@@ -313,6 +361,11 @@ func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinat
 				// this record; the coordinator only says it wrote it.
 				log.Info("job failure recorded on the commit topic", "generation", rec.Gen, "task", rec.Task.String(),
 					"cause", rec.Cause)
+			case control.Complete:
+				if r.opts.Discarder != nil {
+					// Registered before the discards its completion decided.
+					gc.push(gcWork{kind: gcRegister, completed: []control.Complete{rec}})
+				}
 			}
 		}
 	}
@@ -345,13 +398,17 @@ func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinat
 			r.opts.OnNotification(n)
 		}
 	}
-	// 4. Discards: the records they depend on are durable (step 1).
+	// 4. Discards: the records they depend on are durable (step 1). Then
+	// the collection after a new generation.
 	for _, d := range rd.Discards {
-		select {
-		case discards <- d:
-		default:
-			log.Warn("discard queue full; garbage collection will find the files", "checkpoint_id", d.ID)
+		if r.opts.Discarder == nil {
+			log.Debug("state no longer needed", "checkpoint_id", d.ID, "reason", d.Reason)
+			continue
 		}
+		gc.push(gcWork{kind: gcDiscard, discard: d})
+	}
+	if !collectBefore.IsZero() {
+		gc.push(gcWork{kind: gcCollect, olderThan: collectBefore, deadUpTo: deadUpTo})
 	}
 	// 5. Restart: the Generation record is already written.
 	if rd.Restart != nil {
@@ -362,19 +419,15 @@ func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinat
 	return nil
 }
 
-func (r *Runner) discardLoop(ctx context.Context, log *slog.Logger, discards <-chan coordinator.Discard) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case d := <-discards:
-			if r.opts.Discarder == nil {
-				log.Debug("state no longer needed", "checkpoint_id", d.ID, "reason", d.Reason)
-				continue
-			}
-			if err := r.opts.Discarder.Discard(ctx, d); err != nil && ctx.Err() == nil {
-				log.Warn("discard failed; garbage collection will retry", "checkpoint_id", d.ID, "reason", d.Reason, "err", err)
-			}
-		}
-	}
+// gcDrainTimeout bounds how long a term that ends keeps deleting what it
+// released.
+const gcDrainTimeout = 3 * time.Second
+
+// clockTimeout bounds the object-store clock read before a new generation:
+// an unreachable store skips one collection rather than delay the job.
+const clockTimeout = 5 * time.Second
+
+func isGeneration(m control.Message) bool {
+	_, ok := m.(control.Generation)
+	return ok
 }

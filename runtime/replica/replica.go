@@ -598,6 +598,7 @@ func (r *Replica) startCoordinator(ctx context.Context) error {
 			Kafka: r.kopts, Topics: r.topics,
 			TransactionalID: kafkaio.CoordinatorTransactionalID(r.cfg.Kafka.TopicPrefix),
 			Metadata:        runner.ObjectStoreMetadata{Store: r.store},
+			Discarder:       runner.NewObjectStoreGC(r.store, r.log),
 			Logger:          r.log,
 			Registerer:      r.opts.Registerer,
 		})

@@ -296,13 +296,9 @@ func (t *Task) manifestHandle(ctx context.Context, name string) (string, error) 
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", key, err)
 	}
-	m, err := control.Decode(b)
+	md, err := control.DecodeMetadata(b)
 	if err != nil {
 		return "", fmt.Errorf("decode %s: %w", key, err)
-	}
-	md, ok := m.(control.Metadata)
-	if !ok {
-		return "", fmt.Errorf("%s holds a %s, not checkpoint metadata", key, m.Type())
 	}
 	for _, ts := range md.Tasks {
 		if ts.Task == t.cfg.ID {

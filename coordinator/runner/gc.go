@@ -1,0 +1,337 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/coordinator"
+	"github.com/weir-stream/weir/state"
+	"github.com/weir-stream/weir/state/objstore"
+)
+
+// Discarder keeps the job's object store down to what its checkpoints need
+// (DESIGN.md section 7: the shared-file registry and garbage collection).
+//
+// Run calls Rebuild, Register, Discard and CollectGarbage from one goroutine,
+// in the order their records became durable: Rebuild first in every
+// coordinator term, then Register for each completed checkpoint before any
+// Discard that the completion decided, and CollectGarbage after each
+// generation the term starts. Run calls Clock from its own goroutine, before
+// it appends a Generation record.
+type Discarder interface {
+	// Rebuild forgets what an earlier term registered and registers every
+	// given completed checkpoint and savepoint, as Register does.
+	Rebuild(ctx context.Context, completed []control.Complete) error
+	// Register records completed checkpoint c, so that nothing it refers to
+	// is deleted while it is retained; a savepoint is never released.
+	Register(ctx context.Context, c control.Complete) error
+	// Discard deletes the state d names: a released checkpoint, or what an
+	// aborted checkpoint or a refused ack left under chk-<n>/.
+	Discard(ctx context.Context, d coordinator.Discard) (state.Deleted, error)
+	// Clock returns the object store's current time (state.StoreTime).
+	Clock(ctx context.Context) (time.Time, error)
+	// CollectGarbage deletes every object that no registered checkpoint
+	// refers to and that was written before olderThan (a Clock reading),
+	// and everything under chk-<n>/ of unregistered checkpoints n <=
+	// deadUpTo (state.Registry.CollectGarbage).
+	CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo uint64) (state.Deleted, error)
+}
+
+// ObjectStoreGC is the Discarder of a job's object store: a state.Registry
+// of the retained checkpoints and of every savepoint. It is used by one
+// goroutine, except Clock, which is safe to call from any.
+type ObjectStoreGC struct {
+	store *objstore.Store
+	log   *slog.Logger
+	reg   *state.Registry
+	// savepoints are the registered savepoints: never released.
+	savepoints map[int64]bool
+}
+
+// NewObjectStoreGC returns the Discarder of store.
+func NewObjectStoreGC(store *objstore.Store, logger *slog.Logger) *ObjectStoreGC {
+	return &ObjectStoreGC{store: store, log: logger.With("component", "gc"),
+		reg: state.NewRegistry(store, logger), savepoints: map[int64]bool{}}
+}
+
+// Rebuild implements Discarder.
+func (g *ObjectStoreGC) Rebuild(ctx context.Context, completed []control.Complete) error {
+	g.reg = state.NewRegistry(g.store, g.log)
+	g.savepoints = map[int64]bool{}
+	for _, c := range completed {
+		if err := g.Register(ctx, c); err != nil {
+			return err
+		}
+	}
+	g.log.Info("shared-file registry rebuilt", "checkpoints", len(g.reg.Retained()), "savepoints", len(g.savepoints))
+	return nil
+}
+
+// Register implements Discarder: it reads c's _metadata and the task
+// manifests it names. A savepoint whose objects a person deleted is skipped.
+func (g *ObjectStoreGC) Register(ctx context.Context, c control.Complete) error {
+	id := int64(c.ID)
+	err := g.register(ctx, c)
+	if err != nil && c.Kind.IsSavepoint() && errors.Is(err, objstore.ErrNotFound) {
+		g.log.Warn("savepoint is gone; nothing of it is kept", "checkpoint_id", id, "metadata", c.Metadata, "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("register checkpoint %d: %w", id, err)
+	}
+	if c.Kind.IsSavepoint() {
+		g.savepoints[id] = true
+	}
+	return nil
+}
+
+func (g *ObjectStoreGC) register(ctx context.Context, c control.Complete) error {
+	b, err := g.store.Get(ctx, c.Metadata)
+	if err != nil {
+		return err
+	}
+	md, err := control.DecodeMetadata(b)
+	if err != nil {
+		return fmt.Errorf("decode %s: %w", c.Metadata, err)
+	}
+	if md.ID != c.ID {
+		return fmt.Errorf("%s is the metadata of checkpoint %d", c.Metadata, md.ID)
+	}
+	handles := make([]string, len(md.Tasks))
+	for i, ts := range md.Tasks {
+		handles[i] = ts.Handle
+	}
+	return g.reg.Register(ctx, int64(c.ID), handles)
+}
+
+// Discard implements Discarder. A released checkpoint goes with every
+// shared file no retained checkpoint refers to. For an aborted checkpoint
+// or a refused ack it deletes only what lies under chk-<n>/ (manifests, the
+// files only that snapshot used, an orphaned _metadata): shared files it
+// uploaded may be reused by a snapshot still in progress, so they are left
+// to the task that uploaded them and to CollectGarbage.
+func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (state.Deleted, error) {
+	id := int64(d.ID)
+	if d.Reason == coordinator.DiscardReleased {
+		if g.savepoints[id] {
+			return state.Deleted{}, fmt.Errorf("checkpoint %d is a savepoint: never released", id)
+		}
+		return g.reg.Release(ctx, id)
+	}
+	var del state.Deleted
+	if g.reg.Registered(id) {
+		return del, nil // completed after all: it keeps everything
+	}
+	var prefixes []string
+	for _, h := range d.Handles {
+		n, ok := objstore.ParseCheckpointKey(h)
+		task, isManifest := strings.CutSuffix(h, ".manifest")
+		if !ok || n != id || !isManifest {
+			return del, fmt.Errorf("discard checkpoint %d: handle %q is no task manifest of it", id, h)
+		}
+		prefixes = append(prefixes, task+"/", h)
+	}
+	if d.Metadata != "" {
+		if d.Metadata != objstore.MetadataKey(id) && !(strings.HasPrefix(d.Metadata, "savepoints/") && strings.HasSuffix(d.Metadata, "/_metadata")) {
+			return del, fmt.Errorf("discard checkpoint %d: %q is no metadata object", id, d.Metadata)
+		}
+		prefixes = append(prefixes, d.Metadata)
+	}
+	var errs []error
+	for _, p := range prefixes {
+		objs, err := g.store.List(ctx, p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, o := range objs {
+			if o.Key != p && !strings.HasSuffix(p, "/") {
+				continue // a longer key that merely starts with p
+			}
+			if err := g.store.Delete(ctx, o.Key); err != nil {
+				del.Failed++
+				errs = append(errs, err)
+				continue
+			}
+			del.Keys = append(del.Keys, o.Key)
+			del.Bytes += o.Size
+		}
+	}
+	return del, errors.Join(errs...)
+}
+
+// Clock implements Discarder.
+func (g *ObjectStoreGC) Clock(ctx context.Context) (time.Time, error) {
+	return state.StoreTime(ctx, g.store)
+}
+
+// CollectGarbage implements Discarder.
+func (g *ObjectStoreGC) CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo uint64) (state.Deleted, error) {
+	return g.reg.CollectGarbage(ctx, olderThan, int64(deadUpTo))
+}
+
+// gcKind says what a gcWork item is.
+type gcKind uint8
+
+const (
+	gcRebuild gcKind = iota
+	gcRegister
+	gcDiscard
+	gcCollect
+)
+
+// gcWork is one item of the gc goroutine's work.
+type gcWork struct {
+	kind      gcKind
+	completed []control.Complete // gcRebuild: every checkpoint to keep; gcRegister: one
+	discard   coordinator.Discard
+	// gcCollect: the object store's time before the generation, and the
+	// highest checkpoint ID triggered before it.
+	olderThan time.Time
+	deadUpTo  uint64
+}
+
+// gcQueue hands work from Run's goroutine to the gc goroutine. It has no
+// bound, so that Run never waits for the object store and never drops a
+// registration: items are small and come once per checkpoint.
+type gcQueue struct {
+	mu     sync.Mutex
+	items  []gcWork
+	closed bool // no more items: pop returns false once empty
+	wake   chan struct{}
+}
+
+func newGCQueue() *gcQueue { return &gcQueue{wake: make(chan struct{}, 1)} }
+
+func (q *gcQueue) push(w gcWork) {
+	q.mu.Lock()
+	q.items = append(q.items, w)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close ends the queue: what it holds is still popped.
+func (q *gcQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop waits for the next item; false when ctx ended, or the queue is closed
+// and empty.
+func (q *gcQueue) pop(ctx context.Context) (gcWork, bool) {
+	for {
+		if ctx.Err() != nil {
+			return gcWork{}, false
+		}
+		q.mu.Lock()
+		if len(q.items) > 0 {
+			w := q.items[0]
+			q.items[0] = gcWork{}
+			q.items = q.items[1:]
+			q.mu.Unlock()
+			return w, true
+		}
+		closed := q.closed
+		q.mu.Unlock()
+		if closed {
+			return gcWork{}, false
+		}
+		select {
+		case <-q.wake:
+		case <-ctx.Done():
+			return gcWork{}, false
+		}
+	}
+}
+
+// gcLoop is the gc goroutine: it carries out the queue's items in order.
+// Rebuilds and registrations are retried until they succeed (or the term
+// ends): until checkpoint n is registered, nothing older may be released,
+// or files n needs could go. Discards and collections are tried once; what
+// they miss, a later Release or CollectGarbage finds.
+func (r *Runner) gcLoop(ctx context.Context, log *slog.Logger, q *gcQueue) {
+	d := r.opts.Discarder
+	for {
+		w, ok := q.pop(ctx)
+		if !ok {
+			return
+		}
+		switch w.kind {
+		case gcRebuild, gcRegister:
+			what := "register"
+			op := func() error { return d.Register(ctx, w.completed[0]) }
+			if w.kind == gcRebuild {
+				what = "rebuild"
+				op = func() error { return d.Rebuild(ctx, w.completed) }
+			}
+			b := backoff.NewExponentialBackOff()
+			b.InitialInterval, b.MaxInterval = 200*time.Millisecond, 30*time.Second
+			_, _ = backoff.Retry(ctx, func() (struct{}, error) {
+				err := op()
+				if err != nil && ctx.Err() == nil {
+					r.metrics.gcFailures.WithLabelValues(what).Inc()
+					log.Warn("shared-file registry not updated; retrying, nothing is released meanwhile", "what", what, "err", err)
+				}
+				return struct{}{}, err
+			}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0))
+		case gcDiscard:
+			what, failure := "aborted", "discard"
+			if w.discard.Reason == coordinator.DiscardReleased {
+				what, failure = "released", "release"
+			}
+			del, err := d.Discard(ctx, w.discard)
+			r.metrics.observeDeleted(what, del)
+			if err != nil && ctx.Err() == nil {
+				r.metrics.gcFailures.WithLabelValues(failure).Inc()
+				log.Warn("discard failed; garbage collection will retry", "checkpoint_id", w.discard.ID,
+					"reason", w.discard.Reason, "deleted", len(del.Keys), "err", err)
+			} else if w.discard.Reason == coordinator.DiscardReleased {
+				log.Debug("checkpoint released", "checkpoint_id", w.discard.ID, "objects", len(del.Keys), "bytes", del.Bytes)
+			}
+		case gcCollect:
+			del, err := d.CollectGarbage(ctx, w.olderThan, w.deadUpTo)
+			r.metrics.observeDeleted("collected", del)
+			if err != nil && ctx.Err() == nil {
+				r.metrics.gcFailures.WithLabelValues("collect").Inc()
+				log.Warn("garbage collection incomplete; the next generation retries", "deleted", len(del.Keys), "err", err)
+			}
+		}
+	}
+}
+
+// retainedCompletes returns the Complete records a new term's registry is
+// rebuilt from: the retained checkpoints (retained, from the rebuilt core)
+// and every savepoint in the commit history.
+func retainedCompletes(history []control.Message, retained []coordinator.CompletedStatus) []control.Complete {
+	keep := make(map[uint64]bool, len(retained))
+	for _, k := range retained {
+		keep[k.ID] = true
+	}
+	seen := map[uint64]bool{}
+	var out []control.Complete
+	for _, m := range history {
+		c, ok := m.(control.Complete)
+		if !ok || seen[c.ID] || !(keep[c.ID] || c.Kind.IsSavepoint()) {
+			continue
+		}
+		seen[c.ID] = true
+		out = append(out, c)
+	}
+	return out
+}
