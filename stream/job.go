@@ -136,6 +136,11 @@ type KafkaSink struct {
 	// exactly-once; zero lets the runtime choose: the least the checkpoint
 	// settings need (config.Config.SinkTransactionTimeout).
 	TransactionTimeout time.Duration
+	// MaxRecordBytes is the largest record the sink's producers write
+	// (kgo.ProducerBatchMaxBytes); zero lets the runtime choose: the
+	// topic's max.message.bytes, read at start, so that a record the
+	// broker would take is not refused by the client's 1 MB default.
+	MaxRecordBytes int32
 }
 
 // Job is a dataflow program under construction, then, after Build, a

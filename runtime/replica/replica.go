@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -316,6 +317,9 @@ func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
+		if err := r.sinkRecordLimits(ctx, adm); err != nil {
+			return err
+		}
 	}
 	for _, sink := range r.sinks {
 		if sink.Delivery == stream.DeliveryAtLeastOnce {
@@ -331,6 +335,48 @@ func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
 				return permanent{err} // fix the configuration
 			}
 			return err // the brokers could not be asked: retried
+		}
+	}
+	return nil
+}
+
+// sinkRecordLimits sets each sink's MaxRecordBytes, where the job left it
+// to the runtime, to its topic's max.message.bytes: franz-go's own default
+// (1 MB) would refuse larger records, for example a dead letter of several
+// MiB that the topic accepts.
+func (r *Replica) sinkRecordLimits(ctx context.Context, adm *kadm.Client) error {
+	var topics []string
+	for _, sink := range r.sinks {
+		if sink.MaxRecordBytes == 0 && !slices.Contains(topics, sink.Topic) {
+			topics = append(topics, sink.Topic)
+		}
+	}
+	if len(topics) == 0 {
+		return nil
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("describe output topics' configuration: %w", err)
+	}
+	limits := map[string]int32{}
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			return fmt.Errorf("describe output topic %s's configuration: %w", rc.Name, rc.Err)
+		}
+		for _, c := range rc.Configs {
+			if c.Key != "max.message.bytes" || c.Value == nil {
+				continue
+			}
+			n, err := strconv.ParseInt(*c.Value, 10, 32)
+			if err != nil || n <= 0 {
+				return fmt.Errorf("output topic %s: max.message.bytes %q is not a positive size", rc.Name, *c.Value)
+			}
+			limits[rc.Name] = int32(n)
+		}
+	}
+	for i := range r.sinks {
+		if r.sinks[i].MaxRecordBytes == 0 {
+			r.sinks[i].MaxRecordBytes = limits[r.sinks[i].Topic] // 0 if unknown: the client's default
 		}
 	}
 	return nil

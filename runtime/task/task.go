@@ -267,8 +267,12 @@ func (t *Task) openSink(ctx context.Context, i int, spec stream.KafkaSink, handl
 	if spec.Delivery == stream.DeliveryAtLeastOnce {
 		mode = kafkaio.SinkAtLeastOnce
 	}
+	opts := append(append([]kgo.Opt{}, cfg.Kafka...), kgo.DefaultProduceTopic(spec.Topic))
+	if spec.MaxRecordBytes > 0 {
+		opts = append(opts, kgo.ProducerBatchMaxBytes(spec.MaxRecordBytes))
+	}
 	sink, err := kafkaio.NewSink(kafkaio.SinkConfig{
-		ClientOpts:               append(append([]kgo.Opt{}, cfg.Kafka...), kgo.DefaultProduceTopic(spec.Topic)),
+		ClientOpts:               opts,
 		TransactionalIDPrefix:    cfg.Prefix,
 		Stage:                    sinkStage(cfg.ID.Stage, i),
 		Partition:                int32(cfg.ID.Index),
