@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/weir-stream/weir/internal/e2eutil"
 	"github.com/weir-stream/weir/internal/kafkatest"
 )
 
@@ -34,9 +34,10 @@ import (
 
 const (
 	rotationPartitions = 2
-	rotationPoolSlots  = 3  // checkpoint.max_concurrent 1 + 2 (kafkaio.DefaultSinkPoolSize)
-	rotationMargin     = 12 // epochs left before the limit when the job starts
-	rotationKills      = 3  // rotations to kill around
+	rotationPoolSlots  = 3    // checkpoint.max_concurrent 1 + 2 (kafkaio.DefaultSinkPoolSize)
+	rotationMargin     = 12   // epochs left before the limit when the job starts
+	rotationKills      = 3    // rotations to kill around
+	rotationRate       = 1600 // input records per second (500 every 300 ms)
 )
 
 func TestProducerIDRotationUnderKills(t *testing.T) {
@@ -47,14 +48,19 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 
-	bin := buildProcessor(t)
+	bin, err := e2eutil.BuildProcessor(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	job := kafkatest.Name(t, "rot")
 	input, output := job+"-clicks", job+"-counts"
 	c.CreateTopic(t, input, rotationPartitions, nil)
 	c.CreateTopic(t, output, rotationPartitions, nil)
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "job.yaml")
-	writeJob(t, cfgFile, job, input, output, c.Brokers)
+	if err := (e2eutil.Job{Name: job, Input: input, Output: output, Brokers: c.Brokers}).Write(cfgFile); err != nil {
+		t.Fatal(err)
+	}
 
 	// The sink's transactional IDs: <prefix><stage>-<partition>-<slot>,
 	// the stage of a YAML pipeline being "main". Those of partition 0 are
@@ -71,41 +77,18 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 	aged := ageIDs(ctx, t, raw, 32766-rotationMargin, ids)
 	t.Logf("aged %d transactional IDs to epoch %d in %v", len(ids), 32766-rotationMargin, time.Since(start).Round(time.Millisecond))
 
-	var (
-		inMu    sync.Mutex
-		perKey  = map[string]int{}
-		total   int
-		stopIn  = make(chan struct{})
-		inputWG sync.WaitGroup
-	)
-	const chunk = 500
-	inputWG.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stopIn:
-				return
-			default:
-			}
-			got := produce(ctx, t, c, input, i*chunk, (i+1)*chunk)
-			inMu.Lock()
-			for k, n := range got {
-				perKey[k] += n
-			}
-			total += chunk
-			inMu.Unlock()
-			time.Sleep(300 * time.Millisecond)
-		}
-	})
-	stopInput := func() {
-		close(stopIn)
-		inputWG.Wait()
-	}
+	// The verifier counts the data records a read_committed consumer of
+	// the output has seen, as they arrive: committed output (an abort
+	// marker moves the last stable offset too, so offsets would not do).
+	verifier := e2eutil.StartVerifier(t, c.Brokers, output)
+	in := e2eutil.NewInput(t, c.Brokers, input, keys)
+	stopInput := in.Flow(ctx, rotationRate)
 
-	cl := newCluster(t, bin, cfgFile, dir)
-	defer cl.stopAll()
-	replica := cl.start()
-	committed := countCommitted(ctx, t, c.Brokers, output)
-	waitOutput(ctx, t, c, output, 1)
+	cl := e2eutil.NewReplicas(t, bin, cfgFile, dir, e2eutil.ReplicaOptions{})
+	replica := cl.Start()
+	if err := verifier.WaitSeen(1, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	rotated := map[string]bool{}
@@ -113,30 +96,35 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 	for kill := 0; kill < rotationKills; kill++ {
 		id, pid := waitRotation(ctx, t, raw, ids, aged, rotated)
 		rotated[id] = true
-		cl.kill(replica)
+		cl.Kill(replica)
 		t.Logf("rotation %d: %s moved from producer id %d to %d; kill -9 %s", kill+1, id, aged[id], pid, replica)
-		cl.restart(replica)
+		cl.Restart(replica)
 		// Kill again once the restart's recovery has fenced the ID: the
 		// coordinator has forgotten the old producer ID, and the newest
 		// completed checkpoint still names the transaction.
 		waitFenced(ctx, t, raw, id, pid)
 		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
-		cl.kill(replica)
+		cl.Kill(replica)
 		t.Logf("rotation %d: %s fenced by the recovery; kill -9 %s again", kill+1, id, replica)
-		cl.restart(replica)
-		recovery = committed.waitAdvance(ctx, t, committed.n.Load(), filepath.Join(dir, replica+".log"))
+		cl.Restart(replica)
+		recovery = waitAdvance(t, verifier, time.Now(), cl.LogPath(replica))
 		t.Logf("rotation %d: committed output advances %.1fs after the restart", kill+1, recovery.Seconds())
 	}
 	t.Logf("recovery: %.1fs from the last restart until committed output advanced", recovery.Seconds())
+	e2eutil.Result(t, "fault_rotation_recovery", recovery)
 
 	stopInput()
-	verify(ctx, t, c, output, perKey, total)
-	cl.stopAll()
-	checkNoOpenTransactions(ctx, t, c, job)
+	if err := in.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	perKey, total := in.Counts()
+	verifier.Check(perKey, total, 5*time.Minute)
+	cl.StopAll()
+	e2eutil.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
 
 	// The path of the defect was taken: a recovery found a transaction
 	// at an old producer ID committed from its record in the log.
-	logs, err := os.ReadFile(filepath.Join(dir, replica+".log"))
+	logs, err := os.ReadFile(cl.LogPath(replica))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,19 +133,6 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 	} else {
 		t.Logf("%d recoveries decided a transaction of a rotated ID from the log", n)
 	}
-}
-
-// kill sends SIGKILL to replica id and waits for it to die.
-func (c *cluster) kill(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	cmd := c.running[id]
-	if cmd == nil {
-		c.t.Fatalf("replica %s is not running", id)
-	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	delete(c.running, id)
 }
 
 // ageIDs bumps each ID's producer epoch with raw InitProducerID requests,
@@ -242,52 +217,17 @@ func waitFenced(ctx context.Context, t *testing.T, cl *kgo.Client, id string, pi
 	t.Fatalf("%s was not fenced by the restarted replica within 2 minutes", id)
 }
 
-// committedCounter counts the data records a read_committed consumer of
-// topic has seen: the committed output (an abort marker moves the last
-// stable offset too, so offsets would not do).
-type committedCounter struct {
-	n    atomic.Int64
-	stop context.CancelFunc
-	done chan struct{}
-}
-
-func countCommitted(ctx context.Context, t *testing.T, brokers []string, topic string) *committedCounter {
+// waitAdvance waits until committed output arrives after since (the
+// restart) and returns how long that took; if that does not happen within
+// two minutes the job is stuck, and the replica's log says why.
+func waitAdvance(t *testing.T, v *e2eutil.Verifier, since time.Time, logFile string) time.Duration {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	d, err := v.WaitAdvance(since, 2*time.Minute)
 	if err != nil {
-		t.Fatal(err)
+		b, _ := os.ReadFile(logFile)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		t.Fatalf("the job is stuck: %v after the restart; last log lines:\n%s",
+			err, strings.Join(lines[max(0, len(lines)-8):], "\n"))
 	}
-	ctx, stop := context.WithCancel(ctx)
-	c := &committedCounter{stop: stop, done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		defer cl.Close()
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			c.n.Add(int64(fs.NumRecords()))
-		}
-	}()
-	t.Cleanup(func() { stop(); <-c.done })
-	return c
-}
-
-// waitAdvance waits until more than since committed output records were
-// seen and returns how long that took; if that does not happen within two
-// minutes the job is stuck, and the replica's log says why.
-func (c *committedCounter) waitAdvance(ctx context.Context, t *testing.T, since int64, logFile string) time.Duration {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(2 * time.Minute)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if c.n.Load() > since {
-			return time.Since(start)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	b, _ := os.ReadFile(logFile)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	t.Fatalf("the job is stuck: no new committed output within 2 minutes of the restart; last log lines:\n%s",
-		strings.Join(lines[max(0, len(lines)-8):], "\n"))
-	return 0
+	return d
 }

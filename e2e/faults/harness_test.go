@@ -255,9 +255,8 @@ func (s *scenario) recovered(faultEnd time.Time, timeout time.Duration) time.Dur
 
 // result prints a measurement line.
 func (s *scenario) result(what string, d time.Duration) {
-	line := fmt.Sprintf("result: fault_%s_%s = %.1f s", s.name, what, d.Seconds())
-	fmt.Println(line)
-	s.t.Log(line)
+	s.t.Helper()
+	e2eutil.Result(s.t, "fault_"+s.name+"_"+what, d)
 }
 
 // finish stops the input, checks every key exactly once in the committed
