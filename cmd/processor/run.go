@@ -114,6 +114,7 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		}
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("/livez", livez(rep.Heartbeat(), cfg.Process.LivenessTimeout))
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if !rep.Ready() {
 				http.Error(w, "not ready: tasks not running (starting, restoring, or waiting for Kafka or the object store)", http.StatusServiceUnavailable)
@@ -131,7 +132,7 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 				log.Error("http server", "err", err)
 			}
 		}()
-		log.Info("serving /metrics, /healthz and /readyz", "address", ln.Addr().String())
+		log.Info("serving /metrics, /healthz, /livez and /readyz", "address", ln.Addr().String())
 	}
 
 	log.Info("replica starting", "job", cfg.Job.Name, "replica", cfg.Process.ReplicaID,
@@ -147,4 +148,19 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 	}
 	log.Info("replica stopped")
 	return nil
+}
+
+// livez answers the liveness probe: 503 once the replica's main loop has
+// made no progress for longer than timeout (process.liveness_timeout), so
+// that a stuck replica is restarted; waits for Kafka or the object store
+// and restores do not count (replica.Heartbeat).
+func livez(h *replica.Heartbeat, timeout time.Duration) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if d := h.Stalled(time.Now()); d > timeout {
+			http.Error(w, fmt.Sprintf("stalled: the replica's main loop has made no progress for %v (process.liveness_timeout %v)",
+				d.Round(time.Second), timeout), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
 }
