@@ -3,7 +3,8 @@
 // same failure at the same moment — a broker restart, an object-store
 // outage — do not all retry in lockstep. Every retry loop of the product
 // builds its waits here; each loop keeps its own decision of what to retry
-// and when to stop.
+// and when to stop. (The Kafka client's own request retries and group
+// rejoins are jittered by franz-go itself.)
 //
 // Owns no state: a Policy is a value, the backoff it returns belongs to
 // the loop (it is not safe for concurrent use).
