@@ -78,7 +78,7 @@ checkpoint, and no click is counted twice.`,
 	cmd.Flags().IntVar(&rate, "rate", 20, "sample clicks generated per second (0: none)")
 	cmd.Flags().IntVar(&users, "users", 10, "distinct users in the sample clicks")
 	cmd.Flags().Int32Var(&partitions, "partitions", 4, "partitions of the input topic (tasks of the job), on first start")
-	cmd.Flags().StringVar(&httpAddr, "http", "127.0.0.1:9464", "address of /metrics, /healthz, /readyz")
+	cmd.Flags().StringVar(&httpAddr, "http", "127.0.0.1:9464", "address of /metrics, /healthz, /livez, /readyz")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "do not print the output records")
 	return cmd
 }
