@@ -154,6 +154,10 @@ type Process struct {
 	ReplicaID string `mapstructure:"replica_id"`
 	// GracePeriod is how long a replica may take to stop after SIGTERM.
 	GracePeriod time.Duration `mapstructure:"grace_period"`
+	// LivenessTimeout is how long the replica's main loop may go without
+	// progress before /livez fails (a stuck replica, for Kubernetes'
+	// liveness probe to restart).
+	LivenessTimeout time.Duration `mapstructure:"liveness_timeout"`
 }
 
 // Default returns the defaults of every setting. Job.Name, Job.Pipeline and
@@ -180,7 +184,7 @@ func Default() Config {
 		},
 		HTTP:    HTTP{Address: ":9464"},
 		Log:     Log{Level: "info", Format: "text"},
-		Process: Process{GracePeriod: 30 * time.Second},
+		Process: Process{GracePeriod: 30 * time.Second, LivenessTimeout: 2 * time.Minute},
 	}
 }
 

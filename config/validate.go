@@ -120,6 +120,11 @@ func (c *Config) Validate() error {
 	if c.Process.GracePeriod <= 0 {
 		v.add("process.grace_period", "%v: must be positive", c.Process.GracePeriod)
 	}
+	// The main loop wakes every second even when idle: a shorter timeout
+	// would fail /livez on a healthy replica.
+	if c.Process.LivenessTimeout < 5*time.Second {
+		v.add("process.liveness_timeout", "%v: must be at least 5s", c.Process.LivenessTimeout)
+	}
 	return v.err()
 }
 

@@ -40,6 +40,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/internal/retry"
 )
 
 // SourceOffsets are a source's read positions: topic → partition → the next
@@ -828,25 +829,25 @@ func (s *Source) Complete(ctx context.Context, n int64) error {
 			commit.Add(kadm.Offset{Topic: t, Partition: p, At: off, LeaderEpoch: -1, Metadata: meta})
 		}
 	}
-	var err error
-	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		var resp kadm.OffsetResponses
-		if resp, err = s.adm.CommitOffsets(ctx, s.group, commit); err == nil {
+	// The group coordinator may be loading or moving: retry while ctx
+	// allows; kgo does not retry errors inside the response.
+	policy := retry.Policy{Initial: 50 * time.Millisecond, Max: time.Second}
+	var last error
+	err := policy.Do(ctx, func() error {
+		resp, err := s.adm.CommitOffsets(ctx, s.group, commit)
+		if err == nil {
 			err = resp.Error()
 		}
-		// The group coordinator may be loading or moving: retry while ctx
-		// allows; kgo does not retry errors inside the response.
-		if err == nil || !kerr.IsRetriable(err) {
-			break
+		last = err
+		if err != nil && !kerr.IsRetriable(err) {
+			return retry.Permanent(err)
 		}
+		return err
+	}, func(_ int, err error, _ time.Duration) {
 		s.log.Debug("source offset commit failed, retrying", "checkpoint", checkpoint, "group", s.group, "error", err)
-		select {
-		case <-ctx.Done():
-			err = errors.Join(err, ctx.Err())
-		case <-time.After(backoff):
-			continue
-		}
-		break
+	})
+	if err != nil && ctx.Err() != nil {
+		err = errors.Join(last, ctx.Err())
 	}
 	if err != nil {
 		return fmt.Errorf("kafkaio: source: commit offsets of checkpoint %d to group %s: %w", checkpoint, s.group, err)

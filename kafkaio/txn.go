@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/weir-stream/weir/internal/retry"
 )
 
 // SinkTransactionTimeoutKey is the configuration key of the sink's
@@ -514,8 +516,9 @@ func readMarker(ctx context.Context, cl *kgo.Client, h SinkTxnHandle) (markerSta
 // being written) or a retriable error. It returns the broker's error as a
 // *kerr.Error, or a request error.
 func endTxn(ctx context.Context, cl *kgo.Client, h SinkTxnHandle, commit bool) error {
-	backoff := 20 * time.Millisecond
-	for {
+	policy := retry.Policy{Initial: 20 * time.Millisecond, Max: time.Second}
+	var answer error // the broker's last answer
+	err := policy.Do(ctx, func() error {
 		req := kmsg.NewPtrEndTxnRequest()
 		req.TransactionalID = h.TransactionalID
 		req.ProducerID = h.ProducerID
@@ -523,19 +526,19 @@ func endTxn(ctx context.Context, cl *kgo.Client, h SinkTxnHandle, commit bool) e
 		req.Commit = commit
 		resp, err := req.RequestWith(ctx, cl)
 		if err != nil {
-			return err
+			answer = nil
+			return retry.Permanent(err)
 		}
-		err = kerr.ErrorForCode(resp.ErrorCode)
-		if err == nil || !(kerr.IsRetriable(err) || errors.Is(err, kerr.ConcurrentTransactions)) {
-			return err
+		answer = kerr.ErrorForCode(resp.ErrorCode)
+		if answer == nil || !(kerr.IsRetriable(answer) || errors.Is(answer, kerr.ConcurrentTransactions)) {
+			return retry.Permanent(answer)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last broker answer: %w)", ctx.Err(), err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
+		return answer
+	}, nil)
+	if err != nil && answer != nil && ctx.Err() != nil && !errors.Is(err, answer) {
+		return fmt.Errorf("%w (last broker answer: %w)", ctx.Err(), answer)
 	}
+	return err
 }
 
 // txnAborted builds the error for a transaction that the broker ended with an

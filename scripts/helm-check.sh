@@ -2,7 +2,10 @@
 # Checks the Helm chart (make helm-check): helm lint, then helm template with
 # the defaults and with every optional part switched on, and the rendered
 # configuration file passed through `bin/processor validate`; values the
-# chart owns (state.dir, http.address, process.replica_id) must be refused.
+# chart owns (state.dir, http.address, process.replica_id) must be refused;
+# values.schema.json must refuse misspelt keys and wrong types; the rendered
+# pods must pass Pod Security "restricted" (deploy/helm/podsecurity, the
+# admission controller's own evaluator), have resources and probe /livez.
 # Helm is installed with `go install` into .cache/bin on first use.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -64,7 +67,12 @@ expect defaults '^kind: StatefulSet'
 expect defaults 'replicas: 3'
 expect defaults 'fieldPath: metadata.name'
 expect defaults 'path: /readyz'
-expect defaults 'path: /healthz'
+expect defaults 'path: /livez'
+# Requests and a memory limit by default.
+awk '/^ *resources:$/{r=1; next} r' "$work/defaults.yaml" | head -8 >"$work/resources"
+for want in 'limits:' 'memory: 2Gi' 'requests:' 'cpu: 500m' 'memory: 1Gi'; do
+	grep -q "$want" "$work/resources" || { echo "helm-check: defaults: resources lack $want" >&2; cat "$work/resources" >&2; exit 1; }
+done
 expect defaults 'volumeClaimTemplates:'
 expect defaults '^kind: PodDisruptionBudget'
 expect defaults '^kind: ServiceAccount'
@@ -100,6 +108,46 @@ for r in defaults full; do
 	done
 	grep -q 'mountPath: /var/lib/weir$' "$f" || { echo "helm-check: $r: the state volume is not at state.dir" >&2; exit 1; }
 done
+
+# Pod Security "restricted" (runAsNonRoot, allowPrivilegeEscalation false,
+# capabilities drop ALL, seccompProfile RuntimeDefault, volume types...),
+# checked by the evaluator the admission controller runs.
+(cd deploy/helm/podsecurity && go build -o "$work/podsecurity" .)
+"$work/podsecurity" -level restricted "$work/defaults.yaml" "$work/full.yaml"
+# ...and it does refuse a pod that lacks one of them.
+if "$HELM" template weir "$CHART" -f "$VALUES" --set podSecurityContext.seccompProfile=null \
+	--set securityContext.seccompProfile=null >"$work/noseccomp.yaml" &&
+	"$work/podsecurity" -level restricted "$work/noseccomp.yaml" >"$work/noseccomp.out"; then
+	echo "helm-check: a pod without seccompProfile passed the restricted check" >&2
+	exit 1
+fi
+grep -q seccompProfile "$work/noseccomp.out" || { echo "helm-check: restricted check: $(cat "$work/noseccomp.out")" >&2; exit 1; }
+
+# values.schema.json: a misspelt key anywhere (top level, the chart's own
+# values, the processor's configuration down to a pipeline step) or a
+# wrong type fails lint and template, naming the key.
+schema_refuses() { # schema_refuses KEY YAML: lint and template must fail, naming KEY
+	printf '%s\n' "$2" >"$work/bad-values.yaml"
+	local out
+	if out=$("$HELM" lint --strict -f "$VALUES" -f "$work/bad-values.yaml" "$CHART" 2>&1); then
+		echo "helm-check: helm lint accepted: $2" >&2
+		exit 1
+	fi
+	grep -q -- "$1" <<<"$out" || { echo "helm-check: lint error does not name $1: $out" >&2; exit 1; }
+	if out=$("$HELM" template weir "$CHART" -f "$VALUES" -f "$work/bad-values.yaml" 2>&1); then
+		echo "helm-check: helm template accepted: $2" >&2
+		exit 1
+	fi
+	grep -q "schema" <<<"$out" && grep -q -- "$1" <<<"$out" || { echo "helm-check: template error is not the schema's, naming $1: $out" >&2; exit 1; }
+}
+schema_refuses intervall 'config: {checkpoint: {intervall: 10s}}'
+schema_refuses replicaCont 'replicaCont: 2'
+schema_refuses sesion_timeout 'config: {kafka: {sesion_timeout: 10s}}'
+schema_refuses topik 'config: {job: {pipeline: [{source: {topics: [clicks]}}, {sink: {topik: out}}]}}'
+schema_refuses /config/checkpoint/interval 'config: {checkpoint: {interval: 2}}'
+schema_refuses /config/kafka/brokers 'config: {kafka: {brokers: "kafka:9092"}}'
+schema_refuses delivery 'config: {job: {pipeline: [{source: {topics: [clicks]}}, {sink: {topic: out, delivery: exactly-onse}}]}}'
+schema_refuses enabeld 'persistence: {enabeld: false}'
 
 # Without a job, a brokers list or storage, the chart refuses to render.
 if out=$("$HELM" template weir "$CHART" 2>&1); then

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,22 +28,30 @@ func countJob(t *testing.T, name string) (*config.Config, string, *kafkatest.Clu
 	t.Helper()
 	clearConfigEnv(t)
 	c := kafkatest.NewKfake(t)
+	cfg, file := countJobOn(t, c, name, "in", "out")
+	return cfg, file, c
+}
+
+// countJobOn is countJob on cluster c, with input topic in and output out.
+func countJobOn(t *testing.T, c *kafkatest.Cluster, name, in, out string) (*config.Config, string) {
+	t.Helper()
+	clearConfigEnv(t)
 	dir := t.TempDir()
-	c.CreateTopic(t, "in", 2, nil)
-	c.CreateTopic(t, "out", 2, nil)
+	c.CreateTopic(t, in, 2, nil)
+	c.CreateTopic(t, out, 2, nil)
 	file := filepath.Join(dir, "job.yaml")
 	yaml := fmt.Sprintf(`job:
   name: %s
   pipeline:
-    - source: {topics: [in]}
+    - source: {topics: [%s]}
     - aggregate: {op: count}
-    - sink: {topic: out}
+    - sink: {topic: %s}
 kafka: {brokers: [%s]}
 checkpoint: {interval: 200ms, storage: "file://%s/chk"}
 state: {dir: "%s/state"}
 http: {address: ""}
 log: {level: error}
-`, name, c.Brokers[0], dir, dir)
+`, name, in, out, strings.Join(c.Brokers, ", "), dir, dir)
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -51,14 +60,14 @@ log: {level: error}
 		t.Fatal(err)
 	}
 	cfg.Log.Level = "debug" // the replica's log, printed if a test fails; the file's level is the CLI's
-	prod := c.Client(t, kgo.DefaultProduceTopic("in"))
+	prod := c.Client(t, kgo.DefaultProduceTopic(in))
 	for i := range 100 {
 		prod.Produce(context.Background(), &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%7), Value: []byte(`{}`)}, nil)
 	}
 	if err := prod.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return cfg, file, c
+	return cfg, file
 }
 
 // runUntilCheckpoints runs serve (as run calls it, with onCommitted and a

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/kafkaio"
 )
 
 // devJob is the example job `processor dev` runs; the blanks are the
@@ -59,7 +62,8 @@ generator of sample clicks. It prints the job's output as it is committed —
 each line is one output record, visible to read_committed consumers — and
 serves metrics on --http.
 
-Stop it with Ctrl-C and start it again: it resumes from the last completed
+Stop it with Ctrl-C: it says which checkpoint completed last and how many
+output records are committed. Start it again: it resumes from that
 checkpoint, and no click is counted twice.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -74,7 +78,7 @@ checkpoint, and no click is counted twice.`,
 	cmd.Flags().IntVar(&rate, "rate", 20, "sample clicks generated per second (0: none)")
 	cmd.Flags().IntVar(&users, "users", 10, "distinct users in the sample clicks")
 	cmd.Flags().Int32Var(&partitions, "partitions", 4, "partitions of the input topic (tasks of the job), on first start")
-	cmd.Flags().StringVar(&httpAddr, "http", "127.0.0.1:9464", "address of /metrics, /healthz, /readyz")
+	cmd.Flags().StringVar(&httpAddr, "http", "127.0.0.1:9464", "address of /metrics, /healthz, /livez, /readyz")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "do not print the output records")
 	return cmd
 }
@@ -124,10 +128,109 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 	if o.rate > 0 {
 		go devGenerate(gctx, brokers, o.rate, o.users)
 	}
-	if !o.quiet {
-		go devPrint(gctx, out, brokers)
+	printed := make(chan struct{})
+	if o.quiet {
+		close(printed)
+	} else {
+		go func() {
+			defer close(printed)
+			devPrint(gctx, out, brokers)
+		}()
 	}
-	return serve(ctx, cfg, logOut, nil)
+	if err := serve(ctx, cfg, logOut, nil); err != nil {
+		return err
+	}
+	cancel()
+	<-printed
+	devSummary(out, cfg, brokers, o.dir)
+	return nil
+}
+
+// devSummary says, after Ctrl-C, what is committed and how to resume: the
+// newest completed checkpoint (from the commit topic) and the records
+// read_committed consumers see in the output topic.
+func devSummary(out io.Writer, cfg *config.Config, brokers []string, dir string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	hist, err := kafkaio.ReadControlHistory(ctx, opts, kafkaio.NewControlTopics(cfg.Kafka.TopicPrefix), control.TopicCommit)
+	if err != nil {
+		fmt.Fprintf(out, "weir dev: stopped; could not read the checkpoints: %v\n", err)
+		return
+	}
+	var last uint64
+	for _, rec := range hist.Records {
+		if c, ok := rec.Msg.(control.Complete); ok {
+			last = max(last, c.ID)
+		}
+	}
+	again := "make run"
+	if dir != ".weir-dev" {
+		again = "processor dev --dir " + dir
+	}
+	if last == 0 {
+		fmt.Fprintf(out, "weir dev: stopped before the first checkpoint completed: nothing is committed yet.\n")
+		fmt.Fprintf(out, "weir dev: run `%s` again to start over from the clicks already in the input.\n", again)
+		return
+	}
+	records := "?"
+	if n, err := devCommittedRecords(ctx, brokers, "clicks-per-user"); err == nil {
+		records = strconv.FormatInt(n, 10)
+	}
+	fmt.Fprintf(out, "weir dev: stopped. Last completed checkpoint: %d; clicks-per-user holds %s committed records (what read_committed consumers see). Output after checkpoint %d was not committed and will be produced again.\n",
+		last, records, last)
+	fmt.Fprintf(out, "weir dev: run `%s` again to resume from checkpoint %d: no click is counted twice.\n", again, last)
+}
+
+// devCommittedRecords counts the records of topic that read_committed
+// consumers see: it reads up to each partition's last stable offset,
+// keeping transaction markers to know where it is.
+func devCommittedRecords(ctx context.Context, brokers []string, topic string) (int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	remaining := map[int32]int64{} // partition -> last stable offset not yet reached
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset > 0 {
+			remaining[o.Partition] = o.Offset
+		}
+	})
+	if len(remaining) == 0 {
+		return 0, ends.Error()
+	}
+	rd, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		return 0, err
+	}
+	defer rd.Close()
+	var n int64
+	for len(remaining) > 0 {
+		fs := rd.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := remaining[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				n++
+			}
+			if r.Offset+1 >= end {
+				delete(remaining, r.Partition)
+			}
+		})
+	}
+	return n, nil
 }
 
 func devTopics(ctx context.Context, brokers []string, partitions int32) error {

@@ -116,6 +116,7 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		}
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("/livez", livez(rep.Heartbeat(), cfg.Process.LivenessTimeout))
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if f := rep.Failure(); f != nil {
 				http.Error(w, "not ready: "+f.String()+"; to resume: "+f.Resume(), http.StatusServiceUnavailable)
@@ -137,7 +138,7 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 				log.Error("http server", "err", err)
 			}
 		}()
-		log.Info("serving /metrics, /healthz and /readyz", "address", ln.Addr().String())
+		log.Info("serving /metrics, /healthz, /livez and /readyz", "address", ln.Addr().String())
 	}
 
 	log.Info("replica starting", "job", cfg.Job.Name, "replica", cfg.Process.ReplicaID,
@@ -153,4 +154,19 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 	}
 	log.Info("replica stopped")
 	return nil
+}
+
+// livez answers the liveness probe: 503 once the replica's main loop has
+// made no progress for longer than timeout (process.liveness_timeout), so
+// that a stuck replica is restarted; waits for Kafka or the object store
+// and restores do not count (replica.Heartbeat).
+func livez(h *replica.Heartbeat, timeout time.Duration) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if d := h.Stalled(time.Now()); d > timeout {
+			http.Error(w, fmt.Sprintf("stalled: the replica's main loop has made no progress for %v (process.liveness_timeout %v)",
+				d.Round(time.Second), timeout), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
 }

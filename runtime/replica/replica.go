@@ -36,6 +36,7 @@ import (
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator"
 	"github.com/weir-stream/weir/coordinator/runner"
+	retrypolicy "github.com/weir-stream/weir/internal/retry"
 	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/runtime/membership"
 	"github.com/weir-stream/weir/runtime/task"
@@ -87,6 +88,7 @@ type Replica struct {
 	loggedAt int64
 
 	ready   atomic.Bool
+	heart   *Heartbeat              // Run's loop beats it: the /livez answer
 	failure atomic.Pointer[Failure] // read by Failure, for /readyz
 }
 
@@ -138,6 +140,7 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 
 		loggedAt: -1,
 		sinks:    sinkSpecs(opts.Job, cfg),
+		heart:    newHeartbeat(),
 	}
 	r.kopts = []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.ClientID(cfg.Kafka.ClientID)}
 	met, err := newMetrics(opts.Registerer)
@@ -160,6 +163,9 @@ func (r *Replica) Ready() bool { return r.ready.Load() }
 // Failure returns the job's permanent failure, or nil while the job is not
 // failed. Safe for use by any goroutine.
 func (r *Replica) Failure() *Failure { return r.failure.Load() }
+
+// Heartbeat is the liveness of the replica's Run loop (/livez).
+func (r *Replica) Heartbeat() *Heartbeat { return r.heart }
 
 // prepare connects to Kafka and the object store and learns the job's
 // tasks. It is retried with backoff by Run.
@@ -416,14 +422,14 @@ const stageName = "main"
 // every local task stops, open transactions are aborted, the group is left —
 // and a new session starts after a backoff. On return everything is closed.
 func (r *Replica) Run(ctx context.Context) error {
-	if err := retry(ctx, r.log, r.met, "connect", func() error { return r.prepare(ctx) }); err != nil {
+	if err := retry(ctx, r.log, r.met, r.heart, "connect", func() error { return r.prepare(ctx) }); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
 	defer r.close()
-	backoff := time.Second
+	sessionBackoff := retrypolicy.Policy{Initial: time.Second, Max: 30 * time.Second}.Backoff()
 	for {
 		err := r.session(ctx)
 		r.stopCoordinator()
@@ -436,13 +442,17 @@ func (r *Replica) Run(ctx context.Context) error {
 			return err
 		}
 		r.met.sessions.Inc()
+		backoff := sessionBackoff.NextBackOff()
 		r.log.Error("replica session ended; starting again", "err", err, "backoff", backoff)
+		resume := r.heart.Wait()
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 30*time.Second)
+		resume()
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
 }
 
@@ -535,7 +545,9 @@ func (r *Replica) session(ctx context.Context) error {
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
 	var coordRetry <-chan time.Time // set while the role waits to be taken again
+	coordBackoff := retrypolicy.Policy{Initial: time.Second, Max: 30 * time.Second}.Backoff()
 	for {
+		r.heart.Beat() // back at the select: at least once a second (ticker)
 		var coordDone chan error
 		if r.coord != nil {
 			coordDone = r.coord.done
@@ -563,7 +575,7 @@ func (r *Replica) session(ctx context.Context) error {
 			if !errors.Is(err, kafkaio.ErrFenced) && r.lastView.IsCoordinator() {
 				// Still the coordinator by the last view: take the role
 				// again after a pause, without stopping the dispatch.
-				coordRetry = time.After(time.Second)
+				coordRetry = time.After(coordBackoff.NextBackOff())
 			}
 		case <-coordRetry:
 			coordRetry = nil
@@ -752,7 +764,7 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	for _, id := range mine {
 		wg.Go(func() {
 			var t *task.Task
-			err := retry(ctx, r.log, r.met, "start_task", func() error {
+			err := retry(ctx, r.log, r.met, nil, "start_task", func() error {
 				var err error
 				t, err = task.Open(ctx, r.taskConfig(id, g))
 				if errors.Is(err, kafkaio.ErrSinkTxnAborted) || task.Permanent(err) != nil {
@@ -772,7 +784,10 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 			r.tasks[id] = t
 		})
 	}
+	// A large restore is legitimate work, not a stall of the loop.
+	resume := r.heart.Wait()
 	wg.Wait()
+	resume()
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -995,32 +1010,39 @@ func (r *Replica) close() {
 	}
 }
 
-// retry runs fn until it succeeds or ctx ends, with exponential backoff
-// from 200ms to 30s, counting and logging each failure: an unreachable
-// Kafka or object store never makes the replica exit and lose its place.
-func retry(ctx context.Context, log *slog.Logger, met *metrics, what string, fn func() error) error {
-	backoff := 200 * time.Millisecond
-	for attempt := 1; ; attempt++ {
+// retry runs fn until it succeeds or ctx ends, with the shared backoff
+// (200ms doubling to 30s, jittered), counting and logging each failure: an
+// unreachable Kafka or object store never makes the replica exit and lose
+// its place. An error marked permanent is returned at once. heart, when
+// the caller is Run's loop, is told that the backoff waits are no stall.
+func retry(ctx context.Context, log *slog.Logger, met *metrics, heart *Heartbeat, what string, fn func() error) error {
+	var resume func() // set during a backoff wait of Run's loop
+	policy := retrypolicy.Policy{Initial: 200 * time.Millisecond, Max: 30 * time.Second}
+	err := policy.Do(ctx, func() error {
+		if resume != nil {
+			resume()
+			resume = nil
+		}
 		err := fn()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		var p permanent
 		if errors.As(err, &p) {
-			return p.err
+			return retrypolicy.Permanent(p.err)
 		}
+		return err
+	}, func(attempt int, err error, backoff time.Duration) {
 		met.retries.WithLabelValues(what).Inc()
 		log.Warn("retrying", "what", what, "attempt", attempt, "backoff", backoff, "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
+		if heart != nil {
+			resume = heart.Wait()
 		}
-		backoff = min(backoff*2, 30*time.Second)
+	})
+	if resume != nil {
+		resume()
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
 // permanent marks an error retry must not retry.

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	neturl "net/url"
 	"os"
 	"path/filepath"
@@ -31,6 +30,8 @@ import (
 	_ "gocloud.dev/blob/memblob"   // mem:// URLs, for tests
 	_ "gocloud.dev/blob/s3blob"    // s3:// URLs (AWS S3 and S3-compatible servers)
 	"gocloud.dev/gcerrors"
+
+	"github.com/weir-stream/weir/internal/retry"
 )
 
 // Sentinel errors, for errors.Is.
@@ -533,39 +534,42 @@ func contains(xs []string, x string) bool {
 // error is returned as ErrNotFound (wrapped). what names the operation in
 // logs and errors.
 func (s *Store) Do(ctx context.Context, what string, op func(ctx context.Context) error) error {
-	backoff := s.retry.InitialBackoff
-	for attempt := 1; ; attempt++ {
-		err := op(ctx)
-		if err == nil {
+	policy := retry.Policy{Initial: s.retry.InitialBackoff, Max: s.retry.MaxBackoff, MaxAttempts: s.retry.MaxAttempts}
+	attempts := 0
+	var last, final error // final: the answer, when an attempt decides it
+	err := policy.Do(ctx, func() error {
+		attempts++
+		last = op(ctx)
+		var p permanent
+		switch {
+		case last == nil:
 			return nil
+		case permanentProblem(what, last, false) != nil:
+			final = permanentProblem(what, last, false)
+		case gcerrors.Code(last) == gcerrors.NotFound:
+			final = fmt.Errorf("%s: %w (%v)", what, ErrNotFound, last)
+		case ctx.Err() != nil:
+			final = fmt.Errorf("%s: %w", what, errors.Join(ctx.Err(), last))
+		case errors.As(last, &p):
+			final = fmt.Errorf("%s (attempt %d): %w", what, attempts, p.err)
+		case !IsTransient(last):
+			final = fmt.Errorf("%s (attempt %d): %w", what, attempts, last)
+		default:
+			return last
 		}
-		if se := permanentProblem(what, err, false); se != nil {
-			return se
-		}
-		if gcerrors.Code(err) == gcerrors.NotFound {
-			return fmt.Errorf("%s: %w (%v)", what, ErrNotFound, err)
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w", what, errors.Join(ctx.Err(), err))
-		}
-		if !IsTransient(err) || attempt >= s.retry.MaxAttempts {
-			var p permanent
-			if errors.As(err, &p) {
-				err = p.err
-			}
-			return fmt.Errorf("%s (attempt %d): %w", what, attempt, err)
-		}
-		wait := backoff/2 + rand.N(backoff)
+		return retry.Permanent(final)
+	}, func(attempt int, err error, wait time.Duration) {
 		s.log.Warn("object store operation failed, retrying", "op", what, "attempt", attempt, "backoff", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%s: %w", what, errors.Join(ctx.Err(), err))
-		case <-t.C:
-		}
-		backoff = min(2*backoff, s.retry.MaxBackoff)
+	})
+	switch {
+	case err == nil:
+		return nil
+	case final != nil:
+		return final
+	case ctx.Err() != nil: // ended during a wait
+		return fmt.Errorf("%s: %w", what, errors.Join(ctx.Err(), last))
 	}
+	return fmt.Errorf("%s (attempt %d): %w", what, attempts, last) // MaxAttempts
 }
 
 type permanent struct{ err error }
