@@ -9,10 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
-
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator"
+	"github.com/weir-stream/weir/internal/retry"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/state/objstore"
 )
@@ -280,16 +279,11 @@ func (r *Runner) gcLoop(ctx context.Context, log *slog.Logger, q *gcQueue) {
 				what = "rebuild"
 				op = func() error { return d.Rebuild(ctx, w.completed) }
 			}
-			b := backoff.NewExponentialBackOff()
-			b.InitialInterval, b.MaxInterval = 200*time.Millisecond, 30*time.Second
-			_, _ = backoff.Retry(ctx, func() (struct{}, error) {
-				err := op()
-				if err != nil && ctx.Err() == nil {
-					r.metrics.gcFailures.WithLabelValues(what).Inc()
-					log.Warn("shared-file registry not updated; retrying, nothing is released meanwhile", "what", what, "err", err)
-				}
-				return struct{}{}, err
-			}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0))
+			policy := retry.Policy{Initial: 200 * time.Millisecond, Max: 30 * time.Second}
+			_ = policy.Do(ctx, op, func(_ int, err error, wait time.Duration) {
+				r.metrics.gcFailures.WithLabelValues(what).Inc()
+				log.Warn("shared-file registry not updated; retrying, nothing is released meanwhile", "what", what, "wait", wait, "err", err)
+			})
 		case gcDiscard:
 			what, failure := "aborted", "discard"
 			if w.discard.Reason == coordinator.DiscardReleased {
