@@ -56,7 +56,9 @@ type Config struct {
 	// FS is the local filesystem; nil means the OS (vfs.Default). Tests pass
 	// a crashable in-memory filesystem.
 	FS vfs.FS
-	// Logger receives structured logs; nil discards them.
+	// Logger receives structured logs; nil discards them. It should
+	// already name the task (runtime/task adds "task"): the backend adds
+	// no key of its own, so that no log line carries one twice.
 	Logger *slog.Logger
 	// Registerer receives the backend's metrics (labelled with the task);
 	// nil registers nothing.
@@ -106,7 +108,6 @@ func (c *Config) ensureDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	c.Logger = c.Logger.With("task", c.Task)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

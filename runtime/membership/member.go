@@ -61,7 +61,9 @@ type Options struct {
 	// RebalanceTimeout (default SessionTimeout) is how long the group
 	// waits for its members to rejoin once a rebalance began.
 	RebalanceTimeout time.Duration
-	// Logger receives the package's logs (default: discarded).
+	// Logger receives the package's logs (default: discarded). It should
+	// already name the replica (runtime/replica adds "replica_id"); the
+	// member adds only "group".
 	Logger *slog.Logger
 	// Registerer receives the package's metrics (default: a private
 	// registry nobody reads).
@@ -171,7 +173,7 @@ func Join(ctx context.Context, opts Options) (*Member, error) {
 	}
 	m := &Member{
 		opts:      opts,
-		log:       opts.Logger.With("group", opts.Group, "replica_id", opts.ReplicaID),
+		log:       opts.Logger.With("group", opts.Group),
 		met:       met,
 		views:     make(chan View, 1),
 		pollDone:  make(chan struct{}),

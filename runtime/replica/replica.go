@@ -94,7 +94,7 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 	cfg := opts.Config
 	r := &Replica{
 		opts: opts, cfg: cfg,
-		log:    opts.Logger.With("replica", opts.ReplicaID, "job", cfg.Job.Name),
+		log:    opts.Logger.With("replica_id", opts.ReplicaID, "job", cfg.Job.Name),
 		topics: kafkaio.NewControlTopics(cfg.Kafka.TopicPrefix),
 		tasks:  map[control.TaskID]*task.Task{},
 	}
