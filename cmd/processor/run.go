@@ -128,7 +128,7 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if !rep.Ready() {
-				http.Error(w, "not ready: tasks not running (starting, restoring, or waiting for Kafka or the object store)", http.StatusServiceUnavailable)
+				http.Error(w, "not ready: tasks not running (starting, restoring, or waiting for Kafka, the object store or a full local state disk)", http.StatusServiceUnavailable)
 				return
 			}
 			fmt.Fprintln(w, "ready")
