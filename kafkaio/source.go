@@ -181,7 +181,9 @@ type SourceConfig struct {
 
 	// Name names the source in logs (for example the task ID).
 	Name string
-	// Logger receives the source's logs; nil discards them.
+	// Logger receives the source's logs; nil discards them. It should
+	// already name the task (runtime/task adds "task"); the source adds
+	// "component" and "partition".
 	Logger *slog.Logger
 	// Registerer receives the source's metrics; nil means a private
 	// registry. Any number of sources may share one.
@@ -386,7 +388,7 @@ func NewSource(ctx context.Context, cfg SourceConfig) (*Source, error) {
 	s := &Source{
 		cl:       cl,
 		adm:      kadm.NewClient(cl),
-		log:      cfg.Logger.With("component", "source", "source", cfg.Name, "partition", cfg.Partition),
+		log:      cfg.Logger.With("component", "source", "partition", cfg.Partition),
 		group:    cfg.Group,
 		decoder:  cfg.Decoder,
 		policy:   cfg.DecodeErrors,

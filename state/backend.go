@@ -56,7 +56,9 @@ type Config struct {
 	// FS is the local filesystem; nil means the OS (vfs.Default). Tests pass
 	// a crashable in-memory filesystem.
 	FS vfs.FS
-	// Logger receives structured logs; nil discards them.
+	// Logger receives structured logs; nil discards them. It should
+	// already name the task (runtime/task adds "task"): the backend adds
+	// no key of its own, so that no log line carries one twice.
 	Logger *slog.Logger
 	// Registerer receives the backend's metrics (labelled with the task);
 	// nil registers nothing.
@@ -106,7 +108,6 @@ func (c *Config) ensureDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	c.Logger = c.Logger.With("task", c.Task)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -179,8 +180,12 @@ func PebbleOptions(cache *pebble.Cache, fs vfs.FS, memTableSize uint64) *pebble.
 }
 
 // pebbleLogger sends Pebble's logs to slog: Pebble's info messages at debug
-// level, since they describe routine flushes and compactions.
-type pebbleLogger struct{ log *slog.Logger }
+// level, since they describe routine flushes and compactions. Fatalf
+// records the failure and never returns (diskfault.go).
+type pebbleLogger struct {
+	log   *slog.Logger
+	fault *diskFault
+}
 
 func (l pebbleLogger) Infof(format string, args ...any) {
 	l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
@@ -192,8 +197,8 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	l.log.Error(msg, "component", "pebble", "fatal", true)
-	panic("pebble: " + msg)
+	l.log.Error("pebble cannot go on; the task stops and is restored from its checkpoint", "component", "pebble", "err", msg)
+	l.fault.fatal(msg)
 }
 
 // Backend is the state of one task: a Pebble database with keyed state, its
@@ -206,7 +211,8 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 // upload bookkeeping under mu.
 type Backend struct {
 	cfg      Config
-	fs       vfs.FS  // the real filesystem, with syncs
+	fs       vfs.FS // the real filesystem, with syncs, through faultFS
+	fault    *diskFault
 	live     *liveFS // what Pebble sees: no syncs, WAL capture
 	db       *pebble.DB
 	cache    *pebble.Cache
@@ -280,9 +286,11 @@ func newBackend(cfg Config) (*Backend, error) {
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, fmt.Errorf("state: instance id: %w", err)
 	}
+	fault := &diskFault{dir: cfg.Dir}
 	b := &Backend{
 		cfg:      cfg,
-		fs:       cfg.FS,
+		fs:       &faultFS{FS: cfg.FS, fault: fault},
+		fault:    fault,
 		dbDir:    cfg.FS.PathJoin(cfg.Dir, "db"),
 		snapDir:  cfg.FS.PathJoin(cfg.Dir, "snap"),
 		instance: hex.EncodeToString(rnd[:]),
@@ -301,6 +309,7 @@ func newBackend(cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b.metrics = m
+	fault.onSet = m.diskFailures.Inc
 	return b, nil
 }
 
@@ -326,19 +335,57 @@ func (b *Backend) openDB() error {
 	} else {
 		cache.Ref()
 	}
-	b.live = &liveFS{FS: b.fs}
+	b.live = &liveFS{FS: &pebbleFS{FS: b.fs, dir: b.dbDir, fault: b.fault}}
 	o := PebbleOptions(cache, b.live, b.cfg.MemTableSize)
-	o.Logger = pebbleLogger{b.cfg.Logger}
+	o.Logger = pebbleLogger{log: b.cfg.Logger, fault: b.fault}
 	if b.cfg.TunePebble != nil {
 		b.cfg.TunePebble(o)
 	}
-	db, err := pebble.Open(b.dbDir, o)
+	var db *pebble.DB
+	err := b.guard(func() error {
+		var err error
+		db, err = pebble.Open(b.dbDir, o)
+		return err
+	})
+	if de := b.fault.get(); err != nil && de != nil {
+		err = de
+	}
 	if err != nil {
 		cache.Unref()
 		return fmt.Errorf("state: open pebble %s: %w", b.dbDir, err)
 	}
 	b.db = db
 	b.cache = cache
+	return nil
+}
+
+// closeFailed closes a database whose disk failed. Pebble may hang or fail
+// there (a lock its failed write left held), so it gets a few seconds, on
+// a goroutine of its own, and is abandoned otherwise: the task is restored
+// into a fresh directory anyway. An abandoned database keeps its memory
+// and files until the process exits.
+func (b *Backend) closeFailed(ctx context.Context) error {
+	db, cache := b.db, b.cache
+	b.db = nil
+	done := make(chan error, 1)
+	go func() {
+		done <- b.guard(func() error {
+			err := db.Close()
+			cache.Unref()
+			return err
+		})
+	}()
+	wait := time.NewTimer(5 * time.Second)
+	defer wait.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			b.cfg.Logger.Debug("closing the failed state database", "err", err)
+		}
+	case <-wait.C:
+		b.cfg.Logger.Warn("the failed state database did not close within 5s; abandoned", "dir", b.dbDir)
+	case <-ctx.Done():
+	}
 	return nil
 }
 
@@ -378,7 +425,9 @@ func (b *Backend) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if b.db != nil {
+	if b.db != nil && b.fault.get() != nil {
+		errs = append(errs, b.closeFailed(ctx))
+	} else if b.db != nil {
 		if err := b.db.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("state: close pebble: %w", err))
 		}

@@ -27,6 +27,7 @@ type metrics struct {
 	cacheMisses     prometheus.Counter
 	cacheEvictions  prometheus.Counter
 	cacheBytes      prometheus.Gauge
+	diskFailures    prometheus.Counter // no task label: it outlives the task
 }
 
 func newMetrics(reg prometheus.Registerer, task string) (*metrics, error) {
@@ -92,6 +93,10 @@ func newMetrics(reg prometheus.Registerer, task string) (*metrics, error) {
 		return nil, err
 	}
 	if m.cacheBytes, err = gauge("weir_state_cache_bytes", "Bytes the task's record cache holds, as of its last flush."); err != nil {
+		return nil, err
+	}
+	if m.diskFailures, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "weir_state_disk_failures_total",
+		Help: "Times a task's local state disk failed (full or failing: ENOSPC, EDQUOT, EIO, EROFS, or a fatal Pebble write error); the task stops and is restored from its checkpoint."})); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -102,6 +102,9 @@ func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapsho
 	if b.db == nil {
 		return nil, ErrClosed
 	}
+	if err := b.Failed(); err != nil {
+		return nil, err // its files are not to be trusted (diskfault.go)
+	}
 	if b.cfg.Store == nil {
 		return nil, fmt.Errorf("%w: no object store configured", ErrSnapshot)
 	}
@@ -127,6 +130,9 @@ func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapsho
 	b.live.startCapture(b.dbDir, dir)
 	err := b.db.Checkpoint(dir, pebble.WithFlushedWAL())
 	walLengths := b.live.endCapture()
+	if ferr := b.Failed(); err == nil && ferr != nil {
+		err = ferr // a write up to the barrier was dropped (diskfault.go)
+	}
 	if err != nil {
 		b.live.forget(dir)
 		_ = b.fs.RemoveAll(dir)

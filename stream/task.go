@@ -23,7 +23,9 @@ type TaskContext struct {
 	Index int
 	// Now is the processing-time clock; nil means time.Now.
 	Now func() time.Time
-	// Logger receives the chain's logs; nil discards them.
+	// Logger receives the chain's logs; nil discards them. It should
+	// already name the job and the task (the runtime's loggers do): the
+	// chain adds only "operator".
 	Logger *slog.Logger
 }
 
@@ -126,7 +128,7 @@ func (j *Job) NewTask(tc TaskContext) (Task, error) {
 	}
 	t := &task{
 		tc:      tc,
-		log:     tc.Logger.With("job", j.name, "task", tc.Task),
+		log:     tc.Logger, // the caller's logger names the job and the task
 		now:     tc.Now,
 		byTopic: make(map[string]func(*Record) error),
 		onTimer: make(map[string]func() error),

@@ -67,15 +67,27 @@ func addConfigFlags(fs *pflag.FlagSet, file *string) {
 	}
 }
 
-// newLogger builds the process logger from the log section.
+// newLogger builds the process logger from the log section. Every
+// time.Duration is written as Go's duration string ("1.5s", "250ms"), in
+// JSON as in text: slog's JSON handler would write integer nanoseconds,
+// which read as a count to a person and to a log pipeline.
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}
 	if cfg.Log.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationString is the handlers' ReplaceAttr: a duration becomes its
+// string form.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // serve runs one replica and its HTTP endpoints until ctx ends. onCommitted,
@@ -123,7 +135,7 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 				return
 			}
 			if !rep.Ready() {
-				http.Error(w, "not ready: tasks not running (starting, restoring, or waiting for Kafka or the object store)", http.StatusServiceUnavailable)
+				http.Error(w, "not ready: tasks not running (starting, restoring, or waiting for Kafka, the object store or a full local state disk)", http.StatusServiceUnavailable)
 				return
 			}
 			fmt.Fprintln(w, "ready")
@@ -141,7 +153,7 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 		log.Info("serving /metrics, /healthz, /livez and /readyz", "address", ln.Addr().String())
 	}
 
-	log.Info("replica starting", "job", cfg.Job.Name, "replica", cfg.Process.ReplicaID,
+	log.Info("replica starting", "job", cfg.Job.Name, "replica_id", cfg.Process.ReplicaID,
 		"brokers", strings.Join(cfg.Kafka.Brokers, ","), "storage", cfg.Checkpoint.Storage)
 	runErr := rep.Run(ctx)
 	if srv != nil {

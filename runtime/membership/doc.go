@@ -22,7 +22,13 @@
 // kgo.GroupBalancer, protocol type "weir" and protocol "membership-v1". Each
 // member sends in its JoinGroup metadata a versioned JSON object: its replica
 // ID, whether its newest view made it coordinator (and that view's
-// generation), an incarnation count, and its local tasks. The group leader's
+// generation), an incarnation count, a random instance token, the
+// generation since which it has been placed, and its local tasks. Of two
+// members claiming one replica ID the leader admits the one placed most
+// recently and refuses the other; a member does not publish a view in
+// which every member's session (ID, instance, incarnation) and the
+// coordinator are as in its previous one, so a refused duplicate's joining
+// and leaving restart nothing. The group leader's
 // balancer computes one view for everybody and sends it, as JSON, as every
 // member's assignment; each member decodes it in ParseSyncAssignment, which
 // returns no partitions, and publishes it when kgo calls OnPartitionsAssigned.

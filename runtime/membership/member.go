@@ -2,6 +2,8 @@ package membership
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,7 +63,9 @@ type Options struct {
 	// RebalanceTimeout (default SessionTimeout) is how long the group
 	// waits for its members to rejoin once a rebalance began.
 	RebalanceTimeout time.Duration
-	// Logger receives the package's logs (default: discarded).
+	// Logger receives the package's logs (default: discarded). It should
+	// already name the replica (runtime/replica adds "replica_id"); the
+	// member adds only "group".
 	Logger *slog.Logger
 	// Registerer receives the package's metrics (default: a private
 	// registry nobody reads).
@@ -123,11 +127,12 @@ func (o Options) withDefaults() Options {
 // Member is this replica's membership of the group. See the package comment
 // for which goroutine owns what.
 type Member struct {
-	opts  Options
-	log   *slog.Logger
-	met   *metrics
-	cl    *kgo.Client
-	views chan View // capacity 1; only publishLocked sends, under mu
+	opts     Options
+	instance string // random, drawn by Join: identifies this Member in views
+	log      *slog.Logger
+	met      *metrics
+	cl       *kgo.Client
+	views    chan View // capacity 1; only publishLocked sends, under mu
 
 	pollDone  chan struct{}
 	stopWatch chan struct{} // closed by Leave: stops watch
@@ -144,6 +149,7 @@ type Member struct {
 	wasCoord    bool  // last named us coordinator (cleared by a loss)
 	coordGen    int32 // last's generation when wasCoord
 	incarnation int   // number of losses, sent in the join metadata
+	memberSince int32 // generation of the first view that placed us since Join or the last loss; 0 if none
 	closed      bool  // views is closed
 	// The lease: while a session runs (armed), the member counts itself
 	// a member until renewed+SessionTimeout. renewed is when the newest
@@ -169,9 +175,15 @@ func Join(ctx context.Context, opts Options) (*Member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("membership: register metrics: %w", err)
 	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		undo()
+		return nil, fmt.Errorf("membership: instance token: %w", err)
+	}
 	m := &Member{
 		opts:      opts,
-		log:       opts.Logger.With("group", opts.Group, "replica_id", opts.ReplicaID),
+		instance:  hex.EncodeToString(rnd[:]),
+		log:       opts.Logger.With("group", opts.Group),
 		met:       met,
 		views:     make(chan View, 1),
 		pollDone:  make(chan struct{}),
@@ -313,7 +325,8 @@ func (m *Member) joinMeta() joinMeta {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	meta := joinMeta{ReplicaID: m.opts.ReplicaID, Incarnation: m.incarnation, LocalTasks: local}
+	meta := joinMeta{ReplicaID: m.opts.ReplicaID, Incarnation: m.incarnation, Instance: m.instance,
+		MemberSince: m.memberSince, LocalTasks: local}
 	if m.wasCoord {
 		meta.WasCoordinator, meta.CoordinatorGeneration = true, m.coordGen
 	}
@@ -359,12 +372,29 @@ func (m *Member) onAssigned(context.Context, *kgo.Client, map[string][]int32) {
 		// changed.
 		return
 	}
+	if v.Err == nil && m.memberSince == 0 {
+		m.memberSince = v.GroupGeneration
+	}
+	m.met.rebalances.Inc()
+	m.met.generation.Set(float64(v.GroupGeneration))
+	if m.published && m.last.Err == nil && v.Err == nil && sameSessions(m.last, *v) {
+		// A rebalance that changed nobody's session: a process that
+		// was refused joined or left. Publishing it would make the
+		// coordinator start a new generation, restarting every task,
+		// for nothing.
+		if m.wasCoord {
+			m.coordGen = v.GroupGeneration
+		}
+		if len(v.Rejected) > 0 {
+			m.log.Warn("membership group refused a member with a replica id already in use; this view changes nothing",
+				"group_generation", v.GroupGeneration, "rejected", v.Rejected)
+		}
+		return
+	}
 	m.wasCoord = v.IsCoordinator()
 	if m.wasCoord {
 		m.coordGen = v.GroupGeneration
 	}
-	m.met.rebalances.Inc()
-	m.met.generation.Set(float64(v.GroupGeneration))
 	m.met.members.Set(float64(len(v.Members)))
 	m.met.isCoordinator.Set(b2f(m.wasCoord))
 	if v.Err != nil {
@@ -399,6 +429,7 @@ func (m *Member) lost(cause error) {
 
 func (m *Member) lostLocked(cause error) {
 	m.incarnation++
+	m.memberSince = 0
 	m.armed = false
 	m.wasCoord = false
 	m.met.members.Set(0)
@@ -491,6 +522,17 @@ type manageErrorHook struct{ m *Member }
 var _ kgo.HookGroupManageError = manageErrorHook{}
 
 func (h manageErrorHook) OnGroupManageError(err error) { h.m.lost(err) }
+
+// sameSessions reports whether views a and b have the same coordinator and
+// the same members in the same sessions (replica ID, instance and
+// incarnation). Local tasks are hints and do not count.
+func sameSessions(a, b View) bool {
+	return a.Coordinator == b.Coordinator && slices.EqualFunc(a.Members, b.Members, func(x, y MemberInfo) bool {
+		// A member of an older version sends no instance: its restart
+		// could not be told apart, so its views always count as new.
+		return x.Instance != "" && x.ReplicaID == y.ReplicaID && x.Instance == y.Instance && x.Incarnation == y.Incarnation
+	})
+}
 
 func memberIDs(ms []MemberInfo) []string {
 	ids := make([]string, len(ms))

@@ -319,33 +319,99 @@ func TestJoinRegistrationConflict(t *testing.T) {
 	}
 }
 
+// TestDuplicateReplicaID starts a second member with the replica ID of a
+// running one: it is refused with an error naming the ID, and the running
+// members publish no new view (the coordinator would start a new
+// generation, restarting every task), neither when it joins nor when it
+// leaves.
 func TestDuplicateReplicaID(t *testing.T) {
 	eachBroker(t, func(t *testing.T, e *env) {
 		a := e.join("a")
 		e.next(a, "a alone", members("a"))
 		d1 := e.join("dup")
-		e.next(d1, "dup placed", members("a", "dup"))
+		va := e.next(a, "dup placed", members("a", "dup"))
+		vd := e.next(d1, "dup placed", members("a", "dup"))
+		gen := va.GroupGeneration
+
 		d2 := e.join("dup")
-
-		isDup := func(v View) bool { return errors.Is(v.Err, ErrDuplicateReplicaID) }
-		for _, m := range []*Member{d1, d2} {
-			v := e.next(m, "a duplicate error", isDup)
-			var de *DuplicateReplicaError
-			if !errors.As(v.Err, &de) || de.ReplicaID != "dup" || v.IsCoordinator() {
-				t.Fatalf("duplicate got %s", describe(v))
-			}
+		v := e.next(d2, "a duplicate error", func(v View) bool { return v.Err != nil })
+		var de *DuplicateReplicaError
+		if !errors.As(v.Err, &de) || !errors.Is(v.Err, ErrDuplicateReplicaID) || de.ReplicaID != "dup" || de.Since != vd.GroupGeneration || v.IsCoordinator() {
+			t.Fatalf("duplicate got %s", describe(v))
 		}
-		v := e.next(a, "a view without the duplicates", func(v View) bool { return v.Err == nil && slices.Equal(v.Rejected, []string{"dup"}) })
-		if !slices.Equal(memberIDs(v.Members), []string{"a"}) || !v.IsCoordinator() {
-			t.Fatalf("a got %s", describe(v))
+		if msg := v.Err.Error(); !strings.Contains(msg, `"dup"`) || !strings.Contains(msg, "already a member") {
+			t.Fatalf("duplicate's error does not say which id is already a member: %v", msg)
 		}
+		t.Logf("the duplicate's error: %v", v.Err)
+		if v.GroupGeneration <= gen {
+			t.Fatalf("the duplicate's view has generation %d, not after %d", v.GroupGeneration, gen)
+		}
+		// The rebalance reached a and d1 (their generation gauge moved)
+		// but gave them nothing to publish.
+		e.quiet(v.GroupGeneration, a, d1)
 
-		// Once one of them leaves, the other is placed again.
+		if err := d2.Leave(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		e.quiet(v.GroupGeneration+1, a, d1)
+
+		// A real change still shows: d1 leaves.
 		if err := d1.Leave(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		e.next(d2, "dup placed again", members("a", "dup"))
-		e.next(a, "dup placed again", members("a", "dup"))
+		e.next(a, "dup gone", members("a"))
+	})
+}
+
+// quiet waits until every member's group generation reached gen, then
+// checks, a heartbeat interval later, that none of them published a view.
+func (e *env) quiet(gen int32, ms ...*Member) {
+	e.t.Helper()
+	deadline := time.Now().Add(e.wait)
+	for _, m := range ms {
+		for metric(e.t, m, "weir_membership_group_generation") < float64(gen) {
+			if time.Now().After(deadline) {
+				e.t.Fatalf("%s never reached group generation %d", m.opts.ReplicaID, gen)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	time.Sleep(ms[0].opts.HeartbeatInterval)
+	for _, m := range ms {
+		select {
+		case v := <-m.Views():
+			e.t.Fatalf("%s published %s, though no member's session changed", m.opts.ReplicaID, describe(v))
+		default:
+		}
+	}
+}
+
+// TestRestartAfterCrashNotRefused kills a member's process with SIGKILL
+// and at once starts another with the same replica ID, while the broker
+// still counts the dead one as a member: the new one is not refused as a
+// duplicate, and the others see it as a new instance.
+func TestRestartAfterCrashNotRefused(t *testing.T) {
+	eachBroker(t, func(t *testing.T, e *env) {
+		a := e.join("a")
+		e.next(a, "a alone", members("a"))
+		child := e.startChild("r0")
+		two := members("a", "r0")
+		before := e.next(a, "r0 placed", two)
+		child.next("r0 placed", two)
+
+		child.signal(syscall.SIGKILL)
+		start := time.Now()
+		r0 := e.join("r0")
+		v := e.next(r0, "the restarted r0 placed", func(v View) bool { return v.Err != nil || members("a", "r0")(v) })
+		if v.Err != nil {
+			t.Fatalf("the restarted r0 was refused: %v", v.Err)
+		}
+		after := e.next(a, "the restarted r0", two)
+		t.Logf("the restarted member was placed %v after the crash (session timeout %v)", time.Since(start), e.session)
+		if before.Members[1].Instance == "" || before.Members[1].Instance == after.Members[1].Instance {
+			t.Fatalf("r0's instance before the crash %q, after %q: the restart must show as a new instance",
+				before.Members[1].Instance, after.Members[1].Instance)
+		}
 	})
 }
 

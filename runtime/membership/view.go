@@ -16,6 +16,13 @@ type MemberInfo struct {
 	// holds local state for. They are a hint for placement (Place), never
 	// a promise.
 	LocalTasks []string `json:"local_tasks,omitempty"`
+	// Instance and Incarnation identify the member's current session:
+	// a restarted process has a new Instance, a member that lost its
+	// membership and rejoined a new Incarnation. A view whose members
+	// all have the same identity as in the member's previous view is not
+	// published (nothing changed for anyone: see Member.Views).
+	Instance    string `json:"instance,omitempty"`
+	Incarnation int    `json:"incarnation,omitempty"`
 }
 
 // View is the group as one completed rebalance left it: the same for every
@@ -35,8 +42,9 @@ type View struct {
 	Coordinator string
 	// Self is this member's ReplicaID.
 	Self string
-	// Rejected lists replica IDs that joined but were left out of
-	// Members, for example because two members claimed the same ID.
+	// Rejected lists replica IDs of members that joined but were
+	// refused, because another member already claimed the same ID. The
+	// admitted member with that ID is in Members.
 	Rejected []string
 	// Err says why this member is not placed in this view:
 	// a *DuplicateReplicaError, a *PlacementError, or, with Lost, a
@@ -56,8 +64,9 @@ func (v View) IsCoordinator() bool {
 
 // Sentinels for errors.Is on View.Err.
 var (
-	// ErrDuplicateReplicaID: another member of the group uses the same
-	// replica ID. Neither is placed until one of them leaves.
+	// ErrDuplicateReplicaID: another member of the group, admitted
+	// before this one, uses the same replica ID. This member is refused
+	// (placed nowhere); the other one goes on undisturbed.
 	ErrDuplicateReplicaID = errors.New("membership: duplicate replica id")
 	// ErrLost: the member lost its membership.
 	ErrLost = errors.New("membership: membership lost")
@@ -66,14 +75,22 @@ var (
 	ErrNotPlaced = errors.New("membership: member not placed")
 )
 
-// DuplicateReplicaError is View.Err when two or more members of the group
-// claim the same replica ID.
+// DuplicateReplicaError is View.Err of a member that was refused because
+// another member of the group claims the same replica ID and was admitted.
 type DuplicateReplicaError struct {
 	ReplicaID string
+	// Since is the group generation since which the admitted member has
+	// been a member; 0 when both joined at the same time.
+	Since int32
 }
 
 func (e *DuplicateReplicaError) Error() string {
-	return fmt.Sprintf("membership: replica id %q is used by more than one member of the group; give every replica its own id", e.ReplicaID)
+	since := "it joined at the same time as this one and was admitted"
+	if e.Since > 0 {
+		since = fmt.Sprintf("it has been a member since group generation %d", e.Since)
+	}
+	return fmt.Sprintf("membership: a replica with id %q is already a member of the group (%s); this one is refused: "+
+		"give every replica its own id (process.replica_id), or stop the other process first", e.ReplicaID, since)
 }
 
 // Unwrap makes errors.Is(err, ErrDuplicateReplicaID) true.
@@ -121,31 +138,42 @@ type joined struct {
 // the generation being formed, it returns each member's assignment, by member
 // ID. It is pure: the same input (in any order) gives the same output.
 //
-// Members with undecodable metadata and every member of a duplicated replica
-// ID get an error view; the others get a view that lists only them. The
-// coordinator is sticky: among members that were coordinator, the one with the
-// newest coordinator generation (then the smallest replica ID) keeps it;
-// without any, the smallest replica ID takes it.
+// Members with undecodable metadata get an error view. Of the members that
+// claim one replica ID, one is admitted and the others are refused with a
+// duplicate error view: the one placed most recently (the largest
+// MemberSince; a member that was never placed has 0), then the smallest
+// instance and member ID. So a process started with the ID of a running
+// replica is refused and the running one goes on; a member that lost its
+// membership (MemberSince reset) does not displace one placed after it. A
+// crashed member never rejoins, and the broker drops every member that did
+// not rejoin when the rebalance's join phase ends, so it is never in
+// members: a process restarted with its ID is not refused. The others get a
+// view that lists only admitted members. The coordinator is sticky: among
+// admitted members that were coordinator, the one with the newest
+// coordinator generation (then the smallest replica ID) keeps it; without
+// any, the smallest replica ID takes it.
 func computeViews(gen int32, members []joined) map[string]wireView {
-	byReplica := make(map[string]int)
+	admitted := make(map[string]joined) // replica ID -> its admitted member
+	claims := make(map[string]int)
 	for _, m := range members {
-		if m.Err == nil {
-			byReplica[m.Meta.ReplicaID]++
+		if m.Err != nil {
+			continue
+		}
+		id := m.Meta.ReplicaID
+		claims[id]++
+		if cur, ok := admitted[id]; !ok || admitsBefore(m, cur) {
+			admitted[id] = m
 		}
 	}
-	var valid []joinMeta
 	var rejected []string
-	for id, n := range byReplica {
-		if n > 1 {
+	valid := make([]joinMeta, 0, len(admitted))
+	for id, m := range admitted {
+		if claims[id] > 1 {
 			rejected = append(rejected, id)
 		}
+		valid = append(valid, m.Meta)
 	}
 	slices.Sort(rejected)
-	for _, m := range members {
-		if m.Err == nil && byReplica[m.Meta.ReplicaID] == 1 {
-			valid = append(valid, m.Meta)
-		}
-	}
 	slices.SortFunc(valid, func(a, b joinMeta) int { return cmp.Compare(a.ReplicaID, b.ReplicaID) })
 
 	infos := make([]MemberInfo, len(valid))
@@ -154,7 +182,7 @@ func computeViews(gen int32, members []joined) map[string]wireView {
 		m := &valid[i]
 		local := slices.Clone(m.LocalTasks)
 		slices.Sort(local)
-		infos[i] = MemberInfo{ReplicaID: m.ReplicaID, LocalTasks: slices.Compact(local)}
+		infos[i] = MemberInfo{ReplicaID: m.ReplicaID, LocalTasks: slices.Compact(local), Instance: m.Instance, Incarnation: m.Incarnation}
 		if m.WasCoordinator && (coord == nil || m.CoordinatorGeneration > coord.CoordinatorGeneration) {
 			coord = m // valid is sorted, so ties keep the smallest ID
 		}
@@ -174,13 +202,28 @@ func computeViews(gen int32, members []joined) map[string]wireView {
 		switch {
 		case m.Err != nil:
 			v.Error = &wireError{Code: codeInvalidMetadata, Message: m.Err.Error()}
-		case byReplica[m.Meta.ReplicaID] > 1:
-			v.Error = &wireError{Code: codeDuplicate, ReplicaID: m.Meta.ReplicaID,
-				Message: fmt.Sprintf("%d members claim replica id %q", byReplica[m.Meta.ReplicaID], m.Meta.ReplicaID)}
+		case admitted[m.Meta.ReplicaID].MemberID != m.MemberID:
+			a := admitted[m.Meta.ReplicaID]
+			v.Error = &wireError{Code: codeDuplicate, ReplicaID: m.Meta.ReplicaID, Since: a.Meta.MemberSince,
+				Message: fmt.Sprintf("%d members claim replica id %q; member %s (instance %s) is admitted",
+					claims[m.Meta.ReplicaID], m.Meta.ReplicaID, a.MemberID, a.Meta.Instance)}
 		}
 		out[m.MemberID] = v
 	}
 	return out
+}
+
+// admitsBefore reports whether a, rather than b, is admitted when both claim
+// one replica ID: the member placed most recently, then the smallest
+// instance and member ID (deterministic when both are new).
+func admitsBefore(a, b joined) bool {
+	if a.Meta.MemberSince != b.Meta.MemberSince {
+		return a.Meta.MemberSince > b.Meta.MemberSince
+	}
+	if c := cmp.Compare(a.Meta.Instance, b.Meta.Instance); c != 0 {
+		return c < 0
+	}
+	return a.MemberID < b.MemberID
 }
 
 // viewFor turns the assignment this member received into its View.

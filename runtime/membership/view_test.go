@@ -17,6 +17,11 @@ func meta(id string, wasCoord bool, gen int32, local ...string) joinMeta {
 	return joinMeta{V: wireVersion, ReplicaID: id, WasCoordinator: wasCoord, CoordinatorGeneration: gen, LocalTasks: local}
 }
 
+func since(m joinMeta, gen int32, instance string) joinMeta {
+	m.MemberSince, m.Instance = gen, instance
+	return m
+}
+
 func TestComputeViews(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -42,16 +47,22 @@ func TestComputeViews(t *testing.T) {
 		members: []joined{{MemberID: "m1", Meta: meta("b", true, 3)}, {MemberID: "m2", Meta: meta("a", true, 3)}},
 		coord:   "a", listed: []string{"a", "b"},
 	}, {
-		name: "duplicate ids get error views, the others go on without them",
-		members: []joined{{MemberID: "m1", Meta: meta("a", true, 3)}, {MemberID: "m2", Meta: meta("a", false, 0)},
-			{MemberID: "m3", Meta: meta("b", false, 0)}},
-		coord: "b", listed: []string{"b"}, rejected: []string{"a"},
-		errs: map[string]error{"m1": ErrDuplicateReplicaID, "m2": ErrDuplicateReplicaID},
+		name: "a duplicate is refused; the member placed before it goes on",
+		members: []joined{{MemberID: "m1", Meta: since(meta("a", true, 3), 3, "i1")}, {MemberID: "m2", Meta: since(meta("a", false, 0), 0, "i0")},
+			{MemberID: "m3", Meta: since(meta("b", false, 0), 5, "i3")}},
+		coord: "a", listed: []string{"a", "b"}, rejected: []string{"a"},
+		errs: map[string]error{"m2": ErrDuplicateReplicaID},
 	}, {
-		name:    "only duplicates",
-		members: []joined{{MemberID: "m1", Meta: meta("a", false, 0)}, {MemberID: "m2", Meta: meta("a", false, 0)}},
-		coord:   "", listed: nil, rejected: []string{"a"},
-		errs: map[string]error{"m1": ErrDuplicateReplicaID, "m2": ErrDuplicateReplicaID},
+		name:    "duplicates that join together: the smallest instance is admitted",
+		members: []joined{{MemberID: "m1", Meta: since(meta("a", false, 0), 0, "y")}, {MemberID: "m2", Meta: since(meta("a", false, 0), 0, "x")}},
+		coord:   "a", listed: []string{"a"}, rejected: []string{"a"},
+		errs: map[string]error{"m1": ErrDuplicateReplicaID},
+	}, {
+		name: "a member that lost its membership does not displace the one placed after it",
+		members: []joined{{MemberID: "m1", Meta: since(meta("a", false, 0), 0, "old")},
+			{MemberID: "m2", Meta: since(meta("a", true, 7), 7, "new")}},
+		coord: "a", listed: []string{"a"}, rejected: []string{"a"},
+		errs: map[string]error{"m1": ErrDuplicateReplicaID},
 	}, {
 		name:    "unreadable metadata",
 		members: []joined{{MemberID: "m1", Err: errors.New("bad")}, {MemberID: "m2", Meta: meta("b", false, 0)}},
@@ -95,6 +106,7 @@ func TestComputeViewsOrderIndependent(t *testing.T) {
 			id := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f"}).Draw(t, "id")
 			members = append(members, joined{MemberID: string(rune('A' + i)), Meta: meta(id, rapid.Bool().Draw(t, "was"),
 				rapid.Int32Range(0, 3).Draw(t, "gen"), rapid.SliceOf(rapid.StringMatching(`t[0-9]`)).Draw(t, "local")...)})
+			members[i].Meta = since(members[i].Meta, rapid.Int32Range(0, 2).Draw(t, "since"), rapid.SampledFrom([]string{"", "x", "y"}).Draw(t, "instance"))
 		}
 		a := computeViews(5, members)
 		b := computeViews(5, rapid.Permutation(members).Draw(t, "perm"))

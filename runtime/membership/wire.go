@@ -36,7 +36,19 @@ type joinMeta struct {
 	// whenever a member rejoins with changed metadata: so every loss ends
 	// in a new group generation, even when the broker still knew the
 	// member.
-	Incarnation int      `json:"incarnation"`
+	Incarnation int `json:"incarnation"`
+	// Instance is random, drawn when the member is created: a process
+	// restarted after a crash, with the same replica ID, is another
+	// instance. Views list it, so that every member sees the restart as
+	// a change even when the same replica IDs are members before and
+	// after it.
+	Instance string `json:"instance,omitempty"`
+	// MemberSince is the group generation of the first view that placed
+	// this member since it was created or last lost its membership; 0
+	// while it has not been placed. Of two members claiming one replica
+	// ID, the leader keeps the one placed most recently and refuses the
+	// other (computeViews).
+	MemberSince int32    `json:"member_since,omitempty"`
 	LocalTasks  []string `json:"local_tasks,omitempty"`
 }
 
@@ -55,7 +67,11 @@ type wireView struct {
 type wireError struct {
 	Code      string `json:"code"`
 	ReplicaID string `json:"replica_id,omitempty"`
-	Message   string `json:"message"`
+	// Since is, for a refused duplicate, the group generation since which
+	// the admitted member with the same replica ID has been a member (0:
+	// it joined at the same time).
+	Since   int32  `json:"since,omitempty"`
+	Message string `json:"message"`
 }
 
 const (
@@ -113,7 +129,7 @@ func (e *wireError) err() error {
 	}
 	switch e.Code {
 	case codeDuplicate:
-		return &DuplicateReplicaError{ReplicaID: e.ReplicaID}
+		return &DuplicateReplicaError{ReplicaID: e.ReplicaID, Since: e.Since}
 	default:
 		return &PlacementError{Code: e.Code, Message: e.Message}
 	}

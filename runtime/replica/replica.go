@@ -134,7 +134,7 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 	cfg := opts.Config
 	r := &Replica{
 		opts: opts, cfg: cfg,
-		log:    opts.Logger.With("replica", opts.ReplicaID, "job", cfg.Job.Name),
+		log:    opts.Logger.With("replica_id", opts.ReplicaID, "job", cfg.Job.Name),
 		topics: kafkaio.NewControlTopics(cfg.Kafka.TopicPrefix),
 		tasks:  map[control.TaskID]*task.Task{},
 
@@ -416,7 +416,8 @@ func all(fns ...func() error) error {
 const stageName = "main"
 
 // Run runs the replica until ctx ends (it returns nil then) or a fatal
-// error. It prepares (retrying with backoff while Kafka or the object store
+// error: lost output (kafkaio.ErrSinkTxnAborted), or another process in the
+// group with this replica's ID (membership.ErrDuplicateReplicaID). It prepares (retrying with backoff while Kafka or the object store
 // is unreachable), joins the group and follows the control topics. When a
 // task fails, or the control topics cannot be read, the session ends —
 // every local task stops, open transactions are aborted, the group is left —
@@ -438,7 +439,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, kafkaio.ErrSinkTxnAborted) {
+		if errors.Is(err, kafkaio.ErrSinkTxnAborted) || errors.Is(err, membership.ErrDuplicateReplicaID) {
 			return err
 		}
 		r.met.sessions.Inc()
@@ -561,6 +562,11 @@ func (r *Replica) session(ctx context.Context) error {
 			}
 			return fmt.Errorf("follow the control topics: %w", err)
 		case v := <-member.Views():
+			if errors.Is(v.Err, membership.ErrDuplicateReplicaID) {
+				// Another process runs with this replica ID: exit
+				// rather than disturb it (docs/membership.md).
+				return fmt.Errorf("replica %s: %w", r.opts.ReplicaID, v.Err)
+			}
 			r.onView(ctx, v)
 		case rec := <-recs:
 			if err := r.onRecord(ctx, rec); err != nil {

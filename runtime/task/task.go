@@ -415,7 +415,9 @@ func (sinkDeadLetters) FlushDeadLetters(context.Context) error { return nil }
 // run is the task goroutine.
 func (t *Task) run() {
 	defer close(t.done)
-	err := t.loop()
+	// Guard turns a failed local disk, which Pebble cannot go on after,
+	// into the task's error instead of a panic of the process.
+	err := t.backend.Guard(t.loop)
 	if err == nil || t.ctx.Err() != nil {
 		return
 	}
@@ -437,6 +439,9 @@ func (t *Task) loop() error {
 	var headers []stream.Header // one slab per batch for the records' headers
 	nextTimers := t.cfg.Now().Add(t.cfg.TimerInterval)
 	for {
+		if err := t.backend.Failed(); err != nil {
+			return err // the local disk failed: restore elsewhere or later
+		}
 		pollCtx, cancel := context.WithDeadline(ctx, nextTimers)
 		el, err := t.source.Next(pollCtx)
 		cancel()
