@@ -167,12 +167,18 @@ func checkStopsForGood(t *testing.T, s *scenario, bad []badRecord, end time.Time
 	perKey, _ := s.in.Counts()
 	s.ver.CheckPrefix(perKey)
 
-	// The documented way out: fix (here: skip) and restart.
+	// The documented way out (docs/operations.md, "Permanent failures"):
+	// fix (here: skip), restart the replicas, then processor resume.
 	s.reps.StopAll()
 	s.job.OnError = "skip"
 	s.writeJob()
 	for range 2 {
 		s.reps.Start()
+	}
+	if out, err := s.reps.Command(s.ctx, "resume").CombinedOutput(); err != nil {
+		t.Fatalf("processor resume: %v\n%s", err, out)
+	} else {
+		t.Logf("processor resume: %s", strings.TrimSpace(string(out)))
 	}
 	restarted := time.Now()
 	s.result("recovery", s.recovered(restarted, 2*time.Minute))

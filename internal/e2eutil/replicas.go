@@ -3,6 +3,7 @@ package e2eutil
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -146,6 +147,14 @@ func (r *Replicas) Restart(id string, flags ...string) *Proc {
 // childEnv is this process's environment without WEIR_* variables: the
 // test's own (WEIR_KAFKA_BROKERS of the shared broker, say) would override
 // the job's YAML, whose file and flags are a replica's whole configuration.
+// Command is the processor binary running a command (such as "resume")
+// on the replicas' configuration file, in their environment.
+func (r *Replicas) Command(ctx context.Context, command string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, r.bin, append([]string{command, "-c", r.cfg}, args...)...)
+	cmd.Env = childEnv()
+	return cmd
+}
+
 func childEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
