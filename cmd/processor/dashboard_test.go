@@ -14,28 +14,37 @@ import (
 	"github.com/weir-stream/weir/internal/kafkatest"
 )
 
-// dashboardMetrics returns every metric name the Grafana dashboard's
-// queries use.
-func dashboardMetrics(t *testing.T) map[string][]string {
+// dashboardPanel is one panel of the Grafana dashboard, as the tests read it.
+type dashboardPanel struct {
+	Title   string `json:"title"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+}
+
+// dashboardPanels reads the panels of the Grafana dashboard the chart ships.
+func dashboardPanels(t *testing.T) []dashboardPanel {
 	t.Helper()
 	raw, err := os.ReadFile("../../deploy/grafana/weir-dashboard.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
+		Panels []dashboardPanel `json:"panels"`
 	}
 	if err := json.Unmarshal(raw, &dash); err != nil {
 		t.Fatalf("dashboard: %v", err)
 	}
+	return dash.Panels
+}
+
+// dashboardMetrics returns every metric name the Grafana dashboard's
+// queries use, with the titles of the panels that use it.
+func dashboardMetrics(t *testing.T) map[string][]string {
+	t.Helper()
 	re := regexp.MustCompile(`\bweir_[a-z0-9_]+`)
 	out := map[string][]string{}
-	for _, p := range dash.Panels {
+	for _, p := range dashboardPanels(t) {
 		for _, tg := range p.Targets {
 			for _, m := range re.FindAllString(tg.Expr, -1) {
 				out[m] = append(out[m], p.Title)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"os"
 	"regexp"
@@ -108,24 +107,9 @@ func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
 		t.Errorf("in docs/metrics.md but never registered: %v", missing)
 	}
 
-	raw, err := os.ReadFile("../../deploy/grafana/weir-dashboard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatalf("dashboard: %v", err)
-	}
 	metricRe := regexp.MustCompile(`\b((?:weir|go|process)_[a-z0-9_]+)\s*\{`)
 	queried := 0
-	for _, p := range dash.Panels {
+	for _, p := range dashboardPanels(t) {
 		for _, tg := range p.Targets {
 			ms := metricRe.FindAllStringSubmatch(tg.Expr, -1)
 			if len(ms) == 0 {
