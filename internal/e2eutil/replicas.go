@@ -282,7 +282,7 @@ func (p *Proc) Coordinator() bool {
 	return hold >= 0 && hold > gave
 }
 
-var addrRE = regexp.MustCompile(`serving /metrics, /healthz and /readyz.*address=(\S+)`)
+var addrRE = regexp.MustCompile(`serving /metrics.*address=(\S+)`)
 
 // HTTPAddr waits up to a minute for this run to log its HTTP address.
 func (p *Proc) HTTPAddr() (string, error) {
