@@ -417,7 +417,9 @@ const stageName = "main"
 
 // Run runs the replica until ctx ends (it returns nil then) or a fatal
 // error: lost output (kafkaio.ErrSinkTxnAborted), or another process in the
-// group with this replica's ID (membership.ErrDuplicateReplicaID). It prepares (retrying with backoff while Kafka or the object store
+// group with this replica's ID (membership.ErrDuplicateReplicaID), refused
+// for longer than two session timeouts (a crashed run of this replica can
+// hold its place in the group until its session times out). It prepares (retrying with backoff while Kafka or the object store
 // is unreachable), joins the group and follows the control topics. When a
 // task fails, or the control topics cannot be read, the session ends —
 // every local task stops, open transactions are aborted, the group is left —
@@ -431,6 +433,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	defer r.close()
 	sessionBackoff := retrypolicy.Policy{Initial: time.Second, Max: 30 * time.Second}.Backoff()
+	var refusedSince time.Time // first refusal as a duplicate ID, in a row
 	for {
 		err := r.session(ctx)
 		r.stopCoordinator()
@@ -439,12 +442,29 @@ func (r *Replica) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, kafkaio.ErrSinkTxnAborted) || errors.Is(err, membership.ErrDuplicateReplicaID) {
+		if errors.Is(err, kafkaio.ErrSinkTxnAborted) {
 			return err
 		}
-		r.met.sessions.Inc()
 		backoff := sessionBackoff.NextBackOff()
-		r.log.Error("replica session ended; starting again", "err", err, "backoff", backoff)
+		if errors.Is(err, membership.ErrDuplicateReplicaID) {
+			// The other claimant may be this replica's own previous run,
+			// killed while its join was in flight: the group keeps such a
+			// member until its session times out. So a refusal is final only
+			// when it lasts past two session timeouts; meanwhile this
+			// replica runs nothing and joins again after a session timeout.
+			if refusedSince.IsZero() {
+				refusedSince = time.Now()
+			}
+			if time.Since(refusedSince) > 2*r.cfg.Kafka.SessionTimeout {
+				return err
+			}
+			backoff = r.cfg.Kafka.SessionTimeout
+			r.log.Warn("refused as a duplicate replica ID; joining again after a session timeout, in case the other member is a crashed run of this replica", "err", err, "backoff", backoff)
+		} else {
+			refusedSince = time.Time{}
+			r.met.sessions.Inc()
+			r.log.Error("replica session ended; starting again", "err", err, "backoff", backoff)
+		}
 		resume := r.heart.Wait()
 		select {
 		case <-ctx.Done():
