@@ -420,8 +420,9 @@ func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinat
 }
 
 // gcDrainTimeout bounds how long a term that ends keeps deleting what it
-// released.
-const gcDrainTimeout = 3 * time.Second
+// released (a slow object store can be a few checkpoints behind; what is
+// left is collected after the next generation).
+const gcDrainTimeout = 10 * time.Second
 
 // clockTimeout bounds the object-store clock read before a new generation:
 // an unreachable store skips one collection rather than delay the job.

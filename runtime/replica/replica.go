@@ -230,7 +230,7 @@ func (r *Replica) inputPartitions(ctx context.Context, adm *kadm.Client) (int, e
 	if len(srcs) != 1 {
 		return 0, fmt.Errorf("job %s has %d sources; one is supported", r.opts.Job.Name(), len(srcs))
 	}
-	details, err := adm.ListTopics(ctx, srcs[0].Topics...)
+	details, err := listTopicsSettled(ctx, adm, srcs[0].Topics...)
 	if err != nil {
 		return 0, fmt.Errorf("describe input topics: %w", err)
 	}
@@ -251,6 +251,36 @@ func (r *Replica) inputPartitions(ctx context.Context, adm *kadm.Client) (int, e
 // topicProblem says what is wrong with topic (its description d, ok if the
 // broker described it): a missing topic or one this client may not use is
 // a permanent error, which a person must fix; others are retried.
+// topicSettleTime is how long a topic may be missing from the metadata
+// before it counts as missing: a topic created just before the job starts
+// can take a moment to reach the broker that answers.
+const topicSettleTime = 15 * time.Second
+
+// listTopicsSettled describes topics, asking again for up to
+// topicSettleTime while any of them is missing.
+func listTopicsSettled(ctx context.Context, adm *kadm.Client, topics ...string) (kadm.TopicDetails, error) {
+	deadline := time.Now().Add(topicSettleTime)
+	for {
+		details, err := adm.ListTopics(ctx, topics...)
+		if err != nil {
+			return nil, err
+		}
+		missing := false
+		for _, topic := range topics {
+			d, ok := details[topic]
+			missing = missing || !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition)
+		}
+		if !missing || time.Now().After(deadline) {
+			return details, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 func topicProblem(role, topic string, d kadm.TopicDetail, ok bool) error {
 	switch {
 	case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
@@ -311,7 +341,7 @@ func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
 		}
 	}
 	if len(outputs) > 0 {
-		details, err := adm.ListTopics(ctx, outputs...)
+		details, err := listTopicsSettled(ctx, adm, outputs...)
 		if err != nil {
 			return fmt.Errorf("describe output topics: %w", err)
 		}
