@@ -21,7 +21,10 @@ WEIR_SERVICES=kafka bash scripts/with-services.sh bash -c '
 		-run "${WEIR_FAULTS_RUN:-.}" ./e2e/faults/ || rc=1
 	if [ -z "${WEIR_FAULTS_RUN:-}" ]; then
 		# The rotation scenario lives in e2e (another test file); it must exist.
-		if go test -list "^TestProducerIDRotation" ./e2e/ | grep -q "^TestProducerIDRotation"; then
+		# Listed into a variable: grep -q could end go test with SIGPIPE,
+		# which pipefail would take for "missing".
+		listed=$(go test -list "^TestProducerIDRotation" ./e2e/)
+		if grep -q "^TestProducerIDRotation" <<<"$listed"; then
 			go test -race -count=1 -v -timeout 15m -run "^TestProducerIDRotation" ./e2e/ || rc=1
 		else
 			echo "test-faults: FAIL: no TestProducerIDRotation... in ./e2e/ (e2e/rotation_test.go): the producer-ID rotation scenario is missing" >&2
