@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weir-stream/weir/internal/e2eutil"
+	"github.com/weir-stream/weir/internal/e2etest"
 	"github.com/weir-stream/weir/internal/kafkatest"
 )
 
@@ -42,7 +42,7 @@ func TestExactlyOnceUnderKillsAndRescaling(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 
-	bin, err := e2eutil.BuildProcessor(t.TempDir())
+	bin, err := e2etest.BuildProcessor(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,16 +52,16 @@ func TestExactlyOnceUnderKillsAndRescaling(t *testing.T) {
 	c.CreateTopic(t, output, partitions, nil)
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "job.yaml")
-	if err := (e2eutil.Job{Name: job, Input: input, Output: output, Brokers: c.Brokers}).Write(cfgFile); err != nil {
+	if err := (e2etest.Job{Name: job, Input: input, Output: output, Brokers: c.Brokers}).Write(cfgFile); err != nil {
 		t.Fatal(err)
 	}
-	commits := e2eutil.WatchCommits(t, c.Brokers, job)
-	verifier := e2eutil.StartVerifier(t, c.Brokers, output)
+	commits := e2etest.WatchCommits(t, c.Brokers, job)
+	verifier := e2etest.StartVerifier(t, c.Brokers, output)
 
 	total := records()
-	in := e2eutil.NewInput(t, c.Brokers, input, keys)
+	in := e2etest.NewInput(t, c.Brokers, input, keys)
 	in.Good(ctx, total/2) // half before the run
-	cl := e2eutil.NewReplicas(t, bin, cfgFile, dir, e2eutil.ReplicaOptions{})
+	cl := e2etest.NewReplicas(t, bin, cfgFile, dir, e2etest.ReplicaOptions{})
 	for range 3 {
 		cl.Start()
 	}
@@ -101,6 +101,6 @@ func TestExactlyOnceUnderKillsAndRescaling(t *testing.T) {
 	perKey, sum := in.Counts()
 	verifier.Check(perKey, sum, 5*time.Minute)
 	cl.StopAll()
-	e2eutil.CheckCheckpointIDs(t, commits)
-	e2eutil.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
+	e2etest.CheckCheckpointIDs(t, commits)
+	e2etest.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
 }

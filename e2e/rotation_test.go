@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/weir-stream/weir/internal/e2eutil"
+	"github.com/weir-stream/weir/internal/e2etest"
 	"github.com/weir-stream/weir/internal/kafkatest"
 )
 
@@ -48,7 +48,7 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 
-	bin, err := e2eutil.BuildProcessor(t.TempDir())
+	bin, err := e2etest.BuildProcessor(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 	c.CreateTopic(t, output, rotationPartitions, nil)
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "job.yaml")
-	if err := (e2eutil.Job{Name: job, Input: input, Output: output, Brokers: c.Brokers}).Write(cfgFile); err != nil {
+	if err := (e2etest.Job{Name: job, Input: input, Output: output, Brokers: c.Brokers}).Write(cfgFile); err != nil {
 		t.Fatal(err)
 	}
 
@@ -80,11 +80,11 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 	// The verifier counts the data records a read_committed consumer of
 	// the output has seen, as they arrive: committed output (an abort
 	// marker moves the last stable offset too, so offsets would not do).
-	verifier := e2eutil.StartVerifier(t, c.Brokers, output)
-	in := e2eutil.NewInput(t, c.Brokers, input, keys)
+	verifier := e2etest.StartVerifier(t, c.Brokers, output)
+	in := e2etest.NewInput(t, c.Brokers, input, keys)
 	stopInput := in.Flow(ctx, rotationRate)
 
-	cl := e2eutil.NewReplicas(t, bin, cfgFile, dir, e2eutil.ReplicaOptions{})
+	cl := e2etest.NewReplicas(t, bin, cfgFile, dir, e2etest.ReplicaOptions{})
 	replica := cl.Start()
 	if err := verifier.WaitSeen(1, 3*time.Minute); err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 		t.Logf("rotation %d: committed output advances %.1fs after the restart", kill+1, recovery.Seconds())
 	}
 	t.Logf("recovery: %.1fs from the last restart until committed output advanced", recovery.Seconds())
-	e2eutil.Result(t, "fault_rotation_recovery", recovery)
+	e2etest.Result(t, "fault_rotation_recovery", recovery)
 
 	stopInput()
 	if err := in.Flush(ctx); err != nil {
@@ -120,7 +120,7 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 	perKey, total := in.Counts()
 	verifier.Check(perKey, total, 5*time.Minute)
 	cl.StopAll()
-	e2eutil.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
+	e2etest.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
 
 	// The path of the defect was taken: a recovery found a transaction
 	// at an old producer ID committed from its record in the log.
@@ -220,7 +220,7 @@ func waitFenced(ctx context.Context, t *testing.T, cl *kgo.Client, id string, pi
 // waitAdvance waits until committed output arrives after since (the
 // restart) and returns how long that took; if that does not happen within
 // two minutes the job is stuck, and the replica's log says why.
-func waitAdvance(t *testing.T, v *e2eutil.Verifier, since time.Time, logFile string) time.Duration {
+func waitAdvance(t *testing.T, v *e2etest.Verifier, since time.Time, logFile string) time.Duration {
 	t.Helper()
 	d, err := v.WaitAdvance(since, 2*time.Minute)
 	if err != nil {

@@ -1,7 +1,7 @@
 // Package faults is Weir's fault suite (`make test-faults`): one scenario
 // per fault, each on the real Kafka broker with separate `bin/processor`
 // processes, each ending in an exactly-once check of every key by an
-// independent read_committed verifier (internal/e2eutil), and each printing
+// independent read_committed verifier (internal/e2etest), and each printing
 // its recovery time as
 //
 //	result: fault_<scenario>_recovery = <seconds> s
@@ -24,7 +24,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weir-stream/weir/internal/e2eutil"
+	"github.com/weir-stream/weir/internal/e2etest"
 	"github.com/weir-stream/weir/internal/kafkatest"
 )
 
@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	processorBin, err = e2eutil.BuildProcessor(dir)
+	processorBin, err = e2etest.BuildProcessor(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -67,21 +67,21 @@ type scenario struct {
 	name    string // the result line's <scenario>
 	started time.Time
 	c       *kafkatest.Cluster
-	job     e2eutil.Job
+	job     e2etest.Job
 	dir     string
 	cfgFile string
 
-	in      *e2eutil.Input
-	ver     *e2eutil.Verifier
-	commits *e2eutil.CommitWatcher
-	reps    *e2eutil.Replicas
+	in      *e2etest.Input
+	ver     *e2etest.Verifier
+	commits *e2etest.CommitWatcher
+	reps    *e2etest.Replicas
 	stopIn  func()
 }
 
 // scenarioOptions adjust a scenario's job and replicas.
 type scenarioOptions struct {
-	job      func(*e2eutil.Job)
-	replicas e2eutil.ReplicaOptions
+	job      func(*e2etest.Job)
+	replicas e2etest.ReplicaOptions
 	// topicConfigs are set on the input and output topics.
 	topicConfigs map[string]*string
 	// inputOpts are added to the input producer's client.
@@ -101,7 +101,7 @@ func newScenario(t *testing.T, c *kafkatest.Cluster, name string, opts scenarioO
 	}
 	s := &scenario{t: t, ctx: ctx, name: name, started: time.Now(), c: c, dir: dir}
 	jobName := kafkatest.Name(t, "faults")
-	s.job = e2eutil.Job{Name: jobName, Input: jobName + "-in", Output: jobName + "-out", Brokers: c.Brokers}
+	s.job = e2etest.Job{Name: jobName, Input: jobName + "-in", Output: jobName + "-out", Brokers: c.Brokers}
 	if opts.job != nil {
 		opts.job(&s.job)
 	}
@@ -109,9 +109,9 @@ func newScenario(t *testing.T, c *kafkatest.Cluster, name string, opts scenarioO
 	c.CreateTopic(t, s.job.Output, partitions, opts.topicConfigs)
 	s.cfgFile = filepath.Join(s.dir, "job.yaml")
 	s.writeJob()
-	s.in = e2eutil.NewInput(t, c.Brokers, s.job.Input, keys, opts.inputOpts...)
-	s.ver = e2eutil.StartVerifier(t, c.Brokers, s.job.Output)
-	s.commits = e2eutil.WatchCommits(t, c.Brokers, s.job.Name)
+	s.in = e2etest.NewInput(t, c.Brokers, s.job.Input, keys, opts.inputOpts...)
+	s.ver = e2etest.StartVerifier(t, c.Brokers, s.job.Output)
+	s.commits = e2etest.WatchCommits(t, c.Brokers, s.job.Name)
 	// Registered before the replicas, so it runs after they were killed.
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -123,7 +123,7 @@ func newScenario(t *testing.T, c *kafkatest.Cluster, name string, opts scenarioO
 			_ = os.RemoveAll(s.dir)
 		}
 	})
-	s.reps = e2eutil.NewReplicas(t, processorBin, s.cfgFile, s.dir, opts.replicas)
+	s.reps = e2etest.NewReplicas(t, processorBin, s.cfgFile, s.dir, opts.replicas)
 	return s
 }
 
@@ -256,7 +256,7 @@ func (s *scenario) recovered(faultEnd time.Time, timeout time.Duration) time.Dur
 // result prints a measurement line.
 func (s *scenario) result(what string, d time.Duration) {
 	s.t.Helper()
-	e2eutil.Result(s.t, "fault_"+s.name+"_"+what, d)
+	e2etest.Result(s.t, "fault_"+s.name+"_"+what, d)
 }
 
 // finish stops the input, checks every key exactly once in the committed
@@ -268,7 +268,7 @@ func (s *scenario) finish() {
 	perKey, total := s.in.Counts()
 	s.ver.Check(perKey, total, 3*time.Minute)
 	s.reps.StopAll()
-	e2eutil.CheckCheckpointIDs(s.t, s.commits)
-	e2eutil.CheckNoOpenTransactions(s.ctx, s.t, s.c.Brokers, s.job.Name)
+	e2etest.CheckCheckpointIDs(s.t, s.commits)
+	e2etest.CheckNoOpenTransactions(s.ctx, s.t, s.c.Brokers, s.job.Name)
 	s.result("duration", time.Since(s.started))
 }

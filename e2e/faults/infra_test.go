@@ -45,7 +45,7 @@ func TestFaultStorageOutage(t *testing.T) {
 	t.Run("file", func(t *testing.T) {
 		c := kafkatest.NewReal(t)
 		s := newScenario(t, c, "storage_file", scenarioOptions{})
-		root := filepath.Join(s.dir, "checkpoints") // e2eutil's default checkpoint.storage
+		root := filepath.Join(s.dir, "checkpoints") // e2etest's default checkpoint.storage
 		s.startReplicas(2)
 		s.waitOutput(2*rate, 2*time.Minute)
 

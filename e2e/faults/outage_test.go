@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weir-stream/weir/internal/e2eutil"
+	"github.com/weir-stream/weir/internal/e2etest"
 	"github.com/weir-stream/weir/internal/kafkatest"
 )
 
@@ -31,7 +31,7 @@ const (
 // sink.transaction_timeout, with nothing committed twice.
 func TestFaultAllDownPastTransactionTimeout(t *testing.T) {
 	c := kafkatest.NewReal(t)
-	s := newScenario(t, c, "all_down", scenarioOptions{job: func(j *e2eutil.Job) {
+	s := newScenario(t, c, "all_down", scenarioOptions{job: func(j *e2etest.Job) {
 		j.CheckpointTimeout = allDownCheckpointTimeout
 		j.TransactionTimeout = allDownTxnTimeout
 	}})
@@ -130,7 +130,7 @@ func TestFaultStateDiskFull(t *testing.T) {
 	// Without the record cache every record writes Pebble's WAL, so the full
 	// disk reaches the commit path (not only the next snapshot's files)
 	// within a fraction of a second, every run.
-	s := newScenario(t, c, "disk_full", scenarioOptions{replicas: e2eutil.ReplicaOptions{
+	s := newScenario(t, c, "disk_full", scenarioOptions{replicas: e2etest.ReplicaOptions{
 		HTTP: true, Flags: []string{"--state.record_cache_bytes=0"},
 	}})
 	const victim = "r0" // the first replica started

@@ -12,7 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weir-stream/weir/internal/e2eutil"
+	"github.com/weir-stream/weir/internal/e2etest"
 	"github.com/weir-stream/weir/internal/kafkatest"
 )
 
@@ -70,14 +70,14 @@ func testPoison(t *testing.T, policy string) {
 	maxBytes := strconv.Itoa(8 << 20)
 	var dlq string
 	s := newScenario(t, c, "poison_"+strings.ReplaceAll(policy, "-", "_"), scenarioOptions{
-		job: func(j *e2eutil.Job) {
+		job: func(j *e2etest.Job) {
 			j.OnError = policy
 			if policy == "dead-letter" {
 				dlq = j.Name + "-dlq"
 				j.DeadLetterTopic = dlq
 			}
 		},
-		replicas:     e2eutil.ReplicaOptions{HTTP: true},
+		replicas:     e2etest.ReplicaOptions{HTTP: true},
 		topicConfigs: map[string]*string{"max.message.bytes": &maxBytes},
 		inputOpts:    []kgo.Opt{kgo.ProducerBatchMaxBytes(8 << 20)},
 	})
@@ -124,7 +124,7 @@ func testPoison(t *testing.T, policy string) {
 // checks that it resumes exactly once.
 func checkStopsForGood(t *testing.T, s *scenario, bad []badRecord, end time.Time) {
 	t.Helper()
-	var failed e2eutil.ControlRecord
+	var failed e2etest.ControlRecord
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if rs := s.commits.Records("failed"); len(rs) > 0 {

@@ -10,7 +10,7 @@ import (
 )
 
 // sessionTimeout is kafka.session_timeout of every scenario's job
-// (e2eutil.Job's default).
+// (e2etest.Job's default).
 const sessionTimeout = 6 * time.Second
 
 // TestFaultReplicaPaused: the coordinator's replica is SIGSTOPped for longer

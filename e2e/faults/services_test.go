@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weir-stream/weir/internal/e2eutil"
+	"github.com/weir-stream/weir/internal/e2etest"
 	"github.com/weir-stream/weir/internal/kafkatest"
 )
 
@@ -45,7 +45,7 @@ func listening(p int) bool {
 // output to the test.
 func script(t *testing.T, env []string, name string, args ...string) error {
 	t.Helper()
-	root, err := e2eutil.ModuleRoot()
+	root, err := e2etest.ModuleRoot()
 	if err != nil {
 		return err
 	}

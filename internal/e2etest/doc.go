@@ -1,4 +1,4 @@
-// Package e2eutil holds what Weir's end-to-end tests (e2e, e2e/faults)
+// Package e2etest holds what Weir's end-to-end tests (e2e, e2e/faults)
 // share: building bin/processor, writing a YAML job, running replicas as
 // separate processes, producing input, and an independent verifier.
 //
@@ -9,4 +9,4 @@
 //
 // It must not be imported by product code. Nothing in it keeps
 // package-level state; every helper takes the test it reports to.
-package e2eutil
+package e2etest
