@@ -94,6 +94,97 @@ type Kafka struct {
 	// SessionTimeout of the replicas' membership group: how long a silent
 	// replica keeps its tasks.
 	SessionTimeout time.Duration `mapstructure:"session_timeout"`
+	// TLS secures the connections to every broker.
+	TLS TLS `mapstructure:"tls"`
+	// SASL authenticates the connections to every broker.
+	SASL SASL `mapstructure:"sasl"`
+}
+
+// TLS configures TLS to the brokers. The files are read again when they
+// change, checked at each new connection: a renewed certificate is used
+// from the next connection on.
+type TLS struct {
+	// Enabled turns TLS on.
+	Enabled bool `mapstructure:"enabled"`
+	// CAFile is a PEM bundle of the authorities to trust; empty trusts the
+	// system's pool.
+	CAFile string `mapstructure:"ca_file"`
+	// CertFile and KeyFile are the client certificate and key (PEM) for
+	// mutual TLS: both or neither.
+	CertFile string `mapstructure:"cert_file"`
+	KeyFile  string `mapstructure:"key_file"`
+	// ServerName is sent as SNI and verified in the broker's certificate;
+	// empty uses each broker's host.
+	ServerName string `mapstructure:"server_name"`
+	// InsecureSkipVerify accepts any broker certificate: for tests only,
+	// and warned about at start.
+	InsecureSkipVerify bool `mapstructure:"insecure_skip_verify"`
+}
+
+// SASL configures SASL authentication to the brokers. Secrets come from a
+// file (read again when it changes) or an environment variable; written in
+// the configuration file they work, with a warning.
+type SASL struct {
+	// Mechanism is one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER
+	// and AWS_MSK_IAM; empty turns SASL off.
+	Mechanism string `mapstructure:"mechanism"`
+	// Username of PLAIN and SCRAM.
+	Username string `mapstructure:"username"`
+	// Password of PLAIN and SCRAM (WEIR_KAFKA_SASL_PASSWORD), or
+	// PasswordFile, a file that holds it.
+	Password     string `mapstructure:"password"`
+	PasswordFile string `mapstructure:"password_file"`
+	// Token is a static OAUTHBEARER token (WEIR_KAFKA_SASL_TOKEN), or
+	// TokenFile, a file that holds it.
+	Token     string `mapstructure:"token"`
+	TokenFile string `mapstructure:"token_file"`
+	// OAuth fetches OAUTHBEARER tokens through the OIDC client-credentials
+	// flow.
+	OAuth OAuth `mapstructure:"oauth"`
+}
+
+// OAuth is an OIDC client-credentials grant (RFC 6749 section 4.4).
+type OAuth struct {
+	// TokenURL is the token endpoint.
+	TokenURL string `mapstructure:"token_url"`
+	// ClientID and ClientSecret (WEIR_KAFKA_SASL_OAUTH_CLIENT_SECRET), or
+	// ClientSecretFile, a file that holds the secret.
+	ClientID         string `mapstructure:"client_id"`
+	ClientSecret     string `mapstructure:"client_secret"`
+	ClientSecretFile string `mapstructure:"client_secret_file"`
+	// Scopes requested.
+	Scopes []string `mapstructure:"scopes"`
+}
+
+// The SASL mechanisms.
+const (
+	SASLPlain       = "PLAIN"
+	SASLScram256    = "SCRAM-SHA-256"
+	SASLScram512    = "SCRAM-SHA-512"
+	SASLOAuthBearer = "OAUTHBEARER"
+	SASLAWSMSKIAM   = "AWS_MSK_IAM"
+)
+
+// SASLMechanisms returns the values of kafka.sasl.mechanism.
+func SASLMechanisms() []string {
+	return []string{SASLPlain, SASLScram256, SASLScram512, SASLOAuthBearer, SASLAWSMSKIAM}
+}
+
+// SecretKeys returns the key paths whose values are secrets: never logged,
+// printed or put in an error.
+func SecretKeys() []string {
+	return []string{"kafka.sasl.password", "kafka.sasl.token", "kafka.sasl.oauth.client_secret"}
+}
+
+// Secrets returns the secret values of c that are set, for redaction.
+func (c *Config) Secrets() []string {
+	var out []string
+	for _, s := range []string{c.Kafka.SASL.Password, c.Kafka.SASL.Token, c.Kafka.SASL.OAuth.ClientSecret} {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // Checkpoint configures checkpointing (DESIGN.md section 5).

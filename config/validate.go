@@ -3,7 +3,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -65,6 +68,9 @@ func (c *Config) Validate() error {
 	if c.Kafka.SessionTimeout < 6*time.Second || c.Kafka.SessionTimeout > 30*time.Minute {
 		v.add("kafka.session_timeout", "%v: must be between 6s and 30m (the broker's default group session bounds)", c.Kafka.SessionTimeout)
 	}
+
+	c.validateTLS(&v)
+	c.validateSASL(&v)
 
 	// checkpoint
 	cp := c.Checkpoint
@@ -271,4 +277,190 @@ func oneOf(s string, options ...string) bool {
 		}
 	}
 	return false
+}
+
+// validateTLS checks kafka.tls. Files are checked to exist here, so that a
+// typo is a configuration error, not a failed connection.
+func (c *Config) validateTLS(v *validator) {
+	t := c.Kafka.TLS
+	files := []struct{ key, path string }{
+		{"kafka.tls.ca_file", t.CAFile}, {"kafka.tls.cert_file", t.CertFile}, {"kafka.tls.key_file", t.KeyFile},
+	}
+	if !t.Enabled {
+		for _, f := range files {
+			if f.path != "" {
+				v.add(f.key, "set, but kafka.tls.enabled is false: enable TLS, or remove it")
+			}
+		}
+		if t.ServerName != "" {
+			v.add("kafka.tls.server_name", "set, but kafka.tls.enabled is false: enable TLS, or remove it")
+		}
+		return
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		v.add("kafka.tls.cert_file", "mutual TLS needs both kafka.tls.cert_file and kafka.tls.key_file")
+	}
+	for _, f := range files {
+		checkFile(v, f.key, f.path)
+	}
+}
+
+// validateSASL checks kafka.sasl: a known mechanism and exactly the
+// settings it needs.
+func (c *Config) validateSASL(v *validator) {
+	s := c.Kafka.SASL
+	o := s.OAuth
+	set := func(key, val string) {
+		if val != "" {
+			v.add(key, "set, but kafka.sasl.mechanism %s does not use it", orNone(s.Mechanism))
+		}
+	}
+	oneOf := func(what string, keys []string, vals ...string) {
+		n := 0
+		for _, val := range vals {
+			if val != "" {
+				n++
+			}
+		}
+		switch {
+		case n == 0:
+			v.add(keys[0], "required by kafka.sasl.mechanism %s: set %s (or its environment variable %s)", s.Mechanism, strings.Join(keys, " or "), EnvName(keys[len(keys)-1]))
+		case n > 1:
+			v.add(keys[0], "%s is given more than once: set only one of %s", what, strings.Join(keys, ", "))
+		}
+	}
+	password := func() {
+		set("kafka.sasl.token", s.Token)
+		set("kafka.sasl.token_file", s.TokenFile)
+	}
+	noOAuth := func() {
+		set("kafka.sasl.oauth.token_url", o.TokenURL)
+		set("kafka.sasl.oauth.client_id", o.ClientID)
+		set("kafka.sasl.oauth.client_secret", o.ClientSecret)
+		set("kafka.sasl.oauth.client_secret_file", o.ClientSecretFile)
+		if len(o.Scopes) > 0 {
+			set("kafka.sasl.oauth.scopes", strings.Join(o.Scopes, ","))
+		}
+	}
+	switch s.Mechanism {
+	case "":
+		set("kafka.sasl.username", s.Username)
+		set("kafka.sasl.password", s.Password)
+		set("kafka.sasl.password_file", s.PasswordFile)
+		password()
+		noOAuth()
+	case SASLPlain, SASLScram256, SASLScram512:
+		if s.Username == "" {
+			v.add("kafka.sasl.username", "required by kafka.sasl.mechanism %s", s.Mechanism)
+		}
+		oneOf("the password", []string{"kafka.sasl.password_file", "kafka.sasl.password"}, s.PasswordFile, s.Password)
+		checkFile(v, "kafka.sasl.password_file", s.PasswordFile)
+		password()
+		noOAuth()
+	case SASLOAuthBearer:
+		set("kafka.sasl.username", s.Username)
+		set("kafka.sasl.password", s.Password)
+		set("kafka.sasl.password_file", s.PasswordFile)
+		oneOf("the token", []string{"kafka.sasl.token_file", "kafka.sasl.oauth.token_url", "kafka.sasl.token"}, s.TokenFile, o.TokenURL, s.Token)
+		checkFile(v, "kafka.sasl.token_file", s.TokenFile)
+		if o.TokenURL != "" {
+			if u, err := url.Parse(o.TokenURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+				v.add("kafka.sasl.oauth.token_url", "%q is not an http(s) URL", o.TokenURL)
+			}
+			if o.ClientID == "" {
+				v.add("kafka.sasl.oauth.client_id", "required with kafka.sasl.oauth.token_url")
+			}
+			oneOf("the client secret", []string{"kafka.sasl.oauth.client_secret_file", "kafka.sasl.oauth.client_secret"}, o.ClientSecretFile, o.ClientSecret)
+			checkFile(v, "kafka.sasl.oauth.client_secret_file", o.ClientSecretFile)
+		} else {
+			noOAuth()
+		}
+	case SASLAWSMSKIAM:
+		set("kafka.sasl.username", s.Username)
+		set("kafka.sasl.password", s.Password)
+		set("kafka.sasl.password_file", s.PasswordFile)
+		password()
+		noOAuth()
+		if !c.Kafka.TLS.Enabled {
+			v.add("kafka.sasl.mechanism", "AWS_MSK_IAM needs kafka.tls.enabled: true (MSK's IAM listener, port 9098, is TLS only)")
+		}
+	default:
+		v.add("kafka.sasl.mechanism", "%q: use one of %s, or leave it empty for no SASL%s", s.Mechanism,
+			strings.Join(SASLMechanisms(), ", "), suggestion(s.Mechanism, SASLMechanisms()))
+	}
+}
+
+// suggestion is ": did you mean X?" for a near miss of one of options
+// (case aside), or "".
+func suggestion(got string, options []string) string {
+	for _, o := range options {
+		if strings.EqualFold(got, o) {
+			return "; did you mean " + o + "? (upper case)"
+		}
+	}
+	if s := suggest(strings.ToUpper(got), options); s != "" {
+		return "; did you mean " + s + "?"
+	}
+	return ""
+}
+
+func orNone(m string) string {
+	if m == "" {
+		return "(none)"
+	}
+	return m
+}
+
+// checkFile reports a file setting whose file cannot be read.
+func checkFile(v *validator, key, path string) {
+	if path == "" {
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		v.add(key, "%s", fileProblem(err))
+		return
+	}
+	_ = f.Close()
+}
+
+// fileProblem says why a file cannot be opened, without Go's wording.
+func fileProblem(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fmt.Sprintf("%q does not exist", pe.Path)
+		case errors.Is(err, fs.ErrPermission):
+			return fmt.Sprintf("%q cannot be read by this process (permission denied)", pe.Path)
+		}
+		return fmt.Sprintf("%q cannot be read: %v", pe.Path, pe.Err)
+	}
+	return err.Error()
+}
+
+// Warnings returns what is allowed but unwise in c, each with its origin:
+// secrets written in the configuration file or a flag, and TLS without
+// certificate verification.
+func (c *Config) Warnings() []string {
+	var out []string
+	for _, key := range SecretKeys() {
+		o, ok := c.origins[key]
+		if !ok || strings.HasPrefix(o, "environment variable") {
+			continue
+		}
+		alt := key + "_file"
+		if key == "kafka.sasl.oauth.client_secret" {
+			alt = "kafka.sasl.oauth.client_secret_file"
+		}
+		out = append(out, fmt.Sprintf("%s: %s: a secret written in the configuration; use %s (a mounted Secret) or the environment variable %s", o, key, alt, EnvName(key)))
+	}
+	if c.Kafka.TLS.Enabled && c.Kafka.TLS.InsecureSkipVerify {
+		o := c.Origin("kafka.tls.insecure_skip_verify")
+		if o != "" {
+			o += ": "
+		}
+		out = append(out, o+"kafka.tls.insecure_skip_verify: the brokers' certificates are NOT verified: anyone on the network path can read and change the job's data")
+	}
+	return out
 }

@@ -33,7 +33,11 @@ when their _metadata is gone.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
 			defer cancel()
-			return listCheckpoints(ctx, cmd, cfg)
+			k, err := newCLIKafka(ctx, cfg, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return k.done(listCheckpoints(k.ctx, cmd, cfg, k.opts))
 		},
 	}
 	addConfigFlags(list.Flags(), &file)
@@ -41,8 +45,7 @@ when their _metadata is gone.`,
 	return cmd
 }
 
-func listCheckpoints(ctx context.Context, cmd *cobra.Command, cfg *config.Config) error {
-	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}
+func listCheckpoints(ctx context.Context, cmd *cobra.Command, cfg *config.Config, opts []kgo.Opt) error {
 	topics := kafkaio.NewControlTopics(cfg.Kafka.TopicPrefix)
 	hist, err := kafkaio.ReadControlHistory(ctx, opts, topics, control.TopicCommit)
 	if err != nil {

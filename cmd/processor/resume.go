@@ -46,7 +46,11 @@ resume refuses a job that is not failed, and changes nothing then.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
 			defer cancel()
-			return resume(ctx, cmd, cfg, skips)
+			k, err := newCLIKafka(ctx, cfg, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return k.done(resume(k.ctx, cmd, cfg, k.opts, skips))
 		},
 	}
 	cmd.Flags().StringArrayVar(&skips, "skip", nil, "an input record to skip, as TOPIC/PARTITION/OFFSET (repeatable)")
@@ -54,7 +58,7 @@ resume refuses a job that is not failed, and changes nothing then.`,
 	return cmd
 }
 
-func resume(ctx context.Context, cmd *cobra.Command, cfg *config.Config, skipArgs []string) error {
+func resume(ctx context.Context, cmd *cobra.Command, cfg *config.Config, opts []kgo.Opt, skipArgs []string) error {
 	job, err := pipeline.Compile(cfg.Job)
 	if err != nil {
 		return fmt.Errorf("job: %w", err)
@@ -78,7 +82,6 @@ func resume(ctx context.Context, cmd *cobra.Command, cfg *config.Config, skipArg
 	}
 	slices.SortFunc(skip, control.Position.Compare)
 
-	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}
 	topics := kafkaio.NewControlTopics(cfg.Kafka.TopicPrefix)
 	failure := func() (*control.Failed, int64, error) {
 		hist, err := kafkaio.ReadControlHistory(ctx, opts, topics, control.TopicCommit)

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/kafkaio/kafkaconn"
 	"github.com/weir-stream/weir/pipeline"
 	"github.com/weir-stream/weir/runtime/replica"
 )
@@ -106,6 +107,9 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 	if err != nil {
 		return fmt.Errorf("job: %w", cfg.Annotate(err))
 	}
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	rep, err := replica.New(ctx, replica.Options{
@@ -154,7 +158,7 @@ func serveWith(ctx context.Context, cfg *config.Config, logOut io.Writer, onComm
 	}
 
 	log.Info("replica starting", "job", cfg.Job.Name, "replica_id", cfg.Process.ReplicaID,
-		"brokers", strings.Join(cfg.Kafka.Brokers, ","), "storage", cfg.Checkpoint.Storage)
+		"brokers", strings.Join(cfg.Kafka.Brokers, ","), "kafka_security", kafkaconn.Describe(cfg.Kafka), "storage", cfg.Checkpoint.Storage)
 	runErr := rep.Run(ctx)
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -40,19 +40,25 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 	}
 	var file string
 	// admin loads the configuration and runs fn with the job's admin.
+	var kopts []kgo.Opt // the command's Kafka client options, set by admin
 	admin := func(cmd *cobra.Command, fn func(ctx context.Context, a *kafkaio.TxnAdmin, cfg *config.Config) error) error {
 		cfg, err := config.Load(config.Source{File: file, Flags: cmd.Flags()})
 		if err != nil {
 			return fmt.Errorf("configuration:\n%w", err)
 		}
-		a, err := kafkaio.NewTxnAdmin([]kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}, cfg.Kafka.TopicPrefix, newLogger(cfg, cmd.ErrOrStderr()))
+		ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
+		defer cancel()
+		k, err := newCLIKafka(ctx, cfg, cmd.ErrOrStderr())
 		if err != nil {
 			return err
 		}
+		kopts = k.opts
+		a, err := kafkaio.NewTxnAdmin(k.opts, cfg.Kafka.TopicPrefix, newLogger(cfg, cmd.ErrOrStderr()))
+		if err != nil {
+			return k.done(err)
+		}
 		defer a.Close()
-		ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
-		defer cancel()
-		return fn(ctx, a, cfg)
+		return k.done(fn(k.ctx, a, cfg))
 	}
 	withConfig := func(c *cobra.Command) *cobra.Command {
 		addConfigFlags(c.Flags(), &file)
@@ -84,7 +90,7 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 				if err != nil {
 					return err
 				}
-				rec, err := readRecordedTxns(ctx, cfg)
+				rec, err := readRecordedTxns(ctx, cfg, kopts)
 				if err != nil {
 					// The broker's answer stands on its own: say what is
 					// unknown rather than print nothing.
@@ -107,7 +113,7 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 		if loseOutput {
 			return nil, nil
 		}
-		rec, err := readRecordedTxns(ctx, cfg)
+		rec, err := readRecordedTxns(ctx, cfg, kopts)
 		if err != nil {
 			return nil, fmt.Errorf("cannot tell whether the newest completed checkpoint recorded the transaction, and ending a recorded one without a commit loses its output: start the job, whose recovery decides, or add --lose-output: %w", err)
 		}
@@ -173,7 +179,7 @@ completed checkpoint (its operator_state), never from "transactions list".`,
 				h := kafkaio.SinkTxnHandle{TransactionalID: args[0], ProducerID: pid, ProducerEpoch: epoch}
 				from := "as given"
 				if !pidSet {
-					rec, err := readRecordedTxns(ctx, cfg)
+					rec, err := readRecordedTxns(ctx, cfg, kopts)
 					if err != nil {
 						return fmt.Errorf("read what the newest completed checkpoint recorded (or give --producer-id and --epoch from its task manifest): %w", err)
 					}
@@ -260,14 +266,13 @@ func (r *recordedTxns) match(t kafkaio.TxnInfo) uint64 {
 // readRecordedTxns reads the job's newest completed checkpoint from its
 // commit topic, and the sink transactions its task manifests record from
 // the object store, as the job's recovery would.
-func readRecordedTxns(ctx context.Context, cfg *config.Config) (*recordedTxns, error) {
+func readRecordedTxns(ctx context.Context, cfg *config.Config, opts []kgo.Opt) (*recordedTxns, error) {
 	// Its own budget: an unreachable object store must leave the
 	// command's time to act (or to say why not).
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	topics := kafkaio.NewControlTopics(cfg.Kafka.TopicPrefix)
 	rec := &recordedTxns{handles: map[string]kafkaio.SinkTxnHandle{}}
-	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}
 	hist, err := kafkaio.ReadControlHistory(ctx, opts, topics, control.TopicCommit)
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
 		// The job never ran, if the topic is really not there (and not

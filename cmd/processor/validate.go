@@ -37,6 +37,9 @@ the pipeline. It exits 1 if there is any problem. It connects to nothing.`,
 				}
 				return fmt.Errorf("%s: the pipeline does not compile", file)
 			}
+			for _, w := range cfg.Warnings() {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (job %s, %d steps)\n", file, cfg.Job.Name, len(cfg.Job.Pipeline))
 			return nil
 		},

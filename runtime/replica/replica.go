@@ -38,6 +38,7 @@ import (
 	"github.com/weir-stream/weir/coordinator/runner"
 	retrypolicy "github.com/weir-stream/weir/internal/retry"
 	"github.com/weir-stream/weir/kafkaio"
+	"github.com/weir-stream/weir/kafkaio/kafkaconn"
 	"github.com/weir-stream/weir/runtime/membership"
 	"github.com/weir-stream/weir/runtime/task"
 	"github.com/weir-stream/weir/state/objstore"
@@ -63,7 +64,8 @@ type Replica struct {
 	opts    Options
 	cfg     *config.Config
 	log     *slog.Logger
-	kopts   []kgo.Opt
+	conn    *kafkaconn.Conn // every Kafka client's settings, and their permanent failures
+	kopts   []kgo.Opt       // conn.Opts() and the client ID
 	topics  kafkaio.ControlTopics
 	store   *objstore.Store
 	cache   *pebble.Cache
@@ -142,7 +144,12 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 		sinks:    sinkSpecs(opts.Job, cfg),
 		heart:    newHeartbeat(),
 	}
-	r.kopts = []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.ClientID(cfg.Kafka.ClientID)}
+	conn, err := kafkaconn.New(cfg.Kafka, r.log)
+	if err != nil {
+		return nil, err
+	}
+	r.conn = conn
+	r.kopts = append(conn.Opts(), kgo.ClientID(cfg.Kafka.ClientID))
 	met, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -454,7 +461,30 @@ const stageName = "main"
 // task fails, or the control topics cannot be read, the session ends —
 // every local task stops, open transactions are aborted, the group is left —
 // and a new session starts after a backoff. On return everything is closed.
+//
+// A connection failure that no retry fixes (a certificate refused, a failed
+// authentication: kafkaconn.Error), met by any of the replica's Kafka
+// clients, stops Run with that error.
 func (r *Replica) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-r.conn.Failed():
+			err := r.conn.Err()
+			r.log.Error("cannot connect to Kafka; stopping: a person must fix the configuration, a certificate or a credential", "err", err)
+			cancel(err)
+		case <-ctx.Done():
+		}
+	}()
+	err := r.run(ctx)
+	if cerr := r.conn.Err(); cerr != nil && context.Cause(ctx) == cerr {
+		return cerr
+	}
+	return err
+}
+
+func (r *Replica) run(ctx context.Context) error {
 	if err := retry(ctx, r.log, r.met, r.heart, "connect", func() error { return r.prepare(ctx) }); err != nil {
 		if ctx.Err() != nil {
 			return nil
