@@ -112,6 +112,7 @@ render oauth --set kafka.tls.enabled=true --set kafka.sasl.mechanism=OAUTHBEARER
 render token --set kafka.tls.enabled=true --set kafka.sasl.mechanism=OAUTHBEARER \
 	--set kafka.sasl.tokenSecret.name=weir-token --set kafka.sasl.tokenSecret.key=jwt
 render msk --set kafka.tls.enabled=true --set kafka.sasl.mechanism=AWS_MSK_IAM \
+	--set 'config.kafka.brokers[0]=b-1.mycluster.abc123.c2.kafka.eu-west-1.amazonaws.com:9098' \
 	--set 'serviceAccount.annotations.eks\.amazonaws\.com/role-arn=arn:aws:iam::123456789012:role/weir'
 secure="scram mtls oauth token msk"
 for r in $secure; do job_yaml "$r" >"$work/$r-job.yaml"; done
@@ -156,7 +157,7 @@ refuse_job token 'oauth:|username'
 
 # AWS_MSK_IAM: no Secret at all (the AWS chain); the IAM role reaches the
 # pods through the service account's IRSA annotation.
-for l in '    mechanism: AWS_MSK_IAM' '    enabled: true'; do expect_job msk "$l"; done
+for l in '    mechanism: AWS_MSK_IAM' '    enabled: true' '  - b-1.mycluster.abc123.c2.kafka.eu-west-1.amazonaws.com:9098'; do expect_job msk "$l"; done
 refuse_job msk 'ca_file|username|_file:'
 expect msk 'eks.amazonaws.com/role-arn: arn:aws:iam::123456789012:role/weir'
 expect msk 'serviceAccountName: weir-msk$'
