@@ -49,6 +49,9 @@ type Cluster struct {
 	// Fake is the in-process cluster of a kfake Cluster, for tests that
 	// inject broker failures (ControlKey); nil on the real broker.
 	Fake *kfake.Cluster
+	// Opts are added to every client the Cluster makes (Client, Admin,
+	// CreateTopic, ReadCommitted): TLS and SASL of a secured cluster.
+	Opts []kgo.Opt
 }
 
 // NewKfake starts an in-process kfake cluster for the test and closes it when
@@ -163,7 +166,7 @@ func Name(t testing.TB, prefix string) string {
 // Client returns a client on the cluster, closed when the test ends.
 func (c *Cluster) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	opts = append([]kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, opts...)
+	opts = append(append([]kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, c.Opts...), opts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatalf("kafkatest: new client: %v", err)
@@ -234,9 +237,9 @@ func (c *Cluster) WaitStable(t testing.TB, topic string) {
 // offset just below it is always a committed record or a marker.
 func (c *Cluster) ReadCommitted(ctx context.Context, t testing.TB, topic string) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ConsumeTopics(topic),
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, c.Opts...)...)
 	if err != nil {
 		t.Fatalf("kafkatest: client: %v", err)
 	}
