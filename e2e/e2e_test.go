@@ -5,12 +5,17 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/weir-stream/weir/internal/e2etest"
 	"github.com/weir-stream/weir/internal/kafkatest"
@@ -39,6 +44,53 @@ func TestExactlyOnceUnderKillsAndRescaling(t *testing.T) {
 		t.Skip("end-to-end test: skipped with -short")
 	}
 	c := kafkatest.NewReal(t)
+	exactlyOnce(t, c, secured{}, records(), 5)
+}
+
+// TestExactlyOnceOverSASLSSL is the same promise on a secured cluster: the
+// replicas only know the broker's SASL_SSL listener (SCRAM-SHA-512, the
+// password from a file), so every Kafka client they create must use the
+// job's TLS and SASL settings, and the independent verifier reads with its
+// own credentials through its own franz-go client.
+func TestExactlyOnceOverSASLSSL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+	c := kafkatest.NewReal(t)
+	s := kafkatest.NewSecure(t)
+	caPEM, err := os.ReadFile(s.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatal("no CA certificate in " + s.CAFile)
+	}
+	pwFile := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(pwFile, []byte(kafkatest.SCRAMPassword+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	exactlyOnce(t, c, secured{
+		brokers: s.SASLSSL,
+		kafka: fmt.Sprintf("  tls: {enabled: true, ca_file: %s}\n  sasl: {mechanism: SCRAM-SHA-512, username: %s, password_file: %s}\n",
+			s.CAFile, kafkatest.User, pwFile),
+		verifier: []kgo.Opt{
+			kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}),
+			kgo.SASL(scram.Auth{User: kafkatest.VerifierUser, Pass: kafkatest.VerifierSCRAMPassword}.AsSha512Mechanism()),
+		},
+	}, max(records()/4, 1000), 3)
+}
+
+// secured is how a run reaches a secured listener; zero: plaintext.
+type secured struct {
+	brokers  []string  // the job's and the verifier's
+	kafka    string    // e2etest.Job.Kafka
+	verifier []kgo.Opt // the verifier's TLS and SASL
+}
+
+// exactlyOnce runs the count job on three replicas over total records,
+// with kills kill -9s and a rescale, and checks the committed output.
+func exactlyOnce(t *testing.T, c *kafkatest.Cluster, sec secured, total, kills int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 
@@ -52,13 +104,16 @@ func TestExactlyOnceUnderKillsAndRescaling(t *testing.T) {
 	c.CreateTopic(t, output, partitions, nil)
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "job.yaml")
-	if err := (e2etest.Job{Name: job, Input: input, Output: output, Brokers: c.Brokers}).Write(cfgFile); err != nil {
+	brokers := c.Brokers
+	if sec.brokers != nil {
+		brokers = sec.brokers
+	}
+	if err := (e2etest.Job{Name: job, Input: input, Output: output, Brokers: brokers, Kafka: sec.kafka}).Write(cfgFile); err != nil {
 		t.Fatal(err)
 	}
 	commits := e2etest.WatchCommits(t, c.Brokers, job)
-	verifier := e2etest.StartVerifier(t, c.Brokers, output)
+	verifier := e2etest.StartVerifier(t, brokers, output, sec.verifier...)
 
-	total := records()
 	in := e2etest.NewInput(t, c.Brokers, input, keys)
 	in.Good(ctx, total/2) // half before the run
 	cl := e2etest.NewReplicas(t, bin, cfgFile, dir, e2etest.ReplicaOptions{})
@@ -75,13 +130,13 @@ func TestExactlyOnceUnderKillsAndRescaling(t *testing.T) {
 		}
 	}()
 
-	// Chaos: at least five kill -9 of a random replica, each restarted, and
-	// the replica count going 3 → 4 → 2.
+	// Chaos: kill -9 of a random replica, each restarted, and the replica
+	// count going 3 → 4 → 2.
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	if err := verifier.WaitSeen(total/20, 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 5 {
+	for i := range kills {
 		time.Sleep(time.Duration(2000+rng.IntN(4000)) * time.Millisecond)
 		victim := cl.KillRandom(rng)
 		t.Logf("chaos %d: kill -9 replica %s", i+1, victim)

@@ -23,6 +23,9 @@ type Job struct {
 	CheckpointTimeout  time.Duration // checkpoint.timeout; default 30s
 	TransactionTimeout time.Duration // sink.transaction_timeout; 0 leaves the product's default
 	LogLevel           string        // log.level; default info
+	// Kafka is more of the kafka section (tls, sasl), as YAML lines
+	// indented by two spaces.
+	Kafka string
 }
 
 // YAML renders the job's configuration file.
@@ -58,7 +61,7 @@ func (j Job) YAML() string {
 kafka:
   brokers: [%s]
   session_timeout: %s
-checkpoint:
+%scheckpoint:
   interval: %s
   timeout: %s
 http:
@@ -66,7 +69,7 @@ http:
 log:
   level: %s
 `, j.Name, src.String(), sink, strings.Join(j.Brokers, ", "),
-		or(j.SessionTimeout, 6*time.Second), or(j.Interval, time.Second),
+		or(j.SessionTimeout, 6*time.Second), j.Kafka, or(j.Interval, time.Second),
 		or(j.CheckpointTimeout, 30*time.Second), level)
 }
 

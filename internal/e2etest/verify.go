@@ -32,15 +32,16 @@ type Verifier struct {
 	fetchErrs  int
 }
 
-// StartVerifier starts reading topic. It stops when the test ends.
-func StartVerifier(t testing.TB, brokers []string, topic string) *Verifier {
+// StartVerifier starts reading topic. It stops when the test ends. Extra
+// client options (TLS, SASL: the verifier's own credentials) are added.
+func StartVerifier(t testing.TB, brokers []string, topic string, opts ...kgo.Opt) *Verifier {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...),
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(200*time.Millisecond),
-	)
+		kgo.FetchMaxWait(200 * time.Millisecond),
+	}, opts...)...)
 	if err != nil {
 		t.Fatalf("verifier client: %v", err)
 	}

@@ -485,7 +485,7 @@ func (r *Replica) Run(ctx context.Context) error {
 }
 
 func (r *Replica) run(ctx context.Context) error {
-	if err := retry(ctx, r.log, r.met, r.heart, "connect", func() error { return r.prepare(ctx) }); err != nil {
+	if err := retry(ctx, r.log, r.met, r.heart, "connect", func() error { return r.connErr(r.prepare(ctx)) }); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -504,6 +504,9 @@ func (r *Replica) run(ctx context.Context) error {
 		}
 		if errors.Is(err, kafkaio.ErrSinkTxnAborted) {
 			return err
+		}
+		if cerr := r.conn.Err(); cerr != nil {
+			return cerr
 		}
 		backoff := sessionBackoff.NextBackOff()
 		if errors.Is(err, membership.ErrDuplicateReplicaID) {
@@ -1127,6 +1130,19 @@ func retry(ctx context.Context, log *slog.Logger, met *metrics, heart *Heartbeat
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	return err
+}
+
+// connErr returns err, or, when one of the replica's Kafka clients met a
+// connection failure no retry fixes (kafkaconn.Error), that failure marked
+// permanent: err is then most likely its consequence.
+func (r *Replica) connErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if cerr := r.conn.Err(); cerr != nil {
+		return permanent{cerr}
 	}
 	return err
 }
