@@ -206,8 +206,8 @@ type eofRun struct {
 // A broker that closes eofLimit connections in a row, over at least
 // eofSpan, before answering anything, is not going to answer this client.
 const (
-	eofLimit = 8
-	eofSpan  = 20 * time.Second
+	eofLimit = 5
+	eofSpan  = 10 * time.Second
 )
 
 var _ kgo.HookBrokerConnect = (*guard)(nil)
