@@ -90,13 +90,18 @@ func NewReal(t testing.TB) *Cluster {
 		}
 		t.Skipf("kafkatest: real broker at %s unreachable: %v", addrs, err)
 	}
+	name := realName(guess)
+	t.Logf("%s %s at %s", RealMarker, name, addrs)
+	return &Cluster{Kind: Real, Brokers: brokers, Name: name}
+}
+
+// realName describes the real broker: "Apache Kafka 4.4.0 (protocol v4.4)".
+func realName(protocol string) string {
 	name := "Apache Kafka"
 	if v := os.Getenv(EnvVersion); v != "" {
 		name += " " + v
 	}
-	name += " (protocol " + guess + ")"
-	t.Logf("%s %s at %s", RealMarker, name, addrs)
-	return &Cluster{Kind: Real, Brokers: brokers, Name: name}
+	return name + " (protocol " + protocol + ")"
 }
 
 // Each runs fn as two subtests, "kfake" and "kafka", one on each broker. The

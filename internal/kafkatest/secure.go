@@ -68,10 +68,12 @@ func NewSecure(t testing.TB) *Secure {
 	s := secureAt(strings.Split(sasl, ","), strings.Split(mtls, ","), dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if err := s.ping(ctx); err != nil {
+	guess, err := s.ping(ctx)
+	if err != nil {
 		fail("kafkatest: secured real broker unusable: %v", err)
 	}
-	t.Logf("%s Apache Kafka secured listeners: SASL_SSL at %s, mTLS at %s", RealMarker, sasl, mtls)
+	// One " at ": the test report takes what precedes it for the broker's name.
+	t.Logf("%s %s at %s (SASL_SSL), %s (mTLS)", RealMarker, realName(guess), sasl, mtls)
 	return s
 }
 
@@ -80,7 +82,8 @@ func NewSecure(t testing.TB) *Secure {
 // TLS with the client certificate; each must answer metadata that
 // advertises the listener it was asked on. cmd/kafkawait runs it.
 func PingSecure(ctx context.Context, saslSSL, mtls []string, dir string) error {
-	return secureAt(saslSSL, mtls, dir).ping(ctx)
+	_, err := secureAt(saslSSL, mtls, dir).ping(ctx)
+	return err
 }
 
 func secureAt(saslSSL, mtls []string, dir string) *Secure {
@@ -91,37 +94,38 @@ func secureAt(saslSSL, mtls []string, dir string) *Secure {
 	}
 }
 
-func (s *Secure) ping(ctx context.Context) error {
+// ping pings both listeners and returns the protocol version guess of the
+// SASL_SSL one.
+func (s *Secure) ping(ctx context.Context) (string, error) {
 	pool, err := s.caPool()
 	if err != nil {
-		return err
+		return "", err
 	}
 	pair, err := tls.LoadX509KeyPair(s.ClientCertFile, s.ClientKeyFile)
 	if err != nil {
-		return fmt.Errorf("client certificate: %w", err)
+		return "", fmt.Errorf("client certificate: %w", err)
 	}
 	scramAuth := scram.Auth{User: User, Pass: SCRAMPassword}.AsSha512Mechanism()
-	return errors.Join(
-		pingAdvertised(ctx, "SASL_SSL (SCRAM-SHA-512)", s.SASLSSL,
-			kgo.DialTLSConfig(&tls.Config{RootCAs: pool}), kgo.SASL(scramAuth)),
-		pingAdvertised(ctx, "mTLS", s.MTLS,
-			kgo.DialTLSConfig(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}})),
-	)
+	guess, err1 := pingAdvertised(ctx, "SASL_SSL (SCRAM-SHA-512)", s.SASLSSL,
+		kgo.DialTLSConfig(&tls.Config{RootCAs: pool}), kgo.SASL(scramAuth))
+	_, err2 := pingAdvertised(ctx, "mTLS", s.MTLS,
+		kgo.DialTLSConfig(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}))
+	return guess, errors.Join(err1, err2)
 }
 
 // pingAdvertised pings the listener and checks that the metadata it answers
 // names the brokers at the addresses it was asked on.
-func pingAdvertised(ctx context.Context, what string, brokers []string, opts ...kgo.Opt) error {
-	_, mdBrokers, err := ping(ctx, brokers, opts...)
+func pingAdvertised(ctx context.Context, what string, brokers []string, opts ...kgo.Opt) (string, error) {
+	guess, mdBrokers, err := ping(ctx, brokers, opts...)
 	if err != nil {
-		return fmt.Errorf("%s at %s: %w", what, strings.Join(brokers, ","), err)
+		return "", fmt.Errorf("%s at %s: %w", what, strings.Join(brokers, ","), err)
 	}
 	for _, b := range mdBrokers {
 		if addr := fmt.Sprintf("%s:%d", b.Host, b.Port); !slices.Contains(brokers, addr) {
-			return fmt.Errorf("%s at %s: the broker advertises %s on this listener", what, strings.Join(brokers, ","), addr)
+			return "", fmt.Errorf("%s at %s: the broker advertises %s on this listener", what, strings.Join(brokers, ","), addr)
 		}
 	}
-	return nil
+	return guess, nil
 }
 
 func (s *Secure) caPool() (*x509.CertPool, error) {
