@@ -110,7 +110,11 @@ up() {
 	fi
 	mkdir -p "$run"
 	if [ "${WEIR_KAFKA_KEEP_DATA:-0}" != 1 ]; then
-		rm -rf "$run/data"
+		rm -rf "$run/data" "$run/data.users"
+	fi
+	if [ -f "$run/data/meta.properties" ] && [ ! -f "$run/data.users" ]; then
+		log "the kept log directory $run/data has no SCRAM users (an older kafka.sh formatted it); start once without WEIR_KAFKA_KEEP_DATA=1"
+		exit 1
 	fi
 	# New certificates with a new log directory; kept with a kept one, so
 	# that clients of a restarted broker still trust it.
@@ -177,6 +181,8 @@ EOF
 			tail -n 20 "$run/format.log" >&2
 			exit 1
 		}
+		# The SCRAM users are in this log directory now (see above).
+		printf '%s\n' "${scram_users[@]%%=*}" >"$run/data.users"
 	fi
 	: >"$logfile"
 	# setsid: the broker outlives this shell and is not hit by the caller's ^C.
