@@ -39,6 +39,7 @@ test-faults: ## The fault suite on the real broker: pauses, kills, broker restar
 .PHONY: test-short
 test-short: ## Unit and kfake tests only (no Java, no S3 server needed)
 	env -u WEIR_KAFKA_BROKERS -u WEIR_S3_ENDPOINT -u WEIR_REQUIRE_REAL_KAFKA -u WEIR_REQUIRE_S3 \
+		-u WEIR_TEST_KAFKA_SASL_SSL -u WEIR_TEST_KAFKA_MTLS -u WEIR_TEST_KAFKA_TLS_DIR \
 		-u WEIR_REQUIRE_CLOUD -u WEIR_GCS_URL -u WEIR_AZBLOB_URL \
 		$(GO) test -race -short -count=1 ./...
 

@@ -3,7 +3,7 @@
 # the producer-ID rotation test of e2e (TestProducerIDRotation...), on the
 # real Kafka broker, which scripts/with-services.sh starts if it is not
 # running. Scenarios that restart a broker or stop an S3 server start their
-# own (ports 19392/19393 and 19300; WEIR_FAULTS_KAFKA_PORT, WEIR_FAULTS_S3_PORT).
+# own (ports 19392-19395 and 19300; WEIR_FAULTS_KAFKA_PORT, WEIR_FAULTS_S3_PORT).
 # WEIR_FAULTS_RUN selects scenarios (a go test -run pattern). Ends with every
 # scenario's `result:` lines.
 set -euo pipefail

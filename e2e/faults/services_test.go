@@ -17,8 +17,9 @@ import (
 
 // Ports of the scenarios' own broker and S3 server: below the ephemeral
 // range and away from the shared services (19092/19093, 19000) that other
-// tests use at the same time. WEIR_FAULTS_KAFKA_PORT (the controller takes
-// the next port) and WEIR_FAULTS_S3_PORT move them.
+// tests use at the same time. WEIR_FAULTS_KAFKA_PORT (the controller and
+// the secured listeners take the next three ports) and WEIR_FAULTS_S3_PORT
+// move them.
 const (
 	defaultKafkaPort = 19392
 	defaultS3Port    = 19300
@@ -74,9 +75,9 @@ type ownKafka struct {
 func startOwnKafka(t *testing.T) *ownKafka {
 	t.Helper()
 	p := port("WEIR_FAULTS_KAFKA_PORT", defaultKafkaPort)
-	for _, q := range []int{p, p + 1} {
+	for _, q := range []int{p, p + 1, p + 2, p + 3} {
 		if listening(q) {
-			t.Fatalf("port %d is taken: this scenario starts a broker of its own on %d (controller %d); set WEIR_FAULTS_KAFKA_PORT", q, p, p+1)
+			t.Fatalf("port %d is taken: this scenario starts a broker of its own on %d (controller %d, SASL_SSL %d, mTLS %d); set WEIR_FAULTS_KAFKA_PORT", q, p, p+1, p+2, p+3)
 		}
 	}
 	k := &ownKafka{t: t, port: p, env: []string{"WEIR_KAFKA_PORT=" + strconv.Itoa(p), "WEIR_KAFKA_HEAP=512m"}}

@@ -93,13 +93,18 @@ func NewReal(t testing.TB) *Cluster {
 		}
 		t.Skipf("kafkatest: real broker at %s unreachable: %v", addrs, err)
 	}
+	name := realName(guess)
+	t.Logf("%s %s at %s", RealMarker, name, addrs)
+	return &Cluster{Kind: Real, Brokers: brokers, Name: name}
+}
+
+// realName describes the real broker: "Apache Kafka 4.4.0 (protocol v4.4)".
+func realName(protocol string) string {
 	name := "Apache Kafka"
 	if v := os.Getenv(EnvVersion); v != "" {
 		name += " " + v
 	}
-	name += " (protocol " + guess + ")"
-	t.Logf("%s %s at %s", RealMarker, name, addrs)
-	return &Cluster{Kind: Real, Brokers: brokers, Name: name}
+	return name + " (protocol " + protocol + ")"
 }
 
 // Each runs fn as two subtests, "kfake" and "kafka", one on each broker. The
@@ -111,31 +116,38 @@ func Each(t *testing.T, fn func(t *testing.T, c *Cluster)) {
 }
 
 // Ping asks the brokers for their API versions and metadata, and returns
-// kversion's guess of the protocol version they speak.
-func Ping(ctx context.Context, brokers []string) (string, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RequestRetries(0))
+// kversion's guess of the protocol version they speak. Extra options (TLS,
+// SASL) are passed to the client.
+func Ping(ctx context.Context, brokers []string, opts ...kgo.Opt) (string, error) {
+	guess, _, err := ping(ctx, brokers, opts...)
+	return guess, err
+}
+
+func ping(ctx context.Context, brokers []string, opts ...kgo.Opt) (string, kadm.BrokerDetails, error) {
+	opts = append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RequestRetries(0)}, opts...)
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	md, err := adm.BrokerMetadata(ctx)
 	if err != nil {
-		return "", fmt.Errorf("metadata: %w", err)
+		return "", nil, fmt.Errorf("metadata: %w", err)
 	}
 	if len(md.Brokers) == 0 {
-		return "", fmt.Errorf("metadata lists no broker")
+		return "", nil, fmt.Errorf("metadata lists no broker")
 	}
 	if md.Controller < 0 {
-		return "", fmt.Errorf("metadata names no controller yet")
+		return "", nil, fmt.Errorf("metadata names no controller yet")
 	}
 	vs, err := adm.ApiVersions(ctx)
 	if err != nil {
-		return "", fmt.Errorf("api versions: %w", err)
+		return "", nil, fmt.Errorf("api versions: %w", err)
 	}
 	for _, bv := range vs {
 		if bv.Err != nil {
-			return "", fmt.Errorf("api versions of broker %d: %w", bv.NodeID, bv.Err)
+			return "", nil, fmt.Errorf("api versions of broker %d: %w", bv.NodeID, bv.Err)
 		}
 		guess := bv.VersionGuess()
 		if strings.HasPrefix(guess, "unknown") {
@@ -147,9 +159,9 @@ func Ping(ctx context.Context, brokers []string) (string, error) {
 				guess += fmt.Sprintf(", metadata.version level %d", f.MaxVersionLevel)
 			}
 		}
-		return guess, nil
+		return guess, md.Brokers, nil
 	}
-	return "", fmt.Errorf("no api versions answered")
+	return "", nil, fmt.Errorf("no api versions answered")
 }
 
 // Name returns a topic, group or transactional ID name unique to this test
