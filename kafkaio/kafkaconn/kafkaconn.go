@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -176,7 +177,11 @@ func (e *Error) Error() string {
 	case KindTLS:
 		return fmt.Sprintf("kafka: TLS handshake%s failed: %s", at, e.Problem)
 	default:
-		return fmt.Sprintf("kafka: cannot talk to broker%s: %s", strings.TrimPrefix(at, " with broker"), e.Problem)
+		who := ""
+		if e.Mechanism != "" {
+			who = fmt.Sprintf(" (mechanism %s, user %q)", e.Mechanism, e.User)
+		}
+		return fmt.Sprintf("kafka: cannot talk to broker%s%s: %s", strings.TrimPrefix(at, " with broker"), who, e.Problem)
 	}
 }
 
@@ -228,8 +233,7 @@ func (g *guard) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.
 	}
 	e := g.classify(addr, err)
 	if e == nil {
-		var fe *kgo.ErrFirstReadEOF
-		if !errors.As(err, &fe) {
+		if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 			return
 		}
 		run := g.eofs[addr]
@@ -241,8 +245,9 @@ func (g *guard) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.
 		if run.n < eofLimit || time.Since(run.since) < eofSpan {
 			return
 		}
-		e = &Error{Kind: KindProtocol, Broker: addr, Err: err, Problem: fmt.Sprintf(
-			"it closed %d connections in a row before answering; %s", run.n, mismatchHint(g.tls, g.mechanism))}
+		e = &Error{Kind: KindProtocol, Broker: addr, Mechanism: g.mechanism, User: g.user, Err: err, Problem: fmt.Sprintf(
+			"it closed %d connections in a row over %v while they were being set up, before answering; %s",
+			run.n, time.Since(run.since).Round(time.Second), mismatchHint(g.tls, g.mechanism))}
 	}
 	g.err = e
 	close(g.failed)
@@ -254,11 +259,11 @@ func mismatchHint(tls bool, mechanism string) string {
 	case !tls && mechanism == "":
 		return "does the listener need TLS (kafka.tls.enabled) or SASL (kafka.sasl.mechanism)?"
 	case !tls:
-		return "does the listener need TLS (kafka.tls.enabled)?"
+		return "does the listener need TLS (kafka.tls.enabled), or is the password or token wrong (some brokers hang up on a refused credential)?"
 	case mechanism == "":
-		return "does the listener need SASL (kafka.sasl.mechanism)?"
+		return "does the listener need SASL (kafka.sasl.mechanism), or is it not a TLS listener (kafka.brokers)?"
 	default:
-		return "is this the listener for SASL over TLS?"
+		return "is the password or token right (some brokers hang up on a refused credential), and is this the listener for SASL over TLS?"
 	}
 }
 

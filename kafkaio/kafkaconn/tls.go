@@ -146,7 +146,11 @@ func (t *tlsFiles) dial(ctx context.Context, network, addr string) (net.Conn, er
 		}
 		c.ServerName = host
 	}
-	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}, Config: c}
+	// The dial and the handshake within kgo's default dial timeout: a
+	// listener that does not speak TLS may wait for more bytes forever.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d := tls.Dialer{NetDialer: &net.Dialer{KeepAlive: 30 * time.Second}, Config: c}
 	conn, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		if e := classifyTLS(addr, err, t); e != nil {
