@@ -94,7 +94,26 @@ func (c *Conn) Explain(err error) error {
 	if e := c.guard.classify("", err); e != nil {
 		return e
 	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// A command gives up before the window: say what the hang-ups
+		// most likely mean.
+		if addr, n := c.guard.hangUps(); n > 0 {
+			return &Error{Kind: KindProtocol, Broker: addr, Mechanism: c.guard.mechanism, User: c.guard.user, Err: err,
+				Problem: fmt.Sprintf("it closed %d connection(s) while they were being set up, before answering; %s", n, mismatchHint(c.guard.tls, c.guard.mechanism))}
+		}
+	}
 	return err
+}
+
+// hangUps returns a broker that closed connections before answering, with
+// no success since, and how many.
+func (g *guard) hangUps() (string, int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for addr, run := range g.eofs {
+		return addr, run.n
+	}
+	return "", 0
 }
 
 // Describe says how c connects (Describe).
