@@ -34,19 +34,17 @@ type Conn struct {
 }
 
 // New checks cfg's TLS files and secrets (reading each once) and returns
-// the connection settings. Warnings (certificate verification turned off)
-// go to logger.
+// the connection settings. Reloads of the TLS files are logged to logger.
 func New(cfg config.Kafka, logger *slog.Logger) (*Conn, error) {
 	c := &Conn{cfg: cfg}
 	c.guard = &guard{failed: make(chan struct{}), mechanism: cfg.SASL.Mechanism, user: saslUser(cfg.SASL), eofs: map[string]*eofRun{}}
 	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.WithHooks(c.guard)}
 	if cfg.TLS.Enabled {
-		t, err := newTLSFiles(cfg.TLS)
+		// insecure_skip_verify is warned about by config.Warnings, which
+		// every command logs.
+		t, err := newTLSFiles(cfg.TLS, logger)
 		if err != nil {
 			return nil, err
-		}
-		if cfg.TLS.InsecureSkipVerify {
-			logger.Warn("kafka.tls.insecure_skip_verify is true: the brokers' certificates are NOT verified; anyone on the network path can read and change the job's data")
 		}
 		c.guard.tls, c.guard.files = true, t
 		opts = append(opts, kgo.Dialer(t.dial))
@@ -122,25 +120,24 @@ func (c *Conn) Describe() string { return Describe(c.cfg) }
 // Describe says how cfg connects, for logs: "SASL_SSL (SCRAM-SHA-512, user
 // weir)". No secret is in it.
 func Describe(cfg config.Kafka) string {
-	c := struct{ cfg config.Kafka }{cfg}
 	proto := "PLAINTEXT"
 	switch {
-	case c.cfg.TLS.Enabled && c.cfg.SASL.Mechanism != "":
+	case cfg.TLS.Enabled && cfg.SASL.Mechanism != "":
 		proto = "SASL_SSL"
-	case c.cfg.TLS.Enabled:
+	case cfg.TLS.Enabled:
 		proto = "SSL"
-	case c.cfg.SASL.Mechanism != "":
+	case cfg.SASL.Mechanism != "":
 		proto = "SASL_PLAINTEXT"
 	}
 	var parts []string
-	if c.cfg.SASL.Mechanism != "" {
-		parts = append(parts, c.cfg.SASL.Mechanism)
-		if u := saslUser(c.cfg.SASL); u != "" {
+	if cfg.SASL.Mechanism != "" {
+		parts = append(parts, cfg.SASL.Mechanism)
+		if u := saslUser(cfg.SASL); u != "" {
 			parts = append(parts, "user "+u)
 		}
 	}
-	if c.cfg.TLS.CertFile != "" {
-		parts = append(parts, "client certificate "+c.cfg.TLS.CertFile)
+	if cfg.TLS.CertFile != "" {
+		parts = append(parts, "client certificate "+cfg.TLS.CertFile)
 	}
 	if len(parts) == 0 {
 		return proto

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -23,6 +24,7 @@ import (
 // next connection.
 type tlsFiles struct {
 	cfg config.TLS
+	log *slog.Logger
 
 	mu     sync.Mutex
 	stamps [3]fileStamp // ca, cert, key
@@ -55,8 +57,8 @@ func (s fileStamp) same(o fileStamp) bool {
 	return s.size == o.size && s.mtime.Equal(o.mtime) && os.SameFile(s.info, o.info)
 }
 
-func newTLSFiles(cfg config.TLS) (*tlsFiles, error) {
-	t := &tlsFiles{cfg: cfg}
+func newTLSFiles(cfg config.TLS, logger *slog.Logger) (*tlsFiles, error) {
+	t := &tlsFiles{cfg: cfg, log: logger}
 	if _, err := t.config(); err != nil {
 		return nil, err
 	}
@@ -83,9 +85,18 @@ func (t *tlsFiles) config() (*tls.Config, error) {
 	c, leaf, err := loadTLS(t.cfg)
 	if err != nil {
 		if t.loaded != nil {
-			return t.loaded, nil // mid-rotation: the next connection tries again
+			// Mid-rotation: the next connection tries again.
+			t.log.Warn("kafka TLS files changed but do not load; new connections keep the previous ones", "err", err)
+			return t.loaded, nil
 		}
 		return nil, err
+	}
+	if t.loaded != nil {
+		attrs := []any{"ca_file", t.cfg.CAFile}
+		if leaf != nil {
+			attrs = append(attrs, "cert_file", t.cfg.CertFile, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
+		}
+		t.log.Info("kafka TLS files changed; new connections use them", attrs...)
 	}
 	t.loaded, t.leaf, t.stamps = c, leaf, now
 	return c, nil
