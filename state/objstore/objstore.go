@@ -30,6 +30,7 @@ import (
 	_ "gocloud.dev/blob/memblob"   // mem:// URLs, for tests
 	_ "gocloud.dev/blob/s3blob"    // s3:// URLs (AWS S3 and S3-compatible servers)
 	"gocloud.dev/gcerrors"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/weir-stream/weir/internal/retry"
 )
@@ -490,6 +491,28 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Object, error) {
 		return nil
 	})
 	return out, err
+}
+
+// DeleteConcurrency is how many deletes DeleteEach runs at once. Deleting
+// is one request per object; one at a time, a store with tens of
+// milliseconds per request falls behind a short checkpoint interval.
+const DeleteConcurrency = 16
+
+// DeleteEach deletes every key, DeleteConcurrency at a time, and returns
+// each one's error (nil for a missing object), in the order of keys. A
+// failure stops nothing.
+func (s *Store) DeleteEach(ctx context.Context, keys []string) []error {
+	errs := make([]error, len(keys))
+	var g errgroup.Group
+	g.SetLimit(DeleteConcurrency)
+	for i, k := range keys {
+		g.Go(func() error {
+			errs[i] = s.Delete(ctx, k)
+			return nil
+		})
+	}
+	_ = g.Wait() // every error is in errs
+	return errs
 }
 
 // DeletePrefix removes every object whose key starts with prefix, first
