@@ -230,8 +230,9 @@ func sampleChkDirs(ctx context.Context, store *objstore.Store, rs []*testReplica
 			return s
 		}
 		if err != nil {
-			// fileblob lists a directory, then stats each file: one
-			// deleted in between fails the listing. Skip the sample.
+			// Store.List retries what a listing beside deletes meets
+			// (objstore's file:// listing); should one fail after all,
+			// skip the sample (counted, and the count is bounded).
 			s.listErrs++
 			s.lastListErr = err
 			continue

@@ -121,7 +121,8 @@ type Bucket interface {
 // closes b.
 func FromBlob(url string, b *blob.Bucket) Bucket {
 	u, err := neturl.Parse(url)
-	return blobBucket{b: b, smallCopy: err == nil && (u.Scheme == "file" || u.Scheme == "mem")}
+	return blobBucket{b: b, smallCopy: err == nil && (u.Scheme == "file" || u.Scheme == "mem"),
+		file: err == nil && u.Scheme == "file"}
 }
 
 type blobBucket struct {
@@ -131,6 +132,9 @@ type blobBucket struct {
 	// through a fresh 1 MiB buffer per object. The cloud drivers stream
 	// through their own uploaders, which blob.Bucket.Upload uses.
 	smallCopy bool
+	// file: fileblob reads a directory, then stats each entry, so a file
+	// deleted in between fails the listing with NotFound: List starts over.
+	file bool
 }
 
 func (b blobBucket) Upload(ctx context.Context, key string, r io.Reader, opts *blob.WriterOptions) error {
@@ -202,7 +206,26 @@ func (b blobBucket) Attributes(ctx context.Context, key string) (Object, error) 
 
 func (b blobBucket) Delete(ctx context.Context, key string) error { return b.b.Delete(ctx, key) }
 
+// fileListAttempts bounds how often List starts over at once on file://
+// when a file vanished during the listing.
+const fileListAttempts = 3
+
 func (b blobBucket) List(ctx context.Context, prefix string) ([]Object, error) {
+	for attempt := 1; ; attempt++ {
+		out, err := b.list(ctx, prefix)
+		if err == nil || !b.file || gcerrors.Code(err) != gcerrors.NotFound {
+			return out, err
+		}
+		if attempt == fileListAttempts {
+			// Deletes go on under the prefix: a transient error (not
+			// NotFound, which would say the bucket is missing), which
+			// Store.List retries with backoff.
+			return nil, fmt.Errorf("files vanished during the listing: %v", err)
+		}
+	}
+}
+
+func (b blobBucket) list(ctx context.Context, prefix string) ([]Object, error) {
 	var out []Object
 	it := b.b.List(&blob.ListOptions{Prefix: prefix})
 	for {
