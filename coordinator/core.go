@@ -134,6 +134,10 @@ type Core struct {
 	scheduled   bool
 	nextTrigger time.Time
 	restartDue  bool
+	// gcBacklog is the owner's last GCBacklog report; gcHeld is set when
+	// the last Tick held back a due periodic trigger because of it.
+	gcBacklog int
+	gcHeld    bool
 
 	out Ready
 }
@@ -170,6 +174,11 @@ func (c *Core) Step(e Event) error {
 		err = c.metadataFailed(ev)
 	case TaskFailed:
 		c.taskFailed(ev.Failure)
+	case GCBacklog:
+		if ev.Discards < 0 {
+			return fmt.Errorf("%w: gc backlog %d", ErrInvalidEvent, ev.Discards)
+		}
+		c.gcBacklog = ev.Discards
 	default:
 		// reflect.TypeOf, unlike fmt's %T, keeps e from escaping, so that
 		// Step(Acknowledge{...}) does not allocate.
@@ -180,7 +189,8 @@ func (c *Core) Step(e Event) error {
 }
 
 // Tick tells the core the time. It expires pending checkpoints whose timeout
-// passed, then triggers a periodic checkpoint if one is due and allowed.
+// passed, then triggers a periodic checkpoint if one is due and allowed, and
+// the gc backlog (GCBacklog) is within Config.MaxConcurrent.
 // Time never goes backwards: an earlier now is treated as the latest one.
 func (c *Core) Tick(now time.Time) {
 	if now.After(c.now) {
@@ -195,10 +205,20 @@ func (c *Core) Tick(now time.Time) {
 		}
 	}
 	c.maybeRestart()
+	c.gcHeld = false
 	if c.triggerAllowed() {
+		if c.gcBacklog > c.cfg.MaxConcurrent {
+			c.gcHeld = true
+			return
+		}
 		c.trigger(control.KindCheckpoint, "")
 	}
 }
+
+// HeldByGC reports whether the last Tick held back a due periodic
+// checkpoint because the gc backlog exceeds Config.MaxConcurrent
+// (GCBacklog).
+func (c *Core) HeldByGC() bool { return c.gcHeld }
 
 // triggerAllowed applies the rules of DESIGN.md section 5.1.
 func (c *Core) triggerAllowed() bool {
@@ -276,6 +296,10 @@ type Status struct {
 	Failed *control.Failed
 	// Skip lists the records every generation skips.
 	Skip []control.Position
+	// GCBacklog is the owner's last GCBacklog report; HeldByGC is
+	// Core.HeldByGC.
+	GCBacklog int
+	HeldByGC  bool
 }
 
 // PendingStatus summarizes one pending checkpoint.
@@ -300,6 +324,7 @@ func (c *Core) Status() Status {
 		Gen: c.gen, Phase: c.phase.String(), Tasks: len(c.tasks), LastID: c.lastID,
 		LastCompleted: c.lastCompleted, Failures: c.failures,
 		NextTrigger: c.nextTrigger, Scheduled: c.scheduled, Skip: slices.Clone(c.skip),
+		GCBacklog: c.gcBacklog, HeldByGC: c.gcHeld,
 	}
 	if c.failed != nil {
 		f := *c.failed

@@ -21,6 +21,7 @@
 //		case r := <-running:       core.Step(coordinator.TaskRunning{...})
 //		case req := <-savepoints:  err := core.Step(coordinator.RequestSavepoint{...})
 //		case m := <-metadataDone:  core.Step(coordinator.MetadataWritten{...}) // or MetadataFailed
+//		case n := <-gcProgress:    core.Step(coordinator.GCBacklog{Discards: n})
 //		}
 //		if core.HasReady() {
 //			rd := core.Ready()
@@ -35,7 +36,10 @@
 //     [MinPause, Interval] after every task of the generation runs; never more
 //     than MaxConcurrent periodic checkpoints pending, never sooner than
 //     MinPause after the last completion, never while the task set is
-//     incomplete, a generation is starting, or a stop-with-savepoint runs.
+//     incomplete, a generation is starting, or a stop-with-savepoint runs;
+//     and, like Flink's CheckpointRequestDecider (FLINK-17073), never while
+//     the owner reports more than MaxConcurrent discards not yet deleted
+//     (GCBacklog): storage cannot outgrow what the object store deletes.
 //   - Acks are classified SUCCESS, DUPLICATE, UNKNOWN, DISCARDED or STALE
 //     (AckResult); UNKNOWN and DISCARDED acks have their state discarded, an
 //     ack for a completed checkpoint never does.

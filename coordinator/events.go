@@ -61,7 +61,22 @@ type TaskFailed struct {
 	Failure control.Failure
 }
 
+// GCBacklog reports how many discards the owner took from Ready (Advance)
+// and has not finished deleting: released checkpoints, and what aborted
+// checkpoints and refused acks left (Flink's number of cleaning
+// checkpoints). While it is above Config.MaxConcurrent no periodic
+// checkpoint is triggered (Flink's CheckpointRequestDecider, FLINK-17073),
+// so that checkpoint storage cannot grow faster than the object store
+// deletes; a due trigger waits, and fires at the first Tick after the
+// backlog is back within the bound. Savepoints are not held back. The owner
+// reports the backlog whenever it changes; a new or restored core starts
+// at 0.
+type GCBacklog struct {
+	Discards int
+}
+
 func (TaskFailed) isEvent()       {}
+func (GCBacklog) isEvent()        {}
 func (Acknowledge) isEvent()      {}
 func (Decline) isEvent()          {}
 func (Assign) isEvent()           {}

@@ -199,6 +199,9 @@ func fmtStatus(s Status) string {
 	if len(s.Skip) > 0 {
 		fmt.Fprintf(&b, " skip=(%s)", fmtPositions(s.Skip))
 	}
+	if s.GCBacklog > 0 || s.HeldByGC {
+		fmt.Fprintf(&b, " gc_backlog=%d held_by_gc=%v", s.GCBacklog, s.HeldByGC)
+	}
 	b.WriteString("\n")
 	for _, p := range s.Pending {
 		fmt.Fprintf(&b, "pending %d %s remaining=%d expires=%s", p.ID, p.Kind, p.Remaining, rel(p.Deadline))
@@ -435,6 +438,11 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		} else {
 			err = h.step(MetadataWritten{ID: id, Location: argString(d, "at", fmt.Sprintf("chk-%d/_metadata", id))})
 		}
+		return errOut(err) + h.delta()
+
+	case "gc-backlog":
+		// The owner's report of discards it has not finished deleting.
+		err := h.step(GCBacklog{Discards: argInt(t, d, "discards", 0)})
 		return errOut(err) + h.delta()
 
 	case "ready":

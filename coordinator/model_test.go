@@ -34,6 +34,7 @@ type model struct {
 	lastCompletion        time.Time
 	nextTrigger           time.Time
 	scheduled             bool
+	gcBacklog             int // the last GCBacklog report
 
 	out []string // everything emitted, formatted
 }
@@ -179,7 +180,9 @@ func (m *model) tick(now time.Time) {
 			periodic++
 		}
 	}
-	if periodic < m.cfg.MaxConcurrent {
+	// Flink's CheckpointRequestDecider: no periodic trigger while more
+	// than max_concurrent checkpoints are being cleaned up.
+	if periodic < m.cfg.MaxConcurrent && m.gcBacklog <= m.cfg.MaxConcurrent {
 		m.trigger(control.KindCheckpoint)
 	}
 }

@@ -327,6 +327,11 @@ func TestPropertyCoreMatchesModel(t *testing.T) {
 					r.compare(t, fmt.Sprintf("running %d %s", gen, task), r.c.Step(TaskRunning{Gen: gen, Task: task}), nil)
 				}
 			},
+			"gcBacklog": func(t *rapid.T) {
+				n := rapid.IntRange(0, 4).Draw(t, "gc_backlog")
+				r.m.gcBacklog = n
+				r.compare(t, fmt.Sprintf("gc-backlog %d", n), r.c.Step(GCBacklog{Discards: n}), nil)
+			},
 			"rebuild": func(t *rapid.T) {
 				// A failover that replays the whole history: the rebuilt
 				// core takes over and must go on like the model.
@@ -341,6 +346,7 @@ func TestPropertyCoreMatchesModel(t *testing.T) {
 				// the owner would by starting from the same point.
 				c.phase, c.notRunning, c.waitingFor = r.c.phase, r.c.notRunning, r.c.waitingFor
 				c.scheduled, c.nextTrigger = r.c.scheduled, r.c.nextTrigger
+				c.gcBacklog = r.c.gcBacklog
 				r.c = c
 			},
 		})

@@ -318,26 +318,15 @@ func (r *Registry) CollectGarbage(ctx context.Context, olderThan time.Time, dead
 	return deleted, errors.Join(errs...)
 }
 
-// deleteConcurrency is how many deletes a Registry runs at once: a release
-// deletes a few objects per task, and one at a time a slow store would fall
-// behind a short checkpoint interval.
-const deleteConcurrency = 8
-
-// deleteEach deletes every object of objs, deleteConcurrency at a time, and
-// returns each one's error, in the order of objs. A failure stops nothing.
+// deleteEach deletes every object of objs (objstore.Store.DeleteEach, a
+// bounded number at once) and returns each one's error, in the order of
+// objs. A failure stops nothing.
 func (r *Registry) deleteEach(ctx context.Context, objs []objstore.Object) []error {
-	errs := make([]error, len(objs))
-	sem := make(chan struct{}, deleteConcurrency)
-	var wg sync.WaitGroup
+	keys := make([]string, len(objs))
 	for i, o := range objs {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = r.store.Delete(ctx, o.Key)
-		})
+		keys[i] = o.Key
 	}
-	wg.Wait()
-	return errs
+	return r.store.DeleteEach(ctx, keys)
 }
 
 // clockKey is the object StoreTime writes. It lies outside shared/, chk-*/

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator"
@@ -129,7 +132,9 @@ func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (sta
 	if g.reg.Registered(id) {
 		return del, nil // completed after all: it keeps everything
 	}
-	var prefixes []string
+	// One listing of chk-<n>/ serves every handle; a savepoint's _metadata
+	// lies elsewhere and is looked up by itself.
+	var prefixes, lists []string
 	for _, h := range d.Handles {
 		n, ok := objstore.ParseCheckpointKey(h)
 		task, isManifest := strings.CutSuffix(h, ".manifest")
@@ -138,31 +143,46 @@ func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (sta
 		}
 		prefixes = append(prefixes, task+"/", h)
 	}
+	if len(d.Handles) > 0 || d.Metadata == objstore.MetadataKey(id) {
+		lists = append(lists, objstore.CheckpointPrefix(id))
+	}
 	if d.Metadata != "" {
-		if d.Metadata != objstore.MetadataKey(id) && !(strings.HasPrefix(d.Metadata, "savepoints/") && strings.HasSuffix(d.Metadata, "/_metadata")) {
-			return del, fmt.Errorf("discard checkpoint %d: %q is no metadata object", id, d.Metadata)
+		if d.Metadata != objstore.MetadataKey(id) {
+			if !strings.HasPrefix(d.Metadata, "savepoints/") || !strings.HasSuffix(d.Metadata, "/_metadata") {
+				return del, fmt.Errorf("discard checkpoint %d: %q is no metadata object", id, d.Metadata)
+			}
+			lists = append(lists, d.Metadata)
 		}
 		prefixes = append(prefixes, d.Metadata)
 	}
 	var errs []error
-	for _, p := range prefixes {
-		objs, err := g.store.List(ctx, p)
+	var victims []objstore.Object
+	for _, l := range lists {
+		objs, err := g.store.List(ctx, l)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		for _, o := range objs {
-			if o.Key != p && !strings.HasSuffix(p, "/") {
-				continue // a longer key that merely starts with p
-			}
-			if err := g.store.Delete(ctx, o.Key); err != nil {
-				del.Failed++
-				errs = append(errs, err)
-				continue
-			}
-			del.Keys = append(del.Keys, o.Key)
-			del.Bytes += o.Size
+		victims = append(victims, slices.DeleteFunc(objs, func(o objstore.Object) bool {
+			return !slices.ContainsFunc(prefixes, func(p string) bool {
+				// A prefix ending in / names a directory; any other, one
+				// key (not a longer key that merely starts with it).
+				return o.Key == p || (strings.HasSuffix(p, "/") && strings.HasPrefix(o.Key, p))
+			})
+		})...)
+	}
+	keys := make([]string, len(victims))
+	for i, o := range victims {
+		keys[i] = o.Key
+	}
+	for i, err := range g.store.DeleteEach(ctx, keys) {
+		if err != nil {
+			del.Failed++
+			errs = append(errs, err)
+			continue
 		}
+		del.Keys = append(del.Keys, victims[i].Key)
+		del.Bytes += victims[i].Size
 	}
 	return del, errors.Join(errs...)
 }
@@ -200,22 +220,73 @@ type gcWork struct {
 
 // gcQueue hands work from Run's goroutine to the gc goroutine. It has no
 // bound, so that Run never waits for the object store and never drops a
-// registration: items are small and come once per checkpoint.
+// registration: items are small and come once per checkpoint. The core
+// keeps it short instead: it counts the discards queued or running (the gc
+// backlog), and the core triggers no periodic checkpoint while that count
+// exceeds max_concurrent (coordinator.GCBacklog).
 type gcQueue struct {
 	mu     sync.Mutex
 	items  []gcWork
 	closed bool // no more items: pop returns false once empty
-	wake   chan struct{}
+	// discards counts the gcDiscard items pushed and not finished.
+	discards int
+	wake     chan struct{}
+	// progress is signalled when a discard finishes, so that Run tells the
+	// core at once rather than at its next tick.
+	progress chan struct{}
+	// backlog is the process's weir_checkpoint_gc_backlog: the queue of a
+	// term that ended may still drain beside the next term's.
+	backlog prometheus.Gauge
 }
 
-func newGCQueue() *gcQueue { return &gcQueue{wake: make(chan struct{}, 1)} }
+func newGCQueue(backlog prometheus.Gauge) *gcQueue {
+	return &gcQueue{wake: make(chan struct{}, 1), progress: make(chan struct{}, 1), backlog: backlog}
+}
 
 func (q *gcQueue) push(w gcWork) {
 	q.mu.Lock()
 	q.items = append(q.items, w)
+	if w.kind == gcDiscard {
+		q.discards++
+		q.backlog.Inc()
+	}
 	q.mu.Unlock()
+	signal(q.wake)
+}
+
+// pending returns the number of discards queued or running.
+func (q *gcQueue) pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.discards
+}
+
+// discarded counts one discard as finished.
+func (q *gcQueue) discarded() {
+	q.mu.Lock()
+	q.discards--
+	q.backlog.Dec()
+	q.mu.Unlock()
+	signal(q.progress)
+}
+
+// abandon drops what the queue still holds (the term's drain timed out):
+// the next term's rebuild and collection find it.
+func (q *gcQueue) abandon() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, w := range q.items {
+		if w.kind == gcDiscard {
+			q.discards--
+			q.backlog.Dec()
+		}
+	}
+	q.items = nil
+}
+
+func signal(c chan struct{}) {
 	select {
-	case q.wake <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
@@ -225,10 +296,7 @@ func (q *gcQueue) close() {
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+	signal(q.wake)
 }
 
 // pop waits for the next item; false when ctx ended, or the queue is closed
@@ -259,6 +327,43 @@ func (q *gcQueue) pop(ctx context.Context) (gcWork, bool) {
 	}
 }
 
+// gcGate tells the core the gc backlog before every Tick, and logs when the
+// core holds periodic checkpoints back for it: at the first hold, and then
+// at most once per heldLogInterval, with how often it happened since. Run's
+// goroutine owns it.
+type gcGate struct {
+	q        *gcQueue
+	log      *slog.Logger
+	limit    int // max_concurrent, the core's bound
+	reported int
+	held     bool
+	loggedAt time.Time
+	holds    int // holds that began since the last log
+}
+
+// heldLogInterval is the least time between two "held back" logs: with a
+// store that is slow for good, every checkpoint waits a little.
+const heldLogInterval = time.Minute
+
+func (g *gcGate) tick(core *coordinator.Core, now time.Time) {
+	if n := g.q.pending(); n != g.reported {
+		// Never fails: n is not negative.
+		_ = core.Step(coordinator.GCBacklog{Discards: n})
+		g.reported = n
+	}
+	core.Tick(now)
+	held := core.HeldByGC()
+	if held && !g.held {
+		g.holds++
+		if g.loggedAt.IsZero() || now.Sub(g.loggedAt) >= heldLogInterval {
+			g.log.Warn("periodic checkpoints wait until checkpoint storage deletes what older ones left; the object store deletes slower than checkpoints complete",
+				"gc_backlog", g.reported, "max_concurrent", g.limit, "holds_since_last_log", g.holds)
+			g.loggedAt, g.holds = now, 0
+		}
+	}
+	g.held = held
+}
+
 // gcLoop is the gc goroutine: it carries out the queue's items in order.
 // Rebuilds and registrations are retried until they succeed (or the term
 // ends): until checkpoint n is registered, nothing older may be released,
@@ -266,6 +371,7 @@ func (q *gcQueue) pop(ctx context.Context) (gcWork, bool) {
 // they miss, a later Release or CollectGarbage finds.
 func (r *Runner) gcLoop(ctx context.Context, log *slog.Logger, q *gcQueue) {
 	d := r.opts.Discarder
+	defer q.abandon()
 	for {
 		w, ok := q.pop(ctx)
 		if !ok {
@@ -298,6 +404,7 @@ func (r *Runner) gcLoop(ctx context.Context, log *slog.Logger, q *gcQueue) {
 			} else if w.discard.Reason == coordinator.DiscardReleased {
 				log.Debug("checkpoint released", "checkpoint_id", w.discard.ID, "objects", len(del.Keys), "bytes", del.Bytes)
 			}
+			q.discarded()
 		case gcCollect:
 			del, err := d.CollectGarbage(ctx, w.olderThan, w.deadUpTo)
 			r.metrics.observeDeleted("collected", del)

@@ -18,6 +18,8 @@ type metrics struct {
 	// Garbage collection: deleted objects and bytes by what they were
 	// (released, aborted, collected); failures by step.
 	gcObjects, gcBytes, gcFailures *prometheus.CounterVec
+	// gcBacklog counts the discards queued or running.
+	gcBacklog prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -55,6 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		gcFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "weir", Subsystem: "checkpoint",
 			Name: "gc_failures_total", Help: "Failed garbage-collection steps (rebuild, register, release, discard, collect); registrations are retried, deletes are retried by later steps."},
 			[]string{"what"}),
+		gcBacklog: g("gc_backlog", "Discards queued or running: released checkpoints, and what aborted checkpoints and refused acks left; while it exceeds max_concurrent, no periodic checkpoint is triggered."),
 	}
 	for _, what := range []string{"released", "aborted", "collected"} {
 		m.gcObjects.WithLabelValues(what)
@@ -69,7 +72,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, col := range []prometheus.Collector{m.triggered, m.completed, m.failed, m.aborted, m.restarts,
 		m.acks, m.generation, m.pending, m.lastCompleted, m.duration, m.alignment, m.stateBytes, m.uploadedBytes,
-		m.gcObjects, m.gcBytes, m.gcFailures} {
+		m.gcObjects, m.gcBytes, m.gcFailures, m.gcBacklog} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

@@ -18,8 +18,11 @@
 // goroutine reads the ack topic and hands records to Run over a channel; one
 // goroutine (gcLoop) owns the Discarder and carries out registrations,
 // discards and collections in order, from an unbounded queue, so that slow
-// deletes never hold up the core. Other goroutines talk to the core only
-// through Submit.
+// deletes never hold up the core's loop. The queue stays short all the same:
+// before every Tick, Run tells the core how many discards are queued or
+// running (coordinator.GCBacklog), and the core triggers no periodic
+// checkpoint while they exceed max_concurrent. Other goroutines talk to the
+// core only through Submit.
 package runner
 
 import (
@@ -190,7 +193,8 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	gc := newGCQueue()
+	gc := newGCQueue(r.metrics.gcBacklog)
+	gate := &gcGate{q: gc, log: log, limit: r.opts.Core.MaxConcurrent}
 	if r.opts.Discarder != nil {
 		gc.push(gcWork{kind: gcRebuild, completed: retainedCompletes(history, st.Completed)})
 		// The gc goroutine outlives the term briefly: on the way out it
@@ -229,13 +233,17 @@ func (r *Runner) Run(ctx context.Context) error {
 			// The core knows only the time it is told: tell it before each
 			// event, so that completion times and durations are exact
 			// rather than rounded to the tick.
-			core.Tick(r.opts.Now())
+			gate.tick(core, r.opts.Now())
 			s.done <- core.Step(s.ev)
 		case m := <-acks:
-			core.Tick(r.opts.Now())
+			gate.tick(core, r.opts.Now())
 			r.stepAck(core, m)
 		case <-ticker.C:
-			core.Tick(r.opts.Now())
+			gate.tick(core, r.opts.Now())
+		case <-gc.progress:
+			// A discard finished: a periodic trigger held back for the
+			// backlog may go now.
+			gate.tick(core, r.opts.Now())
 		}
 		for core.HasReady() {
 			rd := core.Ready()

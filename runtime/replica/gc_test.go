@@ -3,6 +3,8 @@ package replica_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,11 +26,15 @@ import (
 // few hundred checkpoints (checkpoint.interval 20ms, retained 3), stops the
 // replica that holds the coordinator role halfway (the other takes over and
 // rebuilds the shared-file registry from the commit topic), and then checks
-// the object store: only the retained checkpoints (plus what in-flight ones
-// may leave) have objects under chk-*/, the object count stays under a bound
-// derived from retained × tasks × files per task snapshot, every object
-// every retained manifest refers to exists, and the leftovers of a killed
-// task planted before the failover were collected after the new generation.
+// the object store. All along, the checkpoints with objects under chk-*/
+// stay bounded (sampled every 200ms): an object store that deletes slower
+// than checkpoints complete holds periodic checkpoints back, rather than
+// fall behind. At the end, only the retained checkpoints (plus what
+// in-flight ones may leave) have objects under chk-*/, the object count
+// stays under a bound derived from retained × tasks × files per task
+// snapshot, every object every retained manifest refers to exists, and the
+// leftovers of a killed task planted before the failover were collected
+// after the new generation.
 // On file:// and on the real S3 server, on kfake and the real broker.
 func TestRetentionKeepsStorageBounded(t *testing.T) {
 	for _, storage := range []string{"file", "s3"} {
@@ -52,6 +58,21 @@ const (
 	gcMaxConcurrent = 1
 	// gcCheckpoints is how many checkpoints each half of the run completes.
 	gcCheckpoints = 100
+	// gcBacklogBound bounds weir_checkpoint_gc_backlog, the discards
+	// queued or running: the coordinator triggers no periodic checkpoint
+	// while more than max_concurrent are, and each checkpoint in flight at
+	// a trigger adds at most one when it completes.
+	gcBacklogBound = 2 * gcMaxConcurrent
+	// gcSampledBound bounds the checkpoints with objects under chk-*/ at
+	// any time of the run: the retained ones; those in flight and those
+	// released whose deletion has not finished (together at most
+	// gcBacklogBound, as above); around the failover, the old generation's
+	// in-flight ones, which the collection after the new generation
+	// deletes; and one for the listing, which is no snapshot (a checkpoint
+	// deleted early in it and one created late in it both show).
+	// gcPlantedID is the checkpoint of the planted leftover.
+	gcPlantedID    = 1 << 40
+	gcSampledBound = gcRetained + gcBacklogBound + gcMaxConcurrent + 1
 )
 
 func testRetention(t *testing.T, c *kafkatest.Cluster, storageURL string) {
@@ -101,12 +122,16 @@ process: {replica_id: %s, grace_period: 10s}
 	b := startReplica(ctx, t, "b", yaml("b"))
 	replicas := []*testReplica{a, b}
 	waitReady(t, a.Replica, b.Replica)
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	samples := make(chan chkSamples, 1)
+	go func() { samples <- sampleChkDirs(sampleCtx, store, replicas) }()
+	defer stopSampling()
 	waitCompleted(ctx, t, gcCheckpoints, a, b)
 
 	// What a task killed mid-upload leaves: a shared file and a manifest of
 	// a checkpoint that never completes. No retained checkpoint refers to
 	// them, so the collection after the next generation must delete them.
-	planted := []string{objstore.SharedKey("main-0", "999999.sst"), objstore.TaskManifestKey(1<<40, "main-0")}
+	planted := []string{objstore.SharedKey("main-0", "999999.sst"), objstore.TaskManifestKey(gcPlantedID, "main-0")}
 	for _, k := range planted {
 		if err := store.Put(ctx, k, []byte("left behind by a killed task")); err != nil {
 			t.Fatal(err)
@@ -132,11 +157,24 @@ process: {replica_id: %s, grace_period: 10s}
 		t.Fatal("the surviving replica did not take the coordinator role")
 	}
 	stopProducing()
-	// Deletes run behind the checkpoints, on their own goroutine: on a
-	// loaded machine the real S3 server fell some checkpoints behind. The
-	// bound is on what the collector leaves once it has caught up, so let
-	// it (the job keeps checkpointing meanwhile), then stop.
-	waitChkDirs(ctx, t, store, gcRetained+gcMaxConcurrent, time.Minute)
+	stopSampling()
+	sampled := <-samples
+	t.Logf("sampled %d times while the job ran (%d listings failed, last: %v): at most %d checkpoints with objects under chk-*/ (bound %d), gc backlog at most %.0f (bound %d); %s",
+		sampled.n, sampled.listErrs, sampled.lastListErr, sampled.maxDirs, gcSampledBound, sampled.maxBacklog, gcBacklogBound, sampled.histogram())
+	if sampled.err != nil {
+		t.Fatal(sampled.err)
+	}
+	if sampled.maxBacklog > gcBacklogBound {
+		t.Errorf("deletion fell behind: weir_checkpoint_gc_backlog reached %.0f, want at most %d (2 × max_concurrent)",
+			sampled.maxBacklog, gcBacklogBound)
+	}
+	if sampled.maxDirs > gcSampledBound {
+		t.Errorf("deletion fell behind: %d checkpoints had objects under chk-*/ at once (%v), want at most %d (retained %d + in flight or being deleted %d + the old generation's %d + 1 for the listing)",
+			sampled.maxDirs, sampled.maxAt, gcSampledBound, gcRetained, gcBacklogBound, gcMaxConcurrent)
+	}
+	if sampled.n < 20 || sampled.n < 3*sampled.listErrs {
+		t.Errorf("only %d samples of chk-*/; %d listings failed", sampled.n, sampled.listErrs)
+	}
 	survivor.stop()
 
 	checkStorage(ctx, t, c, store, job, planted)
@@ -151,27 +189,79 @@ process: {replica_id: %s, grace_period: 10s}
 		counterValue(t, survivor.reg, "weir_checkpoint_gc_deleted_objects_total", "collected"))
 }
 
-// waitChkDirs waits up to timeout until at most n checkpoints have objects
-// under chk-*/; checkStorage then checks the bound for good.
-func waitChkDirs(ctx context.Context, t *testing.T, store *objstore.Store, n int, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
+// chkSamples is what sampleChkDirs saw.
+type chkSamples struct {
+	n, maxDirs int
+	maxAt      []int64 // the checkpoints of the sample with maxDirs
+	counts     map[int]int
+	maxBacklog float64 // weir_checkpoint_gc_backlog, the highest of any replica
+	err        error
+	// listErrs counts listings that failed (and were skipped).
+	listErrs    int
+	lastListErr error
+}
+
+func (s chkSamples) histogram() string {
+	var b strings.Builder
+	b.WriteString("checkpoints with objects: samples")
+	for d := 0; d <= s.maxDirs; d++ {
+		if s.counts[d] > 0 {
+			fmt.Fprintf(&b, " %d:%d", d, s.counts[d])
+		}
+	}
+	return b.String()
+}
+
+// sampleChkDirs counts, every 200ms until ctx ends, the checkpoints with
+// objects under chk-*/ (the planted leftover's aside) and reads the
+// replicas' gc backlog gauges.
+func sampleChkDirs(ctx context.Context, store *objstore.Store, rs []*testReplica) chkSamples {
+	s := chkSamples{counts: map[int]int{}}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
 	for {
-		objs, err := store.List(ctx, "")
+		select {
+		case <-ctx.Done():
+			return s
+		case <-tick.C:
+		}
+		objs, err := store.List(ctx, "chk-")
+		if ctx.Err() != nil {
+			return s
+		}
 		if err != nil {
-			t.Fatal(err)
+			// Store.List retries what a listing beside deletes meets
+			// (objstore's file:// listing); should one fail after all,
+			// skip the sample (counted, and the count is bounded).
+			s.listErrs++
+			s.lastListErr = err
+			continue
 		}
 		dirs := map[int64]bool{}
 		for _, o := range objs {
-			if id, ok := objstore.ParseCheckpointKey(o.Key); ok {
+			if id, ok := objstore.ParseCheckpointKey(o.Key); ok && id != gcPlantedID {
 				dirs[id] = true
 			}
 		}
-		if len(dirs) <= n || time.Now().After(deadline) {
-			t.Logf("%d checkpoints have objects under chk-*/ before the stop", len(dirs))
-			return
+		s.n++
+		s.counts[len(dirs)]++
+		if len(dirs) > s.maxDirs {
+			s.maxDirs, s.maxAt = len(dirs), slices.Sorted(maps.Keys(dirs))
 		}
-		time.Sleep(200 * time.Millisecond)
+		for _, r := range rs {
+			mfs, err := r.reg.Gather()
+			if err != nil {
+				s.err = err
+				return s
+			}
+			for _, mf := range mfs {
+				if mf.GetName() == "weir_checkpoint_gc_backlog" {
+					for _, m := range mf.GetMetric() {
+						s.maxBacklog = max(s.maxBacklog, m.GetGauge().GetValue())
+					}
+				}
+			}
+		}
 	}
 }
 

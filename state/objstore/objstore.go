@@ -30,6 +30,7 @@ import (
 	_ "gocloud.dev/blob/memblob"   // mem:// URLs, for tests
 	_ "gocloud.dev/blob/s3blob"    // s3:// URLs (AWS S3 and S3-compatible servers)
 	"gocloud.dev/gcerrors"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/weir-stream/weir/internal/retry"
 )
@@ -120,7 +121,8 @@ type Bucket interface {
 // closes b.
 func FromBlob(url string, b *blob.Bucket) Bucket {
 	u, err := neturl.Parse(url)
-	return blobBucket{b: b, smallCopy: err == nil && (u.Scheme == "file" || u.Scheme == "mem")}
+	return blobBucket{b: b, smallCopy: err == nil && (u.Scheme == "file" || u.Scheme == "mem"),
+		file: err == nil && u.Scheme == "file"}
 }
 
 type blobBucket struct {
@@ -130,6 +132,9 @@ type blobBucket struct {
 	// through a fresh 1 MiB buffer per object. The cloud drivers stream
 	// through their own uploaders, which blob.Bucket.Upload uses.
 	smallCopy bool
+	// file: fileblob reads a directory, then stats each entry, so a file
+	// deleted in between fails the listing with NotFound: List starts over.
+	file bool
 }
 
 func (b blobBucket) Upload(ctx context.Context, key string, r io.Reader, opts *blob.WriterOptions) error {
@@ -201,7 +206,26 @@ func (b blobBucket) Attributes(ctx context.Context, key string) (Object, error) 
 
 func (b blobBucket) Delete(ctx context.Context, key string) error { return b.b.Delete(ctx, key) }
 
+// fileListAttempts bounds how often List starts over at once on file://
+// when a file vanished during the listing.
+const fileListAttempts = 3
+
 func (b blobBucket) List(ctx context.Context, prefix string) ([]Object, error) {
+	for attempt := 1; ; attempt++ {
+		out, err := b.list(ctx, prefix)
+		if err == nil || !b.file || gcerrors.Code(err) != gcerrors.NotFound {
+			return out, err
+		}
+		if attempt == fileListAttempts {
+			// Deletes go on under the prefix: a transient error (not
+			// NotFound, which would say the bucket is missing), which
+			// Store.List retries with backoff.
+			return nil, fmt.Errorf("files vanished during the listing: %v", err)
+		}
+	}
+}
+
+func (b blobBucket) list(ctx context.Context, prefix string) ([]Object, error) {
 	var out []Object
 	it := b.b.List(&blob.ListOptions{Prefix: prefix})
 	for {
@@ -490,6 +514,28 @@ func (s *Store) List(ctx context.Context, prefix string) ([]Object, error) {
 		return nil
 	})
 	return out, err
+}
+
+// DeleteConcurrency is how many deletes DeleteEach runs at once. Deleting
+// is one request per object; one at a time, a store with tens of
+// milliseconds per request falls behind a short checkpoint interval.
+const DeleteConcurrency = 16
+
+// DeleteEach deletes every key, DeleteConcurrency at a time, and returns
+// each one's error (nil for a missing object), in the order of keys. A
+// failure stops nothing.
+func (s *Store) DeleteEach(ctx context.Context, keys []string) []error {
+	errs := make([]error, len(keys))
+	var g errgroup.Group
+	g.SetLimit(DeleteConcurrency)
+	for i, k := range keys {
+		g.Go(func() error {
+			errs[i] = s.Delete(ctx, k)
+			return nil
+		})
+	}
+	_ = g.Wait() // every error is in errs
+	return errs
 }
 
 // DeletePrefix removes every object whose key starts with prefix, first

@@ -1,0 +1,184 @@
+package runner_test
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/coordinator"
+	"github.com/weir-stream/weir/coordinator/runner"
+	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/state"
+)
+
+// stuckDiscarder is a Discarder whose discards wait until open is closed:
+// an object store that deletes slower than checkpoints complete.
+type stuckDiscarder struct {
+	open     chan struct{}
+	mu       sync.Mutex
+	released []uint64
+}
+
+func (d *stuckDiscarder) Rebuild(context.Context, []control.Complete) error { return nil }
+func (d *stuckDiscarder) Register(context.Context, control.Complete) error  { return nil }
+func (d *stuckDiscarder) Clock(context.Context) (time.Time, error)          { return time.Now(), nil }
+func (d *stuckDiscarder) CollectGarbage(context.Context, time.Time, uint64) (state.Deleted, error) {
+	return state.Deleted{}, nil
+}
+
+func (d *stuckDiscarder) Discard(ctx context.Context, dis coordinator.Discard) (state.Deleted, error) {
+	select {
+	case <-d.open:
+	case <-ctx.Done():
+		return state.Deleted{}, ctx.Err()
+	}
+	d.mu.Lock()
+	d.released = append(d.released, dis.ID)
+	d.mu.Unlock()
+	return state.Deleted{Keys: []string{dis.Metadata}}, nil
+}
+
+// countingHandler counts log records whose message contains substr.
+type countingHandler struct {
+	slog.Handler
+	substr string
+	mu     *sync.Mutex
+	n      *int
+}
+
+func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.substr) {
+		h.mu.Lock()
+		*h.n++
+		h.mu.Unlock()
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	h.Handler = h.Handler.WithAttrs(as)
+	return h
+}
+
+func (h countingHandler) WithGroup(name string) slog.Handler {
+	h.Handler = h.Handler.WithGroup(name)
+	return h
+}
+
+// TestPeriodicCheckpointsWaitForDeletes: while the object store does not
+// finish deleting, the coordinator triggers periodic checkpoints only until
+// more than max_concurrent discards are queued (Flink's
+// CheckpointRequestDecider), says so once in its log and in
+// weir_checkpoint_gc_backlog; a savepoint still runs; once deletes finish,
+// periodic checkpoints go on.
+func TestPeriodicCheckpointsWaitForDeletes(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		e := newEnv(t, c)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		var mu sync.Mutex
+		held := 0
+		log := slog.New(countingHandler{Handler: e.log.Handler(), substr: "periodic checkpoints wait", mu: &mu, n: &held})
+		reg := prometheus.NewRegistry()
+		disc := &stuckDiscarder{open: make(chan struct{})}
+		r, err := runner.New(runner.Options{
+			Core: coordinator.Config{
+				Interval: 50 * time.Millisecond, Timeout: 20 * time.Second, MaxConcurrent: 1,
+				Retained: 2, Random: rand.New(rand.NewPCG(3, 3)),
+			},
+			Kafka: e.opts, Topics: e.topics, TransactionalID: e.txid,
+			Metadata:     runner.ObjectStoreMetadata{Store: e.store},
+			Discarder:    disc,
+			TickInterval: 10 * time.Millisecond,
+			Logger:       log, Registerer: reg,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &fakeTasks{e: e}
+		f.setRunner(r)
+		f.acking.Store(true)
+		tasksCtx, stopTasks := context.WithCancel(ctx)
+		tasksDone := make(chan error, 1)
+		go func() { tasksDone <- f.run(tasksCtx) }()
+		defer func() { stopTasks(); <-tasksDone }()
+		runCtx, stop := context.WithCancel(ctx)
+		runDone := make(chan error, 1)
+		go func() { runDone <- r.Run(runCtx) }()
+		defer func() {
+			stop()
+			if err := <-runDone; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		}()
+		assign(ctx, t, r)
+
+		// retained 2: checkpoint 3 releases 1, 4 releases 2. Neither
+		// discard finishes, so after 4 the backlog (2) exceeds
+		// max_concurrent (1) and nothing more is triggered.
+		waitFor(t, "four completed checkpoints", 30*time.Second, func() bool {
+			_, done, _ := e.history(ctx)
+			return len(done) >= 4
+		})
+		waitFor(t, "gc backlog 2", 10*time.Second, func() bool { return gauge(t, reg, "weir_checkpoint_gc_backlog") >= 2 })
+		// 40 intervals: without the hold, 40 more checkpoints.
+		time.Sleep(2 * time.Second)
+		triggers, done, _ := e.history(ctx)
+		if len(done) != 4 || len(triggers) != 4 {
+			t.Fatalf("with discards stuck and max_concurrent 1: triggers %v, completes %v; want 4 of each", triggers, done)
+		}
+		if b := gauge(t, reg, "weir_checkpoint_gc_backlog"); b != 2 {
+			t.Errorf("weir_checkpoint_gc_backlog %v, want 2", b)
+		}
+		mu.Lock()
+		n := held
+		mu.Unlock()
+		if n != 1 {
+			t.Errorf("logged %d times that periodic checkpoints wait, want once", n)
+		}
+
+		// A savepoint is not held back.
+		if err := r.Submit(ctx, coordinator.RequestSavepoint{Kind: control.KindSavepoint, Target: "sp"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the savepoint", 30*time.Second, func() bool {
+			_, done, _ := e.history(ctx)
+			return len(done) == 5
+		})
+
+		// The store catches up: the backlog empties, checkpoints go on.
+		close(disc.open)
+		waitFor(t, "more periodic checkpoints", 30*time.Second, func() bool {
+			_, done, _ := e.history(ctx)
+			return len(done) >= 8
+		})
+		waitFor(t, "gc backlog within max_concurrent", 10*time.Second, func() bool { return gauge(t, reg, "weir_checkpoint_gc_backlog") <= 1 })
+		disc.mu.Lock()
+		t.Logf("released %v; held back %d time(s)", disc.released, n)
+		disc.mu.Unlock()
+	})
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
