@@ -47,4 +47,3 @@ func (k *cliKafka) done(err error) error {
 	k.cancel(nil)
 	return k.conn.Explain(err)
 }
-
