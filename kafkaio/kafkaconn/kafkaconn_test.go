@@ -2,12 +2,12 @@ package kafkaconn_test
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -105,16 +105,6 @@ func wantFailure(t *testing.T, c *kafkaconn.Conn, kind kafkaconn.Kind, secret st
 	t.Logf("after %v: %s", took.Round(time.Millisecond), msg)
 }
 
-// unsecuredJWT is a token Kafka's default OAUTHBEARER validator accepts:
-// alg none, a subject, an expiry.
-func unsecuredJWT(sub string, ttl time.Duration) string {
-	enc := base64.RawURLEncoding
-	h := enc.EncodeToString([]byte(`{"alg":"none"}`))
-	now := time.Now()
-	p, _ := json.Marshal(map[string]any{"sub": sub, "iat": now.Unix(), "exp": now.Add(ttl).Unix(), "scope": "kafka"})
-	return h + "." + enc.EncodeToString(p) + "."
-}
-
 // tokenServer is an OIDC token endpoint for the client-credentials grant
 // that issues unsecured JWTs to client weir with secret want.
 func tokenServer(t *testing.T, want string) (*httptest.Server, *atomic.Int32) {
@@ -135,7 +125,7 @@ func tokenServer(t *testing.T, want string) (*httptest.Server, *atomic.Int32) {
 			fmt.Fprint(w, `{"error":"invalid_client","error_description":"client authentication failed"}`)
 			return
 		}
-		fmt.Fprintf(w, `{"access_token":%q,"token_type":"Bearer","expires_in":3600}`, unsecuredJWT("weir", time.Hour))
+		fmt.Fprintf(w, `{"access_token":%q,"token_type":"Bearer","expires_in":3600}`, kafkatest.UnsecuredJWT("weir", time.Now().Add(time.Hour)))
 	}))
 	t.Cleanup(srv.Close)
 	return srv, &calls
@@ -181,6 +171,18 @@ func TestSecuredKfake(t *testing.T) {
 		conn := newConn(t, config.Kafka{Brokers: c.Brokers, TLS: config.TLS{Enabled: true, CAFile: ca.CAFile, CertFile: cert, KeyFile: key, ServerName: "wrong.example"}, SASL: scram})
 		wantFailure(t, conn, kafkaconn.KindTLS, "", `is not valid for "wrong.example"`, "kafka.tls.server_name")
 	})
+	t.Run("expired broker certificate", func(t *testing.T) {
+		certFile, keyFile := ca.MintCert(t, kafkatest.CertOptions{CommonName: "kfake-expired",
+			NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour),
+			DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expired := kafkatest.NewKfake(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}))
+		conn := newConn(t, config.Kafka{Brokers: expired.Brokers, TLS: config.TLS{Enabled: true, CAFile: ca.CAFile}})
+		wantFailure(t, conn, kafkaconn.KindTLS, "", "TLS handshake with broker "+expired.Brokers[0], `subject "CN=kfake-expired"`, "has expired or is not yet valid")
+	})
 	t.Run("plaintext client", func(t *testing.T) {
 		conn := newConn(t, config.Kafka{Brokers: c.Brokers, SASL: scram})
 		wantFailure(t, conn, kafkaconn.KindProtocol, "", "connections in a row", "kafka.tls.enabled")
@@ -203,7 +205,7 @@ func TestSecuredRealBroker(t *testing.T) {
 		{"PLAIN", config.SASL{Mechanism: config.SASLPlain, Username: kafkatest.User, PasswordFile: writeFile(t, "pw", kafkatest.PlainPassword)}},
 		{"SCRAM-SHA-256", config.SASL{Mechanism: config.SASLScram256, Username: kafkatest.User, Password: kafkatest.SCRAMPassword}},
 		{"SCRAM-SHA-512", config.SASL{Mechanism: config.SASLScram512, Username: kafkatest.User, PasswordFile: writeFile(t, "pw", kafkatest.SCRAMPassword+"\n")}},
-		{"OAUTHBEARER token file", config.SASL{Mechanism: config.SASLOAuthBearer, TokenFile: writeFile(t, "token", unsecuredJWT("weir", time.Hour))}},
+		{"OAUTHBEARER token file", config.SASL{Mechanism: config.SASLOAuthBearer, TokenFile: writeFile(t, "token", kafkatest.UnsecuredJWT("weir", time.Now().Add(time.Hour)))}},
 	}
 	for _, tc := range ok {
 		t.Run(tc.name, func(t *testing.T) {
