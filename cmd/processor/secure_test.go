@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -58,15 +57,7 @@ func eachSecured(t *testing.T, fn func(t *testing.T, s securedCluster)) {
 // securedOpts are franz-go options for the test's own clients.
 func securedOpts(t *testing.T, caFile, user, pw string) []kgo.Opt {
 	t.Helper()
-	b, err := os.ReadFile(caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		t.Fatal("no CA certificate")
-	}
-	return []kgo.Opt{kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}),
+	return []kgo.Opt{kgo.DialTLSConfig(&tls.Config{RootCAs: kafkatest.CAPool(t, caFile), MinVersion: tls.VersionTLS12}),
 		kgo.SASL(scram.Auth{User: user, Pass: pw}.AsSha512Mechanism())}
 }
 

@@ -309,3 +309,37 @@ func writeFiles(files map[string][]byte) error {
 	}
 	return errors.Join(errs...)
 }
+
+// SwapIn copies each source file (key) over its destination (value)
+// through a rename, as a renewed Kubernetes Secret or cert-manager
+// certificate reaches a pod: a reader sees the old file or the new one,
+// never half of either.
+func SwapIn(t testing.TB, files map[string]string) {
+	t.Helper()
+	for src, dst := range files {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatalf("kafkatest: %v", err)
+		}
+		if err := os.WriteFile(dst+".new", b, 0o600); err != nil {
+			t.Fatalf("kafkatest: %v", err)
+		}
+		if err := os.Rename(dst+".new", dst); err != nil {
+			t.Fatalf("kafkatest: %v", err)
+		}
+	}
+}
+
+// CAPool returns the pool of the CA certificates in caFile.
+func CAPool(t testing.TB, caFile string) *x509.CertPool {
+	t.Helper()
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatalf("kafkatest: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		t.Fatalf("kafkatest: %s holds no certificate", caFile)
+	}
+	return pool
+}

@@ -284,23 +284,8 @@ func TestCertificateFilesReadAgain(t *testing.T) {
 	s := kafkatest.NewSecure(t)
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	install := func(cert, key string) {
-		t.Helper()
-		for src, dst := range map[string]string{cert: certFile, key: keyFile} {
-			b, err := os.ReadFile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// As cert-manager's renewal reaches a pod: a new file swapped in.
-			tmp := dst + ".new"
-			if err := os.WriteFile(tmp, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(tmp, dst); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	// As cert-manager's renewal reaches a pod: new files swapped in.
+	install := func(cert, key string) { kafkatest.SwapIn(t, map[string]string{cert: certFile, key: keyFile}) }
 	install(s.ClientCertFile, s.ClientKeyFile)
 	conn := newConn(t, config.Kafka{Brokers: s.MTLS, TLS: config.TLS{Enabled: true, CAFile: s.CAFile, CertFile: certFile, KeyFile: keyFile}})
 	if err := reach(t, conn); err != nil {

@@ -3,7 +3,6 @@ package replica_test
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -104,15 +103,7 @@ func TestClientCertificateRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caPEM, err := os.ReadFile(ca.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		t.Fatal("no CA certificate")
-	}
-	clientTLS := &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+	clientTLS := &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: kafkatest.CAPool(t, ca.CAFile), MinVersion: tls.VersionTLS12}
 	c.Opts = []kgo.Opt{kgo.DialTLSConfig(clientTLS), kgo.SASL(scram.Auth{User: user, Pass: password}.AsSha512Mechanism())}
 
 	job := kafkatest.Name(t, "rot")
@@ -121,21 +112,7 @@ func TestClientCertificateRotation(t *testing.T) {
 	c.CreateTopic(t, out, partitions, nil)
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	install := func(cert, key string) {
-		t.Helper()
-		for src, dst := range map[string]string{cert: certFile, key: keyFile} {
-			b, err := os.ReadFile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(dst+".new", b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(dst+".new", dst); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	install := func(cert, key string) { kafkatest.SwapIn(t, map[string]string{cert: certFile, key: keyFile}) }
 	oldCert, oldKey := ca.MintCert(t, kafkatest.CertOptions{CommonName: "weir-old"})
 	newCert, newKey := ca.MintCert(t, kafkatest.CertOptions{CommonName: "weir-new"})
 	install(oldCert, oldKey)
