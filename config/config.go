@@ -176,16 +176,6 @@ func SecretKeys() []string {
 	return []string{"kafka.sasl.password", "kafka.sasl.token", "kafka.sasl.oauth.client_secret"}
 }
 
-// Secrets returns the secret values of c that are set, for redaction.
-func (c *Config) Secrets() []string {
-	var out []string
-	for _, s := range []string{c.Kafka.SASL.Password, c.Kafka.SASL.Token, c.Kafka.SASL.OAuth.ClientSecret} {
-		if s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
-}
 
 // Checkpoint configures checkpointing (DESIGN.md section 5).
 type Checkpoint struct {
