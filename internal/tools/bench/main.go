@@ -57,6 +57,25 @@
 //     the coordinator's replica (restarted too) and for a SIGTERM of a
 //     replica (it leaves the group at once: no session timeout).
 //
+// With -tls the run measures what TLS and SASL cost instead (issue 11):
+// the raw pipe and the count job with the first -replicas entry, each over
+// the broker's plaintext listener and over its SASL_SSL listener with
+// SCRAM-SHA-512 (scripts/kafka.sh: -sasl-ssl-brokers and -tls-dir, from
+// the environment that `kafka.sh env` sets). The raw pipe's clients use
+// franz-go's own TLS (kgo.DialTLSConfig) and SCRAM (kgo.SASL); the job's
+// file gets kafka.tls (the test CA) and kafka.sasl (user weir, the password
+// in a file). Each runs twice per listener, in the order raw P, raw S,
+// job P, job S, job S, job P, raw S, raw P, so that the machine's drifting
+// load weighs on both alike, and each figure is over its two passes:
+// throughput, the SASL_SSL/plaintext ratios, the job against the raw pipe
+// over the same listener, and the CPU seconds per million records (µs per
+// record) of the measured processes (the replicas; for the raw pipe this
+// process, pipe and observer) and of the broker, over both listeners and
+// as a ratio. The admin client, the input, the observers and the
+// verification use the plaintext listener in both cases: the instruments
+// stay the same. -tls measures no latency or recovery (run without it for
+// those), and all four job outputs are verified.
+//
 // At the end the outputs of the headline job and of the last job are
 // verified with a read_committed consumer: for every key the counts must be
 // exactly 1..n, each once (exactly once) and in that order; the violations
@@ -73,7 +92,11 @@
 // and the work directory), and every process started is killed on exit. Run
 // it with `make bench` (ARGS=-short for a quick check) or:
 //
-//	make build && eval $(bash scripts/kafka.sh env) && go run ./internal/tools/bench -processor bin/processor [-short]
+//	make build && eval $(bash scripts/kafka.sh env) && go run ./internal/tools/bench -processor bin/processor [-short] [-tls]
+//
+// The replicas start without the WEIR_* variables of this process's
+// environment (`kafka.sh env` exports WEIR_KAFKA_BROKERS, which the
+// product would take over the job file's brokers).
 package main
 
 import (
