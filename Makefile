@@ -48,7 +48,7 @@ bench-kafkaio: ## Benchmark on the real broker: raw franz-go pipe vs Weir source
 	WEIR_SERVICES=kafka bash scripts/with-services.sh $(GO) run ./internal/tools/benchkafkaio $(ARGS)
 
 .PHONY: bench
-bench: build ## Product benchmark on the real broker: YAML count job vs raw franz-go pipe, checkpoint durations, e2e latency, recovery after kill -9 (ARGS=-short for a quick check)
+bench: build ## Product benchmark on the real broker: YAML count job vs raw franz-go pipe, checkpoint durations, e2e latency, recovery after kill -9 (ARGS=-short for a quick check; ARGS=-tls: plaintext vs SASL_SSL throughput and CPU)
 	WEIR_SERVICES=kafka bash scripts/with-services.sh $(GO) run ./internal/tools/bench -processor $(BIN)/processor $(ARGS)
 
 .PHONY: cloud-up cloud-down

@@ -65,7 +65,7 @@ func NewSecure(t testing.TB) *Secure {
 	if sasl == "" || mtls == "" || dir == "" {
 		fail("kafkatest: no secured real broker (%s, %s or %s unset); `make test` starts one (scripts/kafka.sh)", EnvSASLSSL, EnvMTLS, EnvTLSDir)
 	}
-	s := secureAt(strings.Split(sasl, ","), strings.Split(mtls, ","), dir)
+	s := SecureAt(strings.Split(sasl, ","), strings.Split(mtls, ","), dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	guess, err := s.ping(ctx)
@@ -82,11 +82,14 @@ func NewSecure(t testing.TB) *Secure {
 // TLS with the client certificate; each must answer metadata that
 // advertises the listener it was asked on. cmd/kafkawait runs it.
 func PingSecure(ctx context.Context, saslSSL, mtls []string, dir string) error {
-	_, err := secureAt(saslSSL, mtls, dir).ping(ctx)
+	_, err := SecureAt(saslSSL, mtls, dir).ping(ctx)
 	return err
 }
 
-func secureAt(saslSSL, mtls []string, dir string) *Secure {
+// SecureAt is the secured listeners at these addresses of a broker whose TLS
+// directory (WriteBrokerTLS) is dir, for programs that are not tests (the
+// benchmarks); it neither checks nor pings them.
+func SecureAt(saslSSL, mtls []string, dir string) *Secure {
 	return &Secure{
 		SASLSSL: saslSSL, MTLS: mtls, Dir: dir,
 		CAFile: filepath.Join(dir, caCertName), CAKeyFile: filepath.Join(dir, caKeyName),
@@ -105,9 +108,11 @@ func (s *Secure) ping(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("client certificate: %w", err)
 	}
-	scramAuth := scram.Auth{User: User, Pass: SCRAMPassword}.AsSha512Mechanism()
-	guess, err1 := pingAdvertised(ctx, "SASL_SSL (SCRAM-SHA-512)", s.SASLSSL,
-		kgo.DialTLSConfig(&tls.Config{RootCAs: pool}), kgo.SASL(scramAuth))
+	scramOpts, err := s.SCRAMOpts()
+	if err != nil {
+		return "", err
+	}
+	guess, err1 := pingAdvertised(ctx, "SASL_SSL (SCRAM-SHA-512)", s.SASLSSL, scramOpts...)
 	_, err2 := pingAdvertised(ctx, "mTLS", s.MTLS,
 		kgo.DialTLSConfig(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}))
 	return guess, errors.Join(err1, err2)
@@ -126,6 +131,20 @@ func pingAdvertised(ctx context.Context, what string, brokers []string, opts ...
 		}
 	}
 	return guess, nil
+}
+
+// SCRAMOpts returns the options of a plain franz-go client of the SASL_SSL
+// listener (without the seed brokers): TLS that trusts CAFile, and
+// SCRAM-SHA-512 as User.
+func (s *Secure) SCRAMOpts() ([]kgo.Opt, error) {
+	pool, err := s.caPool()
+	if err != nil {
+		return nil, err
+	}
+	return []kgo.Opt{
+		kgo.DialTLSConfig(&tls.Config{RootCAs: pool}),
+		kgo.SASL(scram.Auth{User: User, Pass: SCRAMPassword}.AsSha512Mechanism()),
+	}, nil
 }
 
 func (s *Secure) caPool() (*x509.CertPool, error) {

@@ -57,6 +57,25 @@
 //     the coordinator's replica (restarted too) and for a SIGTERM of a
 //     replica (it leaves the group at once: no session timeout).
 //
+// With -tls the run measures what TLS and SASL cost instead (issue 11):
+// the raw pipe and the count job with the first -replicas entry, each over
+// the broker's plaintext listener and over its SASL_SSL listener with
+// SCRAM-SHA-512 (scripts/kafka.sh: -sasl-ssl-brokers and -tls-dir, from
+// the environment that `kafka.sh env` sets). The raw pipe's clients use
+// franz-go's own TLS (kgo.DialTLSConfig) and SCRAM (kgo.SASL); the job's
+// file gets kafka.tls (the test CA) and kafka.sasl (user weir, the password
+// in a file). Each runs twice per listener, in the order raw P, raw S,
+// job P, job S, job S, job P, raw S, raw P, so that the machine's drifting
+// load weighs on both alike, and each figure is over its two passes:
+// throughput, the SASL_SSL/plaintext ratios, the job against the raw pipe
+// over the same listener, and the CPU seconds per million records (µs per
+// record) of the measured processes (the replicas; for the raw pipe this
+// process, pipe and observer) and of the broker, over both listeners and
+// as a ratio. The admin client, the input, the observers and the
+// verification use the plaintext listener in both cases: the instruments
+// stay the same. -tls measures no latency or recovery (run without it for
+// those), and all four job outputs are verified.
+//
 // At the end the outputs of the headline job and of the last job are
 // verified with a read_committed consumer: for every key the counts must be
 // exactly 1..n, each once (exactly once) and in that order; the violations
@@ -73,7 +92,11 @@
 // and the work directory), and every process started is killed on exit. Run
 // it with `make bench` (ARGS=-short for a quick check) or:
 //
-//	make build && eval $(bash scripts/kafka.sh env) && go run ./internal/tools/bench -processor bin/processor [-short]
+//	make build && eval $(bash scripts/kafka.sh env) && go run ./internal/tools/bench -processor bin/processor [-short] [-tls]
+//
+// The replicas start without the WEIR_* variables of this process's
+// environment (`kafka.sh env` exports WEIR_KAFKA_BROKERS, which the
+// product would take over the job file's brokers).
 package main
 
 import (
@@ -124,11 +147,16 @@ type config struct {
 	keep           bool
 	timeout        time.Duration
 	brokerPID      int
+	// -tls: the broker's SASL_SSL listener and TLS directory
+	// (scripts/kafka.sh).
+	tls     bool
+	saslSSL []string
+	tlsDir  string
 }
 
 func main() {
 	var c config
-	var brokers, replicas string
+	var brokers, replicas, saslSSL string
 	short := flag.Bool("short", false, "quick check: 100,000 records over 10,000 keys, 10s of latency input (overrides -records, -keys, -latency-duration)")
 	flag.StringVar(&c.processor, "processor", "bin/processor", "the processor binary (make build)")
 	flag.StringVar(&brokers, "brokers", os.Getenv(kafkatest.EnvBrokers), "comma-separated seed brokers (env "+kafkatest.EnvBrokers+")")
@@ -145,6 +173,9 @@ func main() {
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (job files, replica logs, state, checkpoints) and the topics")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.IntVar(&c.brokerPID, "broker-pid", 0, "broker process whose CPU time is reported (default: the pid file of scripts/kafka.sh, if found)")
+	flag.BoolVar(&c.tls, "tls", false, "measure TLS: the raw pipe and the headline count job over plaintext and over SASL_SSL with SCRAM-SHA-512, interleaved (no latency or recovery measurements)")
+	flag.StringVar(&saslSSL, "sasl-ssl-brokers", os.Getenv(kafkatest.EnvSASLSSL), "with -tls: comma-separated SASL_SSL listeners of the same broker (env "+kafkatest.EnvSASLSSL+")")
+	flag.StringVar(&c.tlsDir, "tls-dir", os.Getenv(kafkatest.EnvTLSDir), "with -tls: the broker's TLS directory, holding ca.pem (env "+kafkatest.EnvTLSDir+")")
 	flag.Parse()
 	if *short {
 		c.records, c.keys, c.latencyFor = 100_000, 10_000, 10*time.Second
@@ -164,6 +195,12 @@ func main() {
 	}
 	if c.partitions < 1 || c.records < c.partitions || c.keys < 1 {
 		errs = append(errs, fmt.Errorf("partitions %d, records %d, keys %d: want at least one record per partition and one key", c.partitions, c.records, c.keys))
+	}
+	if c.tls {
+		if saslSSL == "" || c.tlsDir == "" {
+			errs = append(errs, fmt.Errorf("tls: no SASL_SSL listener or TLS directory; set %s and %s (eval $(bash scripts/kafka.sh env)) or -sasl-ssl-brokers and -tls-dir", kafkatest.EnvSASLSSL, kafkatest.EnvTLSDir))
+		}
+		c.saslSSL = strings.Split(saslSSL, ",")
 	}
 	if c.rate < 100 {
 		errs = append(errs, fmt.Errorf("rate: %d, want at least 100 records/s", c.rate))
@@ -204,6 +241,9 @@ type bench struct {
 	in     string
 	topics []string
 	jobs   []string
+	// plain is the broker's plaintext listener; secured (-tls only) its
+	// SASL_SSL one.
+	plain, secured *transport
 
 	mu    sync.Mutex
 	procs []*proc // every process started, for the cleanup
@@ -211,6 +251,42 @@ type bench struct {
 	// perKey counts the input records per key, for the verification;
 	// preloadPerKey only those of the throughput input.
 	perKey, preloadPerKey map[string]int
+}
+
+// transport is how the raw pipe's clients and a job's replicas reach the
+// broker: its plaintext listener or (-tls) its SASL_SSL listener with
+// SCRAM-SHA-512. Everything else (the admin client, the input, the
+// observers, the verification) always uses the plaintext listener: the
+// instruments stay the same whichever listener the measured clients use.
+type transport struct {
+	name    string // in the human account
+	suffix  string // in result names, after raw_pipe or count_job
+	brokers []string
+	opts    []kgo.Opt // the raw pipe clients' TLS and SASL options
+	yaml    string    // the job's kafka.tls and kafka.sasl, indented under kafka:
+}
+
+// saslSSL is the transport over the SASL_SSL listener: franz-go's own TLS
+// and SCRAM-SHA-512 for the raw pipe, and for the job the kafka.tls and
+// kafka.sasl sections with the password in a file of the work directory.
+func (b *bench) saslSSL(ctx context.Context) (*transport, error) {
+	sec := kafkatest.SecureAt(b.c.saslSSL, nil, b.c.tlsDir)
+	opts, err := sec.SCRAMOpts()
+	if err != nil {
+		return nil, fmt.Errorf("SASL_SSL: %w", err)
+	}
+	if _, err := kafkatest.Ping(ctx, sec.SASLSSL, opts...); err != nil {
+		return nil, fmt.Errorf("SASL_SSL listener at %s (SCRAM-SHA-512 as %s): %w", strings.Join(sec.SASLSSL, ","), kafkatest.User, err)
+	}
+	pw := filepath.Join(b.dir, "scram-password")
+	if err := os.WriteFile(pw, []byte(kafkatest.SCRAMPassword), 0o600); err != nil {
+		return nil, err
+	}
+	return &transport{
+		name: "SASL_SSL (SCRAM-SHA-512)", suffix: "_sasl_ssl", brokers: sec.SASLSSL, opts: opts,
+		yaml: fmt.Sprintf("  tls: {enabled: true, ca_file: %s}\n  sasl: {mechanism: SCRAM-SHA-512, username: %s, password_file: %s}\n",
+			strconv.Quote(sec.CAFile), kafkatest.User, strconv.Quote(pw)),
+	}, nil
 }
 
 func run(ctx context.Context, c config) (err error) {
@@ -227,7 +303,8 @@ func run(ctx context.Context, c config) (err error) {
 	if err != nil {
 		return err
 	}
-	b := &bench{c: c, adm: kadm.NewClient(admCl), id: id, dir: dir, in: id + "-in", perKey: map[string]int{}}
+	b := &bench{c: c, adm: kadm.NewClient(admCl), id: id, dir: dir, in: id + "-in", perKey: map[string]int{},
+		plain: &transport{name: "plaintext", brokers: c.brokers}}
 	defer func() {
 		b.killAll()
 		if c.keep {
@@ -241,8 +318,16 @@ func run(ctx context.Context, c config) (err error) {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	benchutil.Info("%d records over %d keys, %d partitions, checkpoint every %v, exactly-once; replicas %v; session timeout %v; run %s; %d CPUs, load average %s",
-		c.records, c.keys, c.partitions, c.interval, c.replicas, c.sessionTimeout, id, runtime.NumCPU(), loadAvg())
+	if c.tls {
+		if b.secured, err = b.saslSSL(ctx); err != nil {
+			return err
+		}
+		benchutil.Info("-tls: %d records over %d keys, %d partitions, checkpoint every %v, exactly-once; the raw pipe and the count job with %d replica(s), each over plaintext (%s) and over %s (%s); run %s; %d CPUs, load average %s",
+			c.records, c.keys, c.partitions, c.interval, c.replicas[0], strings.Join(c.brokers, ","), b.secured.name, strings.Join(b.secured.brokers, ","), id, runtime.NumCPU(), loadAvg())
+	} else {
+		benchutil.Info("%d records over %d keys, %d partitions, checkpoint every %v, exactly-once; replicas %v; session timeout %v; run %s; %d CPUs, load average %s",
+			c.records, c.keys, c.partitions, c.interval, c.replicas, c.sessionTimeout, id, runtime.NumCPU(), loadAvg())
+	}
 
 	if err := b.createTopic(ctx, b.in); err != nil {
 		return err
@@ -253,17 +338,20 @@ func run(ctx context.Context, c config) (err error) {
 	if err := b.preload(ctx); err != nil {
 		return err
 	}
+	if c.tls {
+		return b.runTLS(ctx)
+	}
 
 	// 1. The raw pipe before and after the headline job (the machine's
 	// load drifts: its figure is over both passes), and the count job with
 	// each replica count; the last job stays running.
-	var rawWall time.Duration
-	raw := func(pass int) error {
-		w, err := b.rawPipe(ctx, pass)
-		rawWall += w
+	var raws []pass
+	raw := func(n int) error {
+		p, err := b.rawPipe(ctx, n, b.plain)
 		if err != nil {
 			return fmt.Errorf("raw pipe: %w", err)
 		}
+		raws = append(raws, p)
 		return nil
 	}
 	if err := raw(1); err != nil {
@@ -271,9 +359,13 @@ func run(ctx context.Context, c config) (err error) {
 	}
 	var last *job
 	var outputs []*job
-	var tputs []tput
+	var tputs []pass
 	for i, n := range c.replicas {
-		j, t, err := b.throughput(ctx, i, n)
+		ckpt := ""
+		if i == 0 {
+			ckpt = "checkpoint_duration"
+		}
+		j, t, err := b.throughput(ctx, i, n, b.plain, ckpt)
 		if err != nil {
 			return fmt.Errorf("count job, %d replica(s): %w", n, err)
 		}
@@ -291,26 +383,28 @@ func run(ctx context.Context, c config) (err error) {
 			}
 		}
 	}
-	rawRate := 2 * float64(c.records) / rawWall.Seconds()
+	rawRate := sum(raws).rate(c.records)
 	for i, t := range tputs {
 		suffix := ""
 		if i > 0 {
 			suffix = fmt.Sprintf("_%d_replicas", c.replicas[i])
 		}
-		benchutil.Result("count_job_throughput"+suffix, "%.0f", t.rate, "records/s")
+		rate := t.rate(c.records)
+		benchutil.Result("count_job_throughput"+suffix, "%.0f", rate, "records/s")
 		if i == 0 {
 			benchutil.Result("raw_pipe_throughput", "%.0f", rawRate, "records/s")
 		}
-		benchutil.Result("count_job_vs_raw_ratio"+suffix, "%.3f", t.rate/rawRate, "ratio")
-		if t.processing > 0 {
+		benchutil.Result("count_job_vs_raw_ratio"+suffix, "%.3f", rate/rawRate, "ratio")
+		if proc := t.processingRate(c.records); proc > 0 {
 			benchutil.Result("count_job_startup"+suffix, "%.2f", t.startup.Seconds(), "s")
-			benchutil.Result("count_job_processing_throughput"+suffix, "%.0f", t.processing, "records/s")
-			benchutil.Result("count_job_processing_vs_raw_ratio"+suffix, "%.3f", t.processing/rawRate, "ratio")
+			benchutil.Result("count_job_processing_throughput"+suffix, "%.0f", proc, "records/s")
+			benchutil.Result("count_job_processing_vs_raw_ratio"+suffix, "%.3f", proc/rawRate, "ratio")
 		}
 	}
 	benchutil.Info("load average now %s", loadAvg())
+	head, headProc := tputs[0].rate(c.records), tputs[0].processingRate(c.records)
 	benchutil.Info("headline: %d replica(s) %.0f records/s vs raw %.0f records/s: %.3f (goal >= 0.7); processing alone (first to last output written): %.0f records/s, %.3f of raw",
-		c.replicas[0], tputs[0].rate, rawRate, tputs[0].rate/rawRate, tputs[0].processing, tputs[0].processing/rawRate)
+		c.replicas[0], head, rawRate, head/rawRate, headProc, headProc/rawRate)
 
 	// 3. Latency on the last job.
 	if err := b.latency(ctx, last); err != nil {
@@ -329,30 +423,211 @@ func run(ctx context.Context, c config) (err error) {
 	// The last job first commits the output of the last input (a replica
 	// that stops aborts its open transactions), so it is verified before
 	// it stops. The headline job read exactly the preloaded input.
-	var vs []*verification
 	total := 0
 	for _, n := range b.perKey {
 		total += n
-	}
-	type output struct {
-		j      *job
-		perKey map[string]int
-		total  int
 	}
 	list := []output{{last, b.perKey, total}}
 	if outputs[0] != last {
 		list = append([]output{{outputs[0], b.preloadPerKey, c.records}}, list...)
 	}
-	for _, o := range list {
-		v, err := b.verify(ctx, o.j.out, o.perKey, o.total)
-		if err != nil {
-			return fmt.Errorf("verify %s: %w", o.j.name, err)
-		}
-		vs = append(vs, v)
+	vs, err := b.verifyOutputs(ctx, list)
+	if err != nil {
+		return err
 	}
 	if err := last.stopAll(); err != nil {
 		return err
 	}
+	return verdict(vs)
+}
+
+// runTLS is the rest of a -tls run: the raw pipe and the count job (the
+// first -replicas entry), each twice over plaintext and twice over
+// SASL_SSL, in the order
+//
+//	raw P, raw S, job P, job S, job S, job P, raw S, raw P
+//
+// so that a drift of the machine's load weighs on both transports alike;
+// each figure is over its two passes. Every job reads the preloaded input
+// and is stopped after its pass; all four outputs are verified at the end.
+func (b *bench) runTLS(ctx context.Context) error {
+	plain, secured := b.plain, b.secured
+	raws, tputs := map[*transport][]pass{}, map[*transport][]pass{}
+	var outputs []*job
+	order := []struct {
+		job bool
+		tr  *transport
+	}{{false, plain}, {false, secured}, {true, plain}, {true, secured}, {true, secured}, {true, plain}, {false, secured}, {false, plain}}
+	for i, step := range order {
+		if !step.job {
+			p, err := b.rawPipe(ctx, i+1, step.tr)
+			if err != nil {
+				return fmt.Errorf("raw pipe over %s: %w", step.tr.name, err)
+			}
+			raws[step.tr] = append(raws[step.tr], p)
+			continue
+		}
+		ckpt := ""
+		if len(tputs[step.tr]) == 0 {
+			ckpt = "checkpoint_duration" + step.tr.suffix
+		}
+		j, p, err := b.throughput(ctx, i, b.c.replicas[0], step.tr, ckpt)
+		if err != nil {
+			return fmt.Errorf("count job over %s: %w", step.tr.name, err)
+		}
+		outputs, tputs[step.tr] = append(outputs, j), append(tputs[step.tr], p)
+		if err := j.stopAll(); err != nil {
+			return err
+		}
+	}
+
+	n := b.c.records
+	rp, rs, jp, js := sum(raws[plain]), sum(raws[secured]), sum(tputs[plain]), sum(tputs[secured])
+	res := benchutil.Result
+	res("raw_pipe_throughput", "%.0f", rp.rate(n), "records/s")
+	res("raw_pipe_sasl_ssl_throughput", "%.0f", rs.rate(n), "records/s")
+	res("raw_pipe_sasl_ssl_vs_plaintext_ratio", "%.3f", rs.rate(n)/rp.rate(n), "ratio")
+	res("count_job_throughput", "%.0f", jp.rate(n), "records/s")
+	res("count_job_vs_raw_ratio", "%.3f", jp.rate(n)/rp.rate(n), "ratio")
+	res("count_job_sasl_ssl_throughput", "%.0f", js.rate(n), "records/s")
+	res("count_job_sasl_ssl_vs_plaintext_ratio", "%.3f", js.rate(n)/jp.rate(n), "ratio")
+	res("count_job_sasl_ssl_vs_raw_sasl_ssl_ratio", "%.3f", js.rate(n)/rs.rate(n), "ratio")
+	if pp, ps := jp.processingRate(n), js.processingRate(n); pp > 0 && ps > 0 {
+		res("count_job_startup", "%.2f", jp.startup.Seconds(), "s")
+		res("count_job_sasl_ssl_startup", "%.2f", js.startup.Seconds(), "s")
+		res("count_job_processing_throughput", "%.0f", pp, "records/s")
+		res("count_job_sasl_ssl_processing_throughput", "%.0f", ps, "records/s")
+		res("count_job_sasl_ssl_processing_vs_plaintext_ratio", "%.3f", ps/pp, "ratio")
+	}
+	// CPU seconds per million records (µs per record), over plaintext, over
+	// SASL_SSL, and their ratio.
+	cpu := func(prefix, what string, plain, secured pass, d func(pass) time.Duration) {
+		if d(plain) < 0 || d(secured) < 0 {
+			return
+		}
+		p, s := plain.cpuPerMillion(d(plain), n), secured.cpuPerMillion(d(secured), n)
+		res(prefix+what+"_cpu_per_million_records", "%.2f", p, "s")
+		res(prefix+"_sasl_ssl"+what+"_cpu_per_million_records", "%.2f", s, "s")
+		res(prefix+"_sasl_ssl"+what+"_cpu_vs_plaintext_ratio", "%.3f", s/p, "ratio")
+	}
+	procCPU := func(p pass) time.Duration { return p.cpu }
+	brokerCPU := func(p pass) time.Duration { return p.brokerCPU }
+	cpu("raw_pipe", "", rp, rs, procCPU)
+	cpu("raw_pipe", "_broker", rp, rs, brokerCPU)
+	cpu("count_job", "", jp, js, procCPU)
+	cpu("count_job", "_broker", jp, js, brokerCPU)
+
+	benchutil.Info("load average now %s", loadAvg())
+	benchutil.Info("SASL_SSL vs plaintext: raw pipe %.0f vs %.0f records/s (%.3f), count job %.0f vs %.0f records/s (%.3f); count job vs raw pipe: %.3f over plaintext, %.3f over SASL_SSL",
+		rs.rate(n), rp.rate(n), rs.rate(n)/rp.rate(n), js.rate(n), jp.rate(n), js.rate(n)/jp.rate(n), jp.rate(n)/rp.rate(n), js.rate(n)/rs.rate(n))
+	benchutil.Info("CPU per million records, plaintext -> SASL_SSL: raw pipe %s, its broker %s; count job replicas %s, their broker %s",
+		cpuChange(rp, rs, procCPU, n), cpuChange(rp, rs, brokerCPU, n), cpuChange(jp, js, procCPU, n), cpuChange(jp, js, brokerCPU, n))
+
+	if !b.c.verify {
+		return nil
+	}
+	var list []output
+	for _, j := range outputs {
+		list = append(list, output{j, b.preloadPerKey, n})
+	}
+	vs, err := b.verifyOutputs(ctx, list)
+	if err != nil {
+		return err
+	}
+	return verdict(vs)
+}
+
+// pass is what one throughput pass of the raw pipe or of a count job
+// measured, or (sum) the total of several.
+type pass struct {
+	passes int
+	// wall: start to the N-th record seen committed by the observer.
+	wall time.Duration
+	// The job's start to its first output written, and first to N-th
+	// output written (the sinks' counters); processing is zero when the
+	// counters were not scraped in time.
+	startup, processing time.Duration
+	// cpu is the CPU time of the measured processes: the replicas, or for
+	// the raw pipe this process (the pipe and the observer). brokerCPU is
+	// the broker's during the pass, negative if unknown.
+	cpu, brokerCPU time.Duration
+}
+
+// sum totals passes; the startup of the total is the mean.
+func sum(ps []pass) pass {
+	var t pass
+	for _, p := range ps {
+		t.passes += p.passes
+		t.wall += p.wall
+		t.startup += p.startup
+		t.cpu += p.cpu
+		if p.processing == 0 || t.processing < 0 {
+			t.processing = -1
+		} else {
+			t.processing += p.processing
+		}
+		if p.brokerCPU < 0 || t.brokerCPU < 0 {
+			t.brokerCPU = -1
+		} else {
+			t.brokerCPU += p.brokerCPU
+		}
+	}
+	if t.passes > 0 {
+		t.startup /= time.Duration(t.passes)
+	}
+	t.processing = max(t.processing, 0)
+	return t
+}
+
+// rate is records/s, for passes of records each.
+func (p pass) rate(records int) float64 {
+	return float64(p.passes*records) / p.wall.Seconds()
+}
+
+// processingRate is records/s from first to last output written, 0 if
+// unknown.
+func (p pass) processingRate(records int) float64 {
+	if p.processing <= 0 {
+		return 0
+	}
+	return float64(p.passes*records) / p.processing.Seconds()
+}
+
+// cpuPerMillion is CPU seconds per million records of d over p's passes.
+func (p pass) cpuPerMillion(d time.Duration, records int) float64 {
+	return d.Seconds() / (float64(p.passes*records) / 1e6)
+}
+
+func cpuChange(plain, secured pass, d func(pass) time.Duration, records int) string {
+	if d(plain) < 0 || d(secured) < 0 {
+		return "unknown"
+	}
+	p, s := plain.cpuPerMillion(d(plain), records), secured.cpuPerMillion(d(secured), records)
+	return fmt.Sprintf("%.2f -> %.2f s (%+.0f%%)", p, s, (s/p-1)*100)
+}
+
+// output is a job's output topic to verify, with the input it read.
+type output struct {
+	j      *job
+	perKey map[string]int
+	total  int
+}
+
+func (b *bench) verifyOutputs(ctx context.Context, list []output) ([]*verification, error) {
+	var vs []*verification
+	for _, o := range list {
+		v, err := b.verify(ctx, o.j.out, o.perKey, o.total)
+		if err != nil {
+			return nil, fmt.Errorf("verify %s: %w", o.j.name, err)
+		}
+		vs = append(vs, v)
+	}
+	return vs, nil
+}
+
+// verdict prints the violations the verifications found and fails if
+// there are any.
+func verdict(vs []*verification) error {
 	var eos, order int
 	var failed []string
 	for _, v := range vs {
@@ -635,16 +910,17 @@ func (c *counter) record(_ *kgo.Record, now time.Time) {
 
 // ---- 1. the raw pipe ----
 
-// rawPipe copies the input with the raw pipe and returns the wall time.
-func (b *bench) rawPipe(ctx context.Context, pass int) (time.Duration, error) {
-	out := fmt.Sprintf("%s-raw%d-out", b.id, pass)
+// rawPipe copies the input with the raw pipe, its clients connected over
+// tr; n numbers the pass.
+func (b *bench) rawPipe(ctx context.Context, n int, tr *transport) (pass, error) {
+	out := fmt.Sprintf("%s-raw%d-out", b.id, n)
 	if err := b.createTopic(ctx, out); err != nil {
-		return 0, err
+		return pass{}, err
 	}
 	cnt := newCounter(b.c.records)
 	obs, err := b.observe(ctx, out, nil, cnt.record)
 	if err != nil {
-		return 0, err
+		return pass{}, err
 	}
 	defer obs.stop()
 	ctx, cancel := context.WithCancel(ctx)
@@ -654,7 +930,7 @@ func (b *bench) rawPipe(ctx context.Context, pass int) (time.Duration, error) {
 	start := time.Now()
 	errc := make(chan error, b.c.partitions)
 	for p := range b.c.partitions {
-		go func() { errc <- b.rawPartition(ctx, out, int32(p)) }()
+		go func() { errc <- b.rawPartition(ctx, out, int32(p), tr) }()
 	}
 	// A partition's goroutine ends when its consumer has caught up with the
 	// input's end and its producer is flushed.
@@ -662,26 +938,27 @@ func (b *bench) rawPipe(ctx context.Context, pass int) (time.Duration, error) {
 		select {
 		case err := <-errc:
 			if err != nil {
-				return 0, err
+				return pass{}, err
 			}
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return pass{}, ctx.Err()
 		}
 	}
 	select {
 	case <-cnt.reached:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return pass{}, ctx.Err()
 	case <-time.After(time.Minute):
-		return 0, fmt.Errorf("observer saw %d of %d records", cnt.seen.Load(), b.c.records)
+		return pass{}, fmt.Errorf("observer saw %d of %d records", cnt.seen.Load(), b.c.records)
 	}
-	wall := time.Unix(0, cnt.doneAt.Load()).Sub(start)
-	benchutil.Info("raw pipe, pass %d: %d records in %v: %.0f records/s; CPU: this process (pipe + observer) %v, broker %s",
-		pass, b.c.records, wall.Round(time.Millisecond), float64(b.c.records)/wall.Seconds(), (benchutil.ProcessCPU() - cpu0).Round(time.Millisecond), cpuDelta(bcpu0, benchutil.ProcCPU(b.c.brokerPID)))
-	return wall, nil
+	p := pass{passes: 1, wall: time.Unix(0, cnt.doneAt.Load()).Sub(start), cpu: benchutil.ProcessCPU() - cpu0,
+		brokerCPU: cpuDelta(bcpu0, benchutil.ProcCPU(b.c.brokerPID))}
+	benchutil.Info("raw pipe, pass %d, %s: %d records in %v: %.0f records/s; CPU: this process (pipe + observer) %v, broker %s",
+		n, tr.name, b.c.records, p.wall.Round(time.Millisecond), p.rate(b.c.records), p.cpu.Round(time.Millisecond), cpuString(p.brokerCPU))
+	return p, nil
 }
 
-func (b *bench) rawPartition(ctx context.Context, out string, p int32) error {
+func (b *bench) rawPartition(ctx context.Context, out string, p int32, tr *transport) error {
 	ends, err := b.adm.ListEndOffsets(ctx, b.in)
 	if err != nil {
 		return err
@@ -690,13 +967,14 @@ func (b *bench) rawPartition(ctx context.Context, out string, p int32) error {
 	if !ok || end.Err != nil {
 		return fmt.Errorf("end offset of %s[%d]: %v", b.in, p, end.Err)
 	}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(b.c.brokers...), kgo.DefaultProduceTopic(out), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	prod, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(tr.brokers...), kgo.DefaultProduceTopic(out),
+		kgo.RecordPartitioner(kgo.ManualPartitioner())}, tr.opts...)...)
 	if err != nil {
 		return err
 	}
 	defer prod.Close()
-	cons, err := kgo.NewClient(kgo.SeedBrokers(b.c.brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{b.in: {p: kgo.NewOffset().AtStart()}}))
+	cons, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(tr.brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{b.in: {p: kgo.NewOffset().AtStart()}})}, tr.opts...)...)
 	if err != nil {
 		return err
 	}
@@ -763,7 +1041,8 @@ type job struct {
 	procs []*proc
 }
 
-func (b *bench) newJob(ctx context.Context, name string) (*job, error) {
+// newJob writes the job file of a count job whose replicas connect over tr.
+func (b *bench) newJob(ctx context.Context, name string, tr *transport) (*job, error) {
 	j := &job{b: b, name: name, out: name + "-out", dir: filepath.Join(b.dir, name)}
 	b.jobs = append(b.jobs, name)
 	if err := os.MkdirAll(j.dir, 0o755); err != nil {
@@ -781,14 +1060,14 @@ func (b *bench) newJob(ctx context.Context, name string) (*job, error) {
     - sink: {topic: %s, format: json, delivery: exactly-once}
 kafka:
   brokers: [%s]
-  session_timeout: %s
+%s  session_timeout: %s
 checkpoint:
   interval: %s
   timeout: 1m
   storage: file://%s
 log:
   level: info
-`, name, b.in, j.out, strings.Join(b.c.brokers, ", "), b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"))
+`, name, b.in, j.out, strings.Join(tr.brokers, ", "), tr.yaml, b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"))
 	return j, os.WriteFile(j.cfg, []byte(yaml), 0o600)
 }
 
@@ -809,6 +1088,11 @@ func (j *job) start(id string) (*proc, error) {
 		"--http.address="+p.http,
 	)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	// The job file and these flags alone configure the replica: the
+	// product reads WEIR_<SECTION>_<KEY> variables, and `kafka.sh env`
+	// exports WEIR_KAFKA_BROKERS (the plaintext listener), which would
+	// override the file's brokers.
+	p.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "WEIR_") })
 	// Dies with this process, however it ends.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -921,26 +1205,23 @@ func tail(path string, n int) string {
 
 // ---- 1, 2. the count job's throughput and checkpoints ----
 
-// tput is a count job's throughput run: records/s from the start of its
+// throughput runs a count job over the input with its replicas connected
+// over tr, and returns the pass: the wall time from the start of its
 // processes to the last output committed; the time from the start to the
-// first output written (not yet committed), and records/s from then to the
-// N-th output written (zero if unknown). With several replicas, outputs
-// written before the generation change of the start-up are written again,
-// so the processing figure overstates.
-type tput struct {
-	rate, processing float64
-	startup          time.Duration
-}
-
-func (b *bench) throughput(ctx context.Context, idx, replicas int) (*job, tput, error) {
-	j, err := b.newJob(ctx, fmt.Sprintf("%s-j%d-%dr", b.id, idx+1, replicas))
+// first output written (not yet committed), and from then to the N-th
+// output written (zero if unknown). With several replicas, outputs written
+// before the generation change of the start-up are written again, so the
+// processing figure overstates. The checkpoint durations of the run are
+// result lines <ckpt>_p50 and <ckpt>_p99 unless ckpt is empty.
+func (b *bench) throughput(ctx context.Context, idx, replicas int, tr *transport, ckpt string) (*job, pass, error) {
+	j, err := b.newJob(ctx, fmt.Sprintf("%s-j%d-%dr%s", b.id, idx+1, replicas, strings.ReplaceAll(tr.suffix, "_", "-")), tr)
 	if err != nil {
-		return nil, tput{}, err
+		return nil, pass{}, err
 	}
 	cnt := newCounter(b.c.records)
 	obs, err := b.observe(ctx, j.out, nil, cnt.record)
 	if err != nil {
-		return nil, tput{}, err
+		return nil, pass{}, err
 	}
 	defer obs.stop()
 
@@ -948,7 +1229,7 @@ func (b *bench) throughput(ctx context.Context, idx, replicas int) (*job, tput, 
 	start := time.Now()
 	for r := range replicas {
 		if _, err := j.start(fmt.Sprintf("r%d", r+1)); err != nil {
-			return nil, tput{}, err
+			return nil, pass{}, err
 		}
 	}
 	// The sinks' written-records counters, scraped every 100ms: when the
@@ -988,52 +1269,51 @@ wait:
 		case <-cnt.reached:
 			break wait
 		case <-ctx.Done():
-			return nil, tput{}, ctx.Err()
+			return nil, pass{}, ctx.Err()
 		case <-deadline:
-			return nil, tput{}, fmt.Errorf("observer saw %d of %d records after 10 minutes", cnt.seen.Load(), b.c.records)
+			return nil, pass{}, fmt.Errorf("observer saw %d of %d records after 10 minutes", cnt.seen.Load(), b.c.records)
 		case <-tick.C:
 			if err := j.check(); err != nil {
-				return nil, tput{}, err
+				return nil, pass{}, err
 			}
 		}
 	}
 	end := time.Unix(0, cnt.doneAt.Load())
-	wall := end.Sub(start)
-	rate := float64(b.c.records) / wall.Seconds()
-	var jobCPU time.Duration
+	t := pass{passes: 1, wall: end.Sub(start), brokerCPU: cpuDelta(bcpu0, benchutil.ProcCPU(b.c.brokerPID))}
+	rate := t.rate(b.c.records)
 	for _, p := range j.procs {
-		jobCPU += benchutil.ProcCPU(p.cmd.Process.Pid)
+		t.cpu += benchutil.ProcCPU(p.cmd.Process.Pid)
 	}
+	selfCPU := benchutil.ProcessCPU() - cpu0
 	first := time.Unix(0, cnt.first.Load())
 	stopScrape()
 	<-scraped
-	t := tput{rate: rate}
 	if fw, aw := firstWritten.Load(), allWritten.Load(); fw > 0 && aw > fw {
 		t.startup = time.Unix(0, fw).Sub(start)
-		t.processing = float64(b.c.records) / time.Unix(0, aw).Sub(time.Unix(0, fw)).Seconds()
-		benchutil.Info("count job, %d replica(s): %d records in %v: %.0f records/s; first output written %v after the start, all written %v later (%.0f records/s), all committed %v after that; first output committed %v after the start",
-			replicas, b.c.records, wall.Round(time.Millisecond), rate, t.startup.Round(time.Millisecond),
-			time.Unix(0, aw).Sub(time.Unix(0, fw)).Round(time.Millisecond), t.processing,
+		t.processing = time.Unix(0, aw).Sub(time.Unix(0, fw))
+		benchutil.Info("count job, %d replica(s), %s: %d records in %v: %.0f records/s; first output written %v after the start, all written %v later (%.0f records/s), all committed %v after that; first output committed %v after the start",
+			replicas, tr.name, b.c.records, t.wall.Round(time.Millisecond), rate, t.startup.Round(time.Millisecond),
+			t.processing.Round(time.Millisecond), t.processingRate(b.c.records),
 			end.Sub(time.Unix(0, aw)).Round(time.Millisecond), first.Sub(start).Round(time.Millisecond))
 	} else {
-		benchutil.Info("count job, %d replica(s): %d records in %v: %.0f records/s; first output committed %v after the start (the written-records counters were not scraped in time)",
-			replicas, b.c.records, wall.Round(time.Millisecond), rate, first.Sub(start).Round(time.Millisecond))
+		benchutil.Info("count job, %d replica(s), %s: %d records in %v: %.0f records/s; first output committed %v after the start (the written-records counters were not scraped in time)",
+			replicas, tr.name, b.c.records, t.wall.Round(time.Millisecond), rate, first.Sub(start).Round(time.Millisecond))
 	}
-	benchutil.Info("  CPU: replicas %v, broker %s, this process (observer) %v", jobCPU.Round(time.Millisecond), cpuDelta(bcpu0, benchutil.ProcCPU(b.c.brokerPID)), (benchutil.ProcessCPU() - cpu0).Round(time.Millisecond))
+	benchutil.Info("  CPU: replicas %v, broker %s, this process (observer) %v", t.cpu.Round(time.Millisecond), cpuString(t.brokerCPU), selfCPU.Round(time.Millisecond))
 
 	// 2. Checkpoint durations over the run.
 	durs, byCoord, err := b.checkpointDurations(ctx, j.name, start, end)
 	if err != nil {
-		return nil, tput{}, fmt.Errorf("checkpoint durations: %w", err)
+		return nil, pass{}, fmt.Errorf("checkpoint durations: %w", err)
 	}
 	hist := j.scrapeHistogram()
 	if len(durs) == 0 {
-		benchutil.Info("  no checkpoint completed during the run (it lasted %v)", wall.Round(time.Millisecond))
+		benchutil.Info("  no checkpoint completed during the run (it lasted %v)", t.wall.Round(time.Millisecond))
 	} else {
 		p50, p99 := quantile(durs, 0.50), quantile(durs, 0.99)
-		if idx == 0 {
-			benchutil.Result("checkpoint_duration_p50", "%.0f", ms(p50), "ms")
-			benchutil.Result("checkpoint_duration_p99", "%.0f", ms(p99), "ms")
+		if ckpt != "" {
+			benchutil.Result(ckpt+"_p50", "%.0f", ms(p50), "ms")
+			benchutil.Result(ckpt+"_p99", "%.0f", ms(p99), "ms")
 		}
 		benchutil.Info("  %d checkpoints triggered during the run completed: duration p50 %v, p99 %v, max %v (trigger's ts to the timestamp of the complete record on the commit topic)",
 			len(durs), p50, p99, slices.Max(durs))
@@ -1662,9 +1942,17 @@ func loadAvg() string {
 	return "unknown"
 }
 
-func cpuDelta(a, b time.Duration) string {
+// cpuDelta is b − a, or -1 if either is unknown (negative).
+func cpuDelta(a, b time.Duration) time.Duration {
 	if a < 0 || b < 0 {
+		return -1
+	}
+	return b - a
+}
+
+func cpuString(d time.Duration) string {
+	if d < 0 {
 		return "unknown"
 	}
-	return (b - a).Round(time.Millisecond).String()
+	return d.Round(time.Millisecond).String()
 }
