@@ -177,7 +177,10 @@ func (r *Replica) Heartbeat() *Heartbeat { return r.heart }
 // prepare connects to Kafka and the object store and learns the job's
 // tasks. It is retried with backoff by Run.
 func (r *Replica) prepare(ctx context.Context) error {
-	cl, err := kgo.NewClient(r.kopts...)
+	// Metadata at most 50ms old: the checks below ask again for topics
+	// just created, and kadm answers from the client's cache, which by
+	// default keeps an unknown topic unknown for 5s.
+	cl, err := kgo.NewClient(append(r.kopts, kgo.MetadataMinAge(50*time.Millisecond))...)
 	if err != nil {
 		return err
 	}
