@@ -176,7 +176,6 @@ func SecretKeys() []string {
 	return []string{"kafka.sasl.password", "kafka.sasl.token", "kafka.sasl.oauth.client_secret"}
 }
 
-
 // Checkpoint configures checkpointing (DESIGN.md section 5).
 type Checkpoint struct {
 	// Interval between periodic checkpoints.
