@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,10 +32,12 @@ var (
 )
 
 // runDevUntilOutput starts `processor dev`, waits for n committed output
-// records, sends SIGINT and returns its output once it exited 0.
-func runDevUntilOutput(t *testing.T, bin, dir string, n int) string {
+// records and for checkpoint minCheckpoint to be complete (its /metrics),
+// sends SIGINT and returns its output once it exited 0.
+func runDevUntilOutput(t *testing.T, bin, dir string, n int, minCheckpoint float64) string {
 	t.Helper()
-	cmd := exec.Command(bin, "dev", "--dir", dir, "--http", "", "--rate", "100")
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "dev", "--dir", dir, "--http", addr, "--rate", "100")
 	cmd.Env = append(os.Environ(), "WEIR_LOG_LEVEL=warn")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -66,14 +69,27 @@ func runDevUntilOutput(t *testing.T, bin, dir string, n int) string {
 			}
 		}
 	}()
-	select {
-	case <-enough:
-	case <-time.After(60 * time.Second):
+	timeout := time.After(60 * time.Second)
+	fail := func(what string) {
 		_ = cmd.Process.Kill()
 		<-eof
 		mu.Lock()
 		defer mu.Unlock()
-		t.Fatalf("no %d output records in 60s; stdout:\n%s\nstderr:\n%s", n, all.String(), stderr.String())
+		t.Fatalf("%s in 60s; stdout:\n%s\nstderr:\n%s", what, all.String(), stderr.String())
+	}
+	select {
+	case <-enough:
+	case <-timeout:
+		fail(fmt.Sprintf("no %d output records", n))
+	}
+	// Output printed at once may be what an earlier run's checkpoint left
+	// for this one's recovery to commit: wait for this run's own.
+	for metricSum(addr, "weir_checkpoint_last_completed_id") < minCheckpoint {
+		select {
+		case <-timeout:
+			fail(fmt.Sprintf("checkpoint %.0f not complete", minCheckpoint))
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -124,8 +140,8 @@ func TestDevSaysWhatIsCommittedOnCtrlC(t *testing.T) {
 		}
 		return checkpoint, committed
 	}
-	first, committed1 := check(runDevUntilOutput(t, bin, dir, 10))
-	second, committed2 := check(runDevUntilOutput(t, bin, dir, 10))
+	first, committed1 := check(runDevUntilOutput(t, bin, dir, 10, 1))
+	second, committed2 := check(runDevUntilOutput(t, bin, dir, 10, float64(first+1)))
 	if second <= first || committed2 <= committed1 {
 		t.Fatalf("second run: checkpoint %d (first %d), %d committed records (first %d): did not resume", second, first, committed2, committed1)
 	}
