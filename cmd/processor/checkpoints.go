@@ -27,17 +27,9 @@ checkpoint, oldest first. Checkpoints released by retention show "released"
 when their _metadata is gone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(config.Source{File: file, Flags: cmd.Flags()})
-			if err != nil {
-				return fmt.Errorf("configuration:\n%w", err)
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
-			defer cancel()
-			k, err := newCLIKafka(ctx, cfg, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			return k.done(listCheckpoints(k.ctx, cmd, cfg, k.opts))
+			return withKafka(cmd, file, func(ctx context.Context, cfg *config.Config, opts []kgo.Opt) error {
+				return listCheckpoints(ctx, cmd, cfg, opts)
+			})
 		},
 	}
 	addConfigFlags(list.Flags(), &file)

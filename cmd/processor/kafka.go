@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -46,4 +50,22 @@ func newCLIKafka(ctx context.Context, cfg *config.Config, logOut io.Writer) (*cl
 func (k *cliKafka) done(err error) error {
 	k.cancel(nil)
 	return k.conn.Explain(err)
+}
+
+// withKafka is the body of a CLI command that talks to the job's Kafka:
+// it loads the configuration (file and the command's flags), gives the
+// command 60 seconds, and runs fn with the Kafka connection's context and
+// client options, explaining fn's error as cliKafka.done does.
+func withKafka(cmd *cobra.Command, file string, fn func(ctx context.Context, cfg *config.Config, opts []kgo.Opt) error) error {
+	cfg, err := config.Load(config.Source{File: file, Flags: cmd.Flags()})
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
+	defer cancel()
+	k, err := newCLIKafka(ctx, cfg, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	return k.done(fn(k.ctx, cfg, k.opts))
 }

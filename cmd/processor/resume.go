@@ -40,17 +40,9 @@ unread. The skip is durable: it is in every later generation record.
 resume refuses a job that is not failed, and changes nothing then.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(config.Source{File: file, Flags: cmd.Flags()})
-			if err != nil {
-				return fmt.Errorf("configuration:\n%w", err)
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
-			defer cancel()
-			k, err := newCLIKafka(ctx, cfg, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			return k.done(resume(k.ctx, cmd, cfg, k.opts, skips))
+			return withKafka(cmd, file, func(ctx context.Context, cfg *config.Config, opts []kgo.Opt) error {
+				return resume(ctx, cmd, cfg, opts, skips)
+			})
 		},
 	}
 	cmd.Flags().StringArrayVar(&skips, "skip", nil, "an input record to skip, as TOPIC/PARTITION/OFFSET (repeatable)")

@@ -42,23 +42,15 @@ safe: its recovery commits what the checkpoint recorded and fences the rest.`,
 	// admin loads the configuration and runs fn with the job's admin.
 	var kopts []kgo.Opt // the command's Kafka client options, set by admin
 	admin := func(cmd *cobra.Command, fn func(ctx context.Context, a *kafkaio.TxnAdmin, cfg *config.Config) error) error {
-		cfg, err := config.Load(config.Source{File: file, Flags: cmd.Flags()})
-		if err != nil {
-			return fmt.Errorf("configuration:\n%w", err)
-		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
-		defer cancel()
-		k, err := newCLIKafka(ctx, cfg, cmd.ErrOrStderr())
-		if err != nil {
-			return err
-		}
-		kopts = k.opts
-		a, err := kafkaio.NewTxnAdmin(k.opts, cfg.Kafka.TopicPrefix, newLogger(cfg, cmd.ErrOrStderr()))
-		if err != nil {
-			return k.done(err)
-		}
-		defer a.Close()
-		return k.done(fn(k.ctx, a, cfg))
+		return withKafka(cmd, file, func(ctx context.Context, cfg *config.Config, opts []kgo.Opt) error {
+			kopts = opts
+			a, err := kafkaio.NewTxnAdmin(opts, cfg.Kafka.TopicPrefix, newLogger(cfg, cmd.ErrOrStderr()))
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			return fn(ctx, a, cfg)
+		})
 	}
 	withConfig := func(c *cobra.Command) *cobra.Command {
 		addConfigFlags(c.Flags(), &file)
