@@ -6,7 +6,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/processor ./cmd/processor
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/weir-stream/weir/cli.version=${VERSION}" -o /out/processor ./cmd/processor
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/processor /processor

@@ -8,7 +8,7 @@ GO          ?= go
 BIN         := bin
 CACHE       := .cache
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS     := -X main.version=$(VERSION)
+LDFLAGS     := -X github.com/weir-stream/weir/cli.version=$(VERSION)
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(CACHE)/bin/staticcheck-$(STATICCHECK_VERSION)
 
@@ -48,7 +48,7 @@ bench-kafkaio: ## Benchmark on the real broker: raw franz-go pipe vs Weir source
 	WEIR_SERVICES=kafka bash scripts/with-services.sh $(GO) run ./internal/tools/benchkafkaio $(ARGS)
 
 .PHONY: bench
-bench: build ## Product benchmark on the real broker: YAML count job vs raw franz-go pipe, checkpoint durations, e2e latency, recovery after kill -9 (ARGS=-short for a quick check; ARGS=-tls: plaintext vs SASL_SSL throughput and CPU)
+bench: build ## Product benchmark on the real broker: YAML count job vs raw franz-go pipe, checkpoint durations, e2e latency, recovery after kill -9 (ARGS=-short for a quick check; ARGS=-tls: plaintext vs SASL_SSL throughput and CPU; ARGS=-two-stage: the views-per-page job vs a raw two-hop pipe; ARGS=-window: the tumbling-window job vs a raw two-hop pipe, checkpoints with 1M open windows, window-end-to-result delay; ARGS=-yaml: the YAML language job (filter, map, key_by expression, multi-aggregate) vs a raw two-hop pipe; ARGS=-expr: the cost of one expression evaluation, expr-lang vs cel-go, no broker)
 	WEIR_SERVICES=kafka bash scripts/with-services.sh $(GO) run ./internal/tools/bench -processor $(BIN)/processor $(ARGS)
 
 .PHONY: cloud-up cloud-down
@@ -60,6 +60,10 @@ cloud-down: ## Stop the emulators
 .PHONY: helm-check
 helm-check: build ## Lint and render the Helm chart, validate the configuration it renders (installs helm into .cache)
 	bash scripts/helm-check.sh
+
+.PHONY: schema
+schema: ## Regenerate docs/job.schema.json and the chart's config.job schema from the config types
+	go run ./internal/tools/jobschema
 
 .PHONY: image
 image: ## Build the container image weir:$(VERSION) with docker (Dockerfile)

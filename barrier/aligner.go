@@ -106,7 +106,10 @@ type tracked struct {
 	id    uint64
 	start time.Time
 	seen  []bool // by input
-	count int
+	// covered counts the inputs that delivered this barrier or ended, so
+	// that aligned is one comparison (a shuffle reader has partitions ×
+	// upstream tasks inputs, ~1 000).
+	covered int
 }
 
 // Aligner is the barrier aligner of one task with a fixed number of inputs
@@ -126,6 +129,8 @@ type Aligner struct {
 	held    []bool // by input; never set in at-least-once mode
 	numHeld int
 	ended   []bool
+	// numEnded counts the ended inputs.
+	numEnded int
 	// latest is the highest checkpoint that completed or was aborted here;
 	// barriers and cancel markers up to it are late and ignored.
 	latest uint64
@@ -202,7 +207,7 @@ func (a *Aligner) track(id uint64, now time.Time) *tracked {
 	} else {
 		t = &tracked{seen: make([]bool, len(a.held))}
 	}
-	t.id, t.start, t.count = id, now, 0
+	t.id, t.start, t.covered = id, now, a.numEnded
 	// IDs only grow past latest, and a new one is above every tracked one
 	// (older barriers are ignored), so appending keeps inflight sorted.
 	a.inflight = append(a.inflight, t)
@@ -239,14 +244,7 @@ func (a *Aligner) abortOlder(id uint64, now time.Time) {
 }
 
 // aligned reports whether every input delivered t's barrier or ended.
-func (a *Aligner) aligned(t *tracked) bool {
-	for i, s := range t.seen {
-		if !s && !a.ended[i] {
-			return false
-		}
-	}
-	return true
-}
+func (a *Aligner) aligned(t *tracked) bool { return t.covered == len(a.held) }
 
 // completeReady snapshots, oldest first, every tracked checkpoint that is
 // aligned; completing one gives up the older ones (they can no longer
@@ -306,7 +304,7 @@ func (a *Aligner) Barrier(input int, id uint64, now time.Time) ([]Action, error)
 		return nil, fmt.Errorf("%w: barrier %d twice on input %d", ErrDuplicate, id, input)
 	}
 	t.seen[input] = true
-	t.count++
+	t.covered++
 	if a.aligned(t) {
 		a.completeReady(now)
 		return a.out, nil
@@ -328,15 +326,34 @@ func (a *Aligner) Cancel(input int, id uint64, now time.Time) ([]Action, error) 
 	if err := a.check(input, "cancel marker", id); err != nil {
 		return nil, err
 	}
+	a.cancel(id, now)
+	return a.out, nil
+}
+
+// Abort handles checkpoint id aborted by the coordinator (an abort read from
+// the trigger topic, DESIGN.md 5.9), which comes on no input: a task reading
+// a shuffle learns of aborts that way, not from cancel markers. It does what
+// a cancel marker for id does: the alignment of id (and of anything older)
+// is given up and its held inputs released; later barriers of id are
+// ignored. An abort of a checkpoint that completed or was aborted here, or
+// older than the alignment in progress, does nothing.
+func (a *Aligner) Abort(id uint64, now time.Time) []Action {
+	a.out = a.out[:0]
+	a.cancel(id, now)
+	return a.out
+}
+
+// cancel gives up checkpoint id, for Cancel and Abort.
+func (a *Aligner) cancel(id uint64, now time.Time) {
 	if id <= a.latest {
-		return a.out, nil
+		return
 	}
 	var newest uint64
 	if n := len(a.inflight); n > 0 {
 		newest = a.inflight[n-1].id
 	}
 	if newest > id && a.mode == ExactlyOnce {
-		return a.out, nil // older than the alignment in progress: already given up
+		return // older than the alignment in progress: already given up
 	}
 	a.abortOlder(id, now)
 	if i, t := a.find(id); t != nil {
@@ -350,7 +367,6 @@ func (a *Aligner) Cancel(input int, id uint64, now time.Time) ([]Action, error) 
 	if a.mode == ExactlyOnce {
 		a.releaseAll()
 	}
-	return a.out, nil
 }
 
 // End handles the end of input: it delivers nothing more, and counts as
@@ -361,6 +377,12 @@ func (a *Aligner) End(input int, now time.Time) ([]Action, error) {
 		return nil, err
 	}
 	a.ended[input] = true
+	a.numEnded++
+	for _, t := range a.inflight {
+		if !t.seen[input] {
+			t.covered++
+		}
+	}
 	a.completeReady(now)
 	return a.out, nil
 }

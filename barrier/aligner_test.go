@@ -125,6 +125,14 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 		return b.String()
+	case "abort":
+		id := argID(t, d)
+		var b strings.Builder
+		fmt.Fprintf(&b, "abort %d:\n", id)
+		for _, line := range strings.Split(strings.TrimSuffix(fmtActions(h.a.Abort(id, h.now), nil), "\n"), "\n") {
+			fmt.Fprintf(&b, "  %s\n", line)
+		}
+		return b.String()
 	case "end":
 		var b strings.Builder
 		for _, i := range inputs(t, d) {

@@ -74,3 +74,27 @@ func BenchmarkRecordWithBarriers(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAlign1024 measures one checkpoint's alignment over 1 024 inputs
+// (a downstream task reading 128 shuffle partitions from 8 upstream tasks):
+// every input delivers barrier k in turn, the first 1 023 are held, the last
+// completes the alignment and releases them. One op is one whole alignment.
+func BenchmarkAlign1024(b *testing.B) {
+	const n = 1024
+	a, err := New(n, ExactlyOnce)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Unix(0, 0)
+	var id uint64
+	b.ReportAllocs()
+	for range b.N {
+		id++
+		for in := range n {
+			if _, err := a.Barrier(in, id, now); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	sink = int(id)
+}

@@ -149,6 +149,12 @@ func (m *amodel) cancel(i int, id uint64, now time.Time) error {
 	if err := m.check(i); err != nil {
 		return err
 	}
+	return m.abort(id, now)
+}
+
+// abort is an abort from the coordinator: a cancel marker on no input.
+func (m *amodel) abort(id uint64, now time.Time) error {
+	m.out = nil
 	if id <= m.latest {
 		return nil
 	}
@@ -287,6 +293,12 @@ func TestPropertyAlignerMatchesModel(t *testing.T) {
 				errM := m.cancel(i, id, now)
 				acts, err := a.Cancel(i, id, now)
 				apply(t, fmt.Sprintf("cancel %d on %d", id, i), acts, err, errM)
+			},
+			"abort": func(t *rapid.T) {
+				id := drawID(t)
+				errM := m.abort(id, now)
+				acts := a.Abort(id, now)
+				apply(t, fmt.Sprintf("abort %d", id), acts, nil, errM)
 			},
 			"end": func(t *rapid.T) {
 				if rapid.IntRange(0, 3).Draw(t, "rarely") != 0 {

@@ -3,6 +3,8 @@ package config
 import (
 	"os"
 	"time"
+
+	"github.com/weir-stream/weir/keygroup"
 )
 
 // Config is the whole configuration of a processor replica and its job.
@@ -21,6 +23,9 @@ type Config struct {
 
 	// origins maps key paths to where Load found their values (Origin).
 	origins map[string]string
+	// goJob is the name of the job defined in Go that this configuration
+	// runs (Source.GoJob), empty for a YAML pipeline.
+	goJob string
 }
 
 // Job names the job and describes its dataflow.
@@ -28,14 +33,35 @@ type Job struct {
 	// Name namespaces every control topic, consumer group, transactional ID
 	// and object-store prefix of the job. Required.
 	Name string `mapstructure:"name"`
-	// Pipeline is the job's steps, from its source to its sink.
+	// Pipeline is the job's steps, from its source to its sink (or route).
 	Pipeline []Step `mapstructure:"pipeline"`
+	// Streams are the job's named pipelines (job.streams.<name>), in the
+	// order written: the other sides of interval joins, and the branches
+	// of routes.
+	Streams []NamedStream `mapstructure:"streams"`
+	// Parallelism is the number of tasks of each stage downstream of a
+	// key_by that sets no parallelism; 0 means the input topics' partition
+	// count. The source stage always has one task per input partition.
+	Parallelism int `mapstructure:"parallelism"`
+	// MaxParallelism is the number of key groups: the partition count of
+	// every shuffle topic, and the most tasks a downstream stage can have.
+	// It is fixed at the job's first start (the shuffle topics are created
+	// with it).
+	MaxParallelism int `mapstructure:"max_parallelism"`
 }
 
 // Step is one step of a pipeline: exactly one of its fields is set.
 type Step struct {
 	Source    *SourceStep    `mapstructure:"source"`
+	Filter    *FilterStep    `mapstructure:"filter"`
+	Map       *MapStep       `mapstructure:"map"`
+	FlatMap   *FlatMapStep   `mapstructure:"flat_map"`
+	KeyBy     *KeyByStep     `mapstructure:"key_by"`
+	Window    *WindowStep    `mapstructure:"window"`
 	Aggregate *AggregateStep `mapstructure:"aggregate"`
+	Dedupe    *DedupeStep    `mapstructure:"dedupe"`
+	Join      *JoinStep      `mapstructure:"join"`
+	Route     *RouteStep     `mapstructure:"route"`
 	Sink      *SinkStep      `mapstructure:"sink"`
 }
 
@@ -54,13 +80,113 @@ type SourceStep struct {
 	// and copy it to DeadLetterTopic).
 	OnError         string `mapstructure:"on_error"`
 	DeadLetterTopic string `mapstructure:"dead_letter_topic"`
+	// Timestamp is where each record's event time comes from: nil for the
+	// Kafka record timestamp, or a top-level JSON field.
+	Timestamp *TimestampSpec `mapstructure:"timestamp"`
+	// Watermark configures the source's watermarks, which windows read.
+	// Unset fields take their defaults; setting it without a window is an
+	// error (nothing would read the watermarks).
+	Watermark *WatermarkSpec `mapstructure:"watermark"`
 }
 
-// AggregateStep is a keyed aggregate over the record key.
+// TimestampSpec takes a record's event time from a top-level field of its
+// JSON value. A record whose field is missing or malformed does not
+// decode: the source's on_error applies to it.
+type TimestampSpec struct {
+	// Field is the top-level field.
+	Field string `mapstructure:"field"`
+	// Format is how the field writes the time: "unix_ms" (a JSON number
+	// of milliseconds since the Unix epoch; the default), "unix_s" (of
+	// seconds) or "rfc3339" (a JSON string).
+	Format string `mapstructure:"format"`
+}
+
+// WatermarkSpec is the source's watermark generation (bounded
+// out-of-orderness, per input partition).
+type WatermarkSpec struct {
+	// MaxOutOfOrderness is how far behind the latest event time seen a
+	// record may arrive and still be on time: the watermark is the
+	// greatest event time seen minus it (minus 1ms). Default 0.
+	MaxOutOfOrderness time.Duration `mapstructure:"max_out_of_orderness"`
+	// IdleTimeout marks a partition that received nothing for this long
+	// (processing time) idle, so that it stops holding the watermark back;
+	// 0, the default, never does.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// Interval between watermark emissions. Default 200ms.
+	Interval time.Duration `mapstructure:"interval"`
+}
+
+// WindowStep groups the records of each key into event-time windows; an
+// aggregate step must follow it, and computes one result per window.
+type WindowStep struct {
+	// Type is "tumbling" (fixed, back-to-back windows of Size), "sliding"
+	// (windows of Size starting every Slide) or "session" (a window per
+	// burst of records less than Gap apart).
+	Type  string        `mapstructure:"type"`
+	Size  time.Duration `mapstructure:"size"`
+	Slide time.Duration `mapstructure:"slide"`
+	Gap   time.Duration `mapstructure:"gap"`
+	// AllowedLateness keeps a window open this long after its end (in
+	// event time): its result is emitted when the watermark passes end +
+	// AllowedLateness, and records up to then count.
+	AllowedLateness time.Duration `mapstructure:"allowed_lateness"`
+	// LateTopic receives, as they were read, the records that arrive after
+	// every window they belong to was emitted; empty drops them (they are
+	// counted either way).
+	LateTopic string `mapstructure:"late_topic"`
+	// EmitEvery > 0 emits early results of an open window every EmitEvery
+	// of processing time while it gets new records, marked "early": true.
+	EmitEvery time.Duration `mapstructure:"emit_every"`
+}
+
+// KeyByStep re-keys each record by a top-level field of its JSON value
+// (Field) or by an expression (Expr). If a keyed step (aggregate, dedupe,
+// join, window) follows, the job is cut there into two stages joined by a
+// shuffle topic.
+type KeyByStep struct {
+	// Field is the top-level field whose value (a string's text, or a
+	// number as written) becomes the key. Exactly one of Field and Expr.
+	Field string `mapstructure:"field"`
+	// Expr computes the key: a string's text, a number as JSON writes it,
+	// anything else as its JSON text.
+	Expr *Expr `mapstructure:"expr"`
+	// OnError applies to a record whose key expression fails.
+	OnError         string `mapstructure:"on_error"`
+	DeadLetterTopic string `mapstructure:"dead_letter_topic"`
+	// Parallelism is the number of tasks of the stage after the shuffle;
+	// 0 means job.parallelism.
+	Parallelism int `mapstructure:"parallelism"`
+}
+
+// AggregateStep is a keyed aggregate over the current key: the record key,
+// or the key of the key_by before it.
+//
+// After a window step it emits one result per window; otherwise, for every
+// input record, its key's running result.
 type AggregateStep struct {
-	// Op is the aggregate: "count" emits, for every input record, the
-	// running count of its key.
+	// Op is the aggregate of the one-aggregate form
+	// (`aggregate: {op: sum, field: amount}`): "count" (records), "sum",
+	// "min", "max" or "avg" (of Field), LegacyAggregateOps. Empty in the
+	// named form. Compilers read Aggs, not Op and Field.
 	Op string `mapstructure:"op"`
+	// Field is the top-level JSON number field that sum, min, max and avg
+	// of the one-aggregate form read; count reads none.
+	Field string `mapstructure:"field"`
+	// Aggs are the named form's aggregates, in the order written:
+	// `aggregate: {count: true, total: {sum: value.amount}}`: every key of
+	// the step other than op, field, emit, on_error and dead_letter_topic.
+	// Load fills it from the one-aggregate form too (one Agg named after
+	// its op, over value.<field>, or value["<field>"] if the field is no
+	// identifier), so that compilers read only Aggs; so does the default
+	// of a step built in Go.
+	Aggs []Agg `mapstructure:"-"`
+	// Emit is when results are emitted: "update" (every input record, the
+	// default without a window) or "close" (when the window closes, the
+	// default and the only choice with a window).
+	Emit string `mapstructure:"emit"`
+	// OnError applies to a record on which an aggregate's expression fails.
+	OnError         string `mapstructure:"on_error"`
+	DeadLetterTopic string `mapstructure:"dead_letter_topic"`
 }
 
 // SinkStep writes to a Kafka topic.
@@ -241,9 +367,11 @@ type Process struct {
 }
 
 // Default returns the defaults of every setting. Job.Name, Job.Pipeline and
-// Kafka.Brokers have none.
+// Kafka.Brokers have none; Job.Parallelism's is 0 (the input partition
+// count).
 func Default() Config {
 	return Config{
+		Job: Job{MaxParallelism: keygroup.DefaultMaxParallelism},
 		Kafka: Kafka{
 			ReplicationFactor: -1,
 			SessionTimeout:    10 * time.Second,
@@ -280,12 +408,71 @@ const (
 	OnErrorSkip       = "skip"
 	OnErrorDeadLetter = "dead-letter"
 	OpCount           = "count"
+	OpSum             = "sum"
+	OpMin             = "min"
+	OpMax             = "max"
+	OpAvg             = "avg"
+	OpCountDistinct   = "count_distinct"
+	OpFirst           = "first"
+	OpLast            = "last"
+	OpCollect         = "collect"
+	EmitUpdate        = "update"
+	EmitClose         = "close"
+	JoinLeft          = "left"
+	JoinInner         = "inner"
+	WindowTumbling    = "tumbling"
+	WindowSliding     = "sliding"
+	WindowSession     = "session"
+	TimeUnixMs        = "unix_ms"
+	TimeUnixS         = "unix_s"
+	TimeRFC3339       = "rfc3339"
 )
 
-// stepDefaults fills the unset fields of pipeline steps.
+// AggregateOps returns the aggregates of the named form, in the order the
+// docs list them. The one-aggregate form (aggregate.op) takes the first
+// five (LegacyAggregateOps).
+func AggregateOps() []string {
+	return []string{OpCount, OpSum, OpMin, OpMax, OpAvg, OpCountDistinct, OpFirst, OpLast, OpCollect}
+}
+
+// LegacyAggregateOps returns the values of aggregate.op, the
+// one-aggregate form.
+func LegacyAggregateOps() []string { return []string{OpCount, OpSum, OpMin, OpMax, OpAvg} }
+
+// OnErrors returns the values of on_error.
+func OnErrors() []string { return []string{OnErrorFail, OnErrorSkip, OnErrorDeadLetter} }
+
+// DefaultCollectLimit is collect's default limit, and MaxCollectLimit its
+// largest: a collected list lives in one state value.
+const (
+	DefaultCollectLimit = 100
+	MaxCollectLimit     = 10000
+)
+
+// WindowTypes returns the values of window.type.
+func WindowTypes() []string { return []string{WindowTumbling, WindowSliding, WindowSession} }
+
+// TimestampFormats returns the values of source.timestamp.format.
+func TimestampFormats() []string { return []string{TimeUnixMs, TimeUnixS, TimeRFC3339} }
+
+// DefaultWatermarkInterval is the default of source.watermark.interval
+// (Flink's autoWatermarkInterval).
+const DefaultWatermarkInterval = 200 * time.Millisecond
+
+// stepDefaults fills the unset fields of the steps of the pipeline and of
+// every stream.
 func (c *Config) stepDefaults() {
-	for i := range c.Job.Pipeline {
-		s := &c.Job.Pipeline[i]
+	stepsDefaults(c.Job.Pipeline)
+	for _, s := range c.Job.Streams {
+		stepsDefaults(s.Steps)
+	}
+}
+
+// stepsDefaults fills the unset fields of one list of steps.
+func stepsDefaults(steps []Step) {
+	windowed := false
+	for i := range steps {
+		s := &steps[i]
 		if s.Source != nil {
 			if s.Source.Format == "" {
 				s.Source.Format = FormatJSON
@@ -295,6 +482,57 @@ func (c *Config) stepDefaults() {
 			}
 			if s.Source.OnError == "" {
 				s.Source.OnError = OnErrorFail
+			}
+			if ts := s.Source.Timestamp; ts != nil && ts.Format == "" {
+				ts.Format = TimeUnixMs
+			}
+			if wm := s.Source.Watermark; wm != nil && wm.Interval == 0 {
+				wm.Interval = DefaultWatermarkInterval
+			}
+		}
+		if onErr, _ := stepOnError(s); onErr != nil && *onErr == "" {
+			*onErr = OnErrorFail
+		}
+		if s.Window != nil {
+			windowed = true
+		}
+		if a := s.Aggregate; a != nil {
+			if len(a.Aggs) == 0 && a.Op != "" {
+				// A step built in Go rather than loaded from YAML.
+				a.Aggs = []Agg{legacyAgg(a.Op, a.Field)}
+			}
+			for j := range a.Aggs {
+				if a.Aggs[j].Op == OpCollect && a.Aggs[j].Limit == 0 {
+					a.Aggs[j].Limit = DefaultCollectLimit
+				}
+			}
+			if a.Emit == "" {
+				a.Emit = EmitUpdate
+				if windowed {
+					a.Emit = EmitClose
+				}
+			}
+			windowed = false
+		}
+		if j := s.Join; j != nil {
+			switch {
+			case j.Table != nil:
+				if j.Type == "" {
+					j.Type = JoinLeft
+				}
+				if j.As == "" {
+					j.As = "table"
+				}
+				if j.Table.Format == "" {
+					j.Table.Format = FormatJSON
+				}
+			case j.Stream != nil:
+				if j.Type == "" {
+					j.Type = JoinInner
+				}
+				if j.As == "" {
+					j.As = j.Stream.Name
+				}
 			}
 		}
 		if s.Sink != nil {
@@ -311,12 +549,33 @@ func (c *Config) stepDefaults() {
 	}
 }
 
+// stepOnError returns the on_error and dead_letter_topic settings of a
+// step that evaluates expressions, nils for the others (a source's are its
+// own: they apply to decoding).
+func stepOnError(s *Step) (onError, deadLetterTopic *string) {
+	switch {
+	case s.Filter != nil:
+		return &s.Filter.OnError, &s.Filter.DeadLetterTopic
+	case s.Map != nil:
+		return &s.Map.OnError, &s.Map.DeadLetterTopic
+	case s.FlatMap != nil:
+		return &s.FlatMap.OnError, &s.FlatMap.DeadLetterTopic
+	case s.KeyBy != nil:
+		return &s.KeyBy.OnError, &s.KeyBy.DeadLetterTopic
+	case s.Aggregate != nil:
+		return &s.Aggregate.OnError, &s.Aggregate.DeadLetterTopic
+	case s.Dedupe != nil:
+		return &s.Dedupe.OnError, &s.Dedupe.DeadLetterTopic
+	}
+	return nil, nil
+}
+
 // MinTransactionTimeout is the shortest transaction timeout an exactly-once
 // sink may have: a transaction opens up to one interval before its barrier,
 // waits up to checkpoint.timeout for its checkpoint, may be carried to the
 // next checkpoint if that one fails (one more interval), and must survive
 // the failover of a replica (a minute). The same rule as
-// kafkaio.SinkTimeouts, which checks it again against the broker at start.
+// sink.Timeouts, which checks it again against the broker at start.
 func (c *Config) MinTransactionTimeout() time.Duration {
 	return 2*c.Checkpoint.Interval + c.Checkpoint.Timeout + time.Minute
 }

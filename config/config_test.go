@@ -123,7 +123,7 @@ func TestEveryProblemReportedByPath(t *testing.T) {
 job:
   name: "bad name!"
   pipeline:
-    - aggregate: {op: sum}
+    - aggregate: {op: mean}
     - source: {topics: [], format: xml, start: yesterday, on_error: dead-letter}
     - sink: {topic: "", delivery: maybe}
 kafka:
@@ -341,5 +341,80 @@ func TestStorageURLChecked(t *testing.T) {
 		if _, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv}); err != nil {
 			t.Errorf("storage %q refused: %v", ok, err)
 		}
+	}
+}
+
+const viewsJob = `
+job:
+  name: views-per-page
+  parallelism: 4
+  pipeline:
+    - source: {topics: [clicks], format: json}
+    - key_by: {field: page, parallelism: 6}
+    - aggregate: {op: count}
+    - sink: {topic: views-per-page, format: json, delivery: exactly-once}
+kafka:
+  brokers: [127.0.0.1:9092]
+`
+
+func TestKeyByAndParallelism(t *testing.T) {
+	cfg, err := config.Load(config.Source{YAML: []byte(viewsJob), Env: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := cfg.Job.Pipeline[1].KeyBy; k == nil || k.Field != "page" || k.Parallelism != 6 {
+		t.Fatalf("key_by %+v", k)
+	}
+	if cfg.Job.Parallelism != 4 || cfg.Job.MaxParallelism != 128 {
+		t.Fatalf("parallelism %d, max %d: want 4 and the default 128", cfg.Job.Parallelism, cfg.Job.MaxParallelism)
+	}
+	cfg, err = config.Load(config.Source{YAML: []byte(viewsJob), Env: envOf(map[string]string{"WEIR_JOB_PARALLELISM": "2", "WEIR_JOB_MAX_PARALLELISM": "16"})})
+	if err != nil || cfg.Job.Parallelism != 2 || cfg.Job.MaxParallelism != 16 {
+		t.Fatalf("from the environment: %v, %+v", err, cfg.Job)
+	}
+
+	for _, c := range []struct{ from, to, want string }{
+		{"field: page, parallelism: 6", "parallelism: 6", "yaml:7:15: job.pipeline[1].key_by.field: required: the top-level JSON field to key by"},
+		{"parallelism: 6}", "parallelism: -1}", "yaml:7:42: job.pipeline[1].key_by.parallelism: -1: must be at least 1 (or left out for job.parallelism)"},
+		{"parallelism: 6}", "parallelism: 200}", "yaml:7:42: job.pipeline[1].key_by.parallelism: 200: must not exceed job.max_parallelism (128): each task of the stage reads at least one key group"},
+		{"parallelism: 4", "parallelism: -2", "yaml:4:16: job.parallelism: -2: must be 0 (the input partition count) or more"},
+		{"parallelism: 4", "parallelism: 4\n  max_parallelism: 2", "yaml:4:16: job.parallelism: 4: must not exceed job.max_parallelism (2): each task of a stage after a key_by reads at least one key group"},
+		{"parallelism: 4", "max_parallelism: 0", "yaml:4:20: job.max_parallelism: 0: must be between 1 and 32768"},
+		{"parallelism: 4", "max_parallelism: 40000", "yaml:4:20: job.max_parallelism: 40000: must be between 1 and 32768"},
+		{"key_by: {field: page, parallelism: 6}", "key_by: {field: page}\n      aggregate: {op: count}", "yaml:7:7: job.pipeline[1]: must have exactly one of source, filter, map, flat_map, key_by, window, aggregate, dedupe, join, route, sink (has key_by and aggregate)"},
+	} {
+		_, err := config.Load(config.Source{YAML: []byte(strings.Replace(viewsJob, c.from, c.to, 1)), Env: noEnv})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v\nwant %s", c.to, err, c.want)
+		}
+	}
+}
+
+// TestGoJob: a configuration for a job defined in Go (cli.Main) has no
+// pipeline; job.name defaults to the Go job's name, and a different name or
+// a pipeline is refused at its line, by key path.
+func TestGoJob(t *testing.T) {
+	const settings = "kafka: {brokers: [127.0.0.1:9092]}\n"
+	cfg, err := config.Load(config.Source{YAML: []byte(settings), Env: noEnv, GoJob: "views-per-page-go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Job.Name != "views-per-page-go" || cfg.Kafka.TopicPrefix != "_weir.views-per-page-go." {
+		t.Fatalf("job %+v, topic prefix %q: want the Go job's name and the prefix derived from it", cfg.Job, cfg.Kafka.TopicPrefix)
+	}
+	if _, err := config.Load(config.Source{YAML: []byte("job: {name: views-per-page-go}\n" + settings), Env: noEnv, GoJob: "views-per-page-go"}); err != nil {
+		t.Fatalf("the Go job's own name refused: %v", err)
+	}
+
+	_, err = config.Load(config.Source{YAML: []byte("job: {name: other}\n" + settings), Env: noEnv, GoJob: "views-per-page-go"})
+	if want := `yaml:1:13: job.name: "other", but this program runs the job "views-per-page-go" defined in Go`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("want %q, got %v", want, err)
+	}
+	_, err = config.Load(config.Source{YAML: []byte(clicksJob), Env: noEnv, GoJob: "clicks-per-user"})
+	if want := `yaml:5:5: job.pipeline: must be empty: this program runs the job "clicks-per-user" defined in Go`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("want %q, got %v", want, err)
+	}
+	if ps := unjoin(err); len(ps) != 1 {
+		t.Fatalf("want the pipeline's problem alone, not its steps' too: %v", err)
 	}
 }

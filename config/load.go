@@ -31,6 +31,13 @@ type Source struct {
 	// Env reads environment variables WEIR_<SECTION>_<KEY>; nil means
 	// os.LookupEnv.
 	Env func(string) (string, bool)
+	// GoJob is the name of the job defined in Go (stream.Job, run by
+	// cli.Main) that the configuration is for; empty for a YAML job. The
+	// job is then the Go program's, not the configuration's: job.pipeline
+	// must be empty, and job.name defaults to GoJob and, when set, must
+	// equal it (it names the job's topics, groups and checkpoints, so a
+	// different name would run the program against another job's).
+	GoJob string
 }
 
 // Load reads a configuration from, lowest to highest precedence: defaults,
@@ -47,6 +54,19 @@ type Source struct {
 // default, and the checks of Validate that it would only confuse are left
 // out.
 func Load(src Source) (*Config, error) {
+	cfg, err := Check(src)
+	if err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Check is Load for tools that report problems rather than run: with
+// problems, it returns them and also the configuration as far as it was
+// read (nil after a YAML syntax error or an unreadable file), whose values
+// must not be trusted: processor validate checks its expressions, so that
+// their problems are reported with the others.
+func Check(src Source) (*Config, error) {
 	cfg := Default()
 	d := decoder{origins: map[string]string{}, bad: map[string]bool{}}
 	root := reflect.ValueOf(&cfg).Elem()
@@ -60,6 +80,7 @@ func Load(src Source) (*Config, error) {
 			return nil // empty, or only comments
 		}
 		d.file = name
+		d.lines = strings.Split(string(b), "\n")
 		d.node(root, doc.Content[0], "")
 		return nil
 	}
@@ -97,6 +118,12 @@ func Load(src Source) (*Config, error) {
 		})
 	}
 
+	if src.GoJob != "" {
+		cfg.goJob = src.GoJob
+		if cfg.Job.Name == "" {
+			cfg.Job.Name = src.GoJob
+		}
+	}
 	cfg.derivedDefaults()
 	cfg.origins = d.origins
 	problems := d.problems
@@ -108,7 +135,7 @@ func Load(src Source) (*Config, error) {
 		problems = append(problems, p)
 	}
 	if len(problems) > 0 {
-		return nil, cfg.Annotate(errors.Join(problems...))
+		return &cfg, cfg.Annotate(errors.Join(problems...))
 	}
 	return &cfg, nil
 }
@@ -163,6 +190,7 @@ func yamlSyntaxError(name string, err error) error {
 // and where each setting came from.
 type decoder struct {
 	file     string            // the YAML being decoded, for origins
+	lines    []string          // its lines, to locate expressions
 	origins  map[string]string // key path -> where its value came from
 	bad      map[string]bool   // key paths whose value did not decode
 	problems []error
@@ -199,6 +227,9 @@ func (d *decoder) node(v reflect.Value, n *yaml.Node, path string) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return // "key:" with no value: the default
 	}
+	if d.shape(v, n, path) {
+		return
+	}
 	t := v.Type()
 	switch {
 	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
@@ -217,10 +248,15 @@ func (d *decoder) node(v reflect.Value, n *yaml.Node, path string) {
 			f, ok := fieldByKey(v, k.Value)
 			if !ok {
 				msg := "unknown key"
-				if s := suggest(k.Value, keysOf(t)); s != "" {
+				s := suggest(k.Value, keysOf(t))
+				if s != "" {
 					msg += fmt.Sprintf(" (did you mean %s?)", s)
 				}
 				d.problem(sub, d.at(k), "%s", msg)
+				if s != "" {
+					// The key meant is missing only because of the typo.
+					d.bad[join(path, s)] = true
+				}
 				continue
 			}
 			d.node(f, val, sub)
@@ -362,7 +398,7 @@ func splitList(s string) []string {
 func fieldByKey(v reflect.Value, key string) (reflect.Value, bool) {
 	t := v.Type()
 	for i := range t.NumField() {
-		if t.Field(i).Tag.Get("mapstructure") == key {
+		if k := t.Field(i).Tag.Get("mapstructure"); k == key && k != "-" {
 			return v.Field(i), true
 		}
 	}
@@ -373,7 +409,7 @@ func fieldByKey(v reflect.Value, key string) (reflect.Value, bool) {
 func keysOf(t reflect.Type) []string {
 	var keys []string
 	for i := range t.NumField() {
-		if k := t.Field(i).Tag.Get("mapstructure"); k != "" {
+		if k := t.Field(i).Tag.Get("mapstructure"); k != "" && k != "-" {
 			keys = append(keys, k)
 		}
 	}
@@ -402,12 +438,14 @@ func scalarFields(v reflect.Value) map[string]reflect.Value {
 		t := v.Type()
 		for i := range t.NumField() {
 			key := t.Field(i).Tag.Get("mapstructure")
-			if key == "" {
+			if key == "" || key == "-" {
 				continue
 			}
 			key = join(prefix, key)
 			fv := v.Field(i)
 			switch ft := fv.Type(); {
+			case isShape(ft):
+				// A shape of the job language: YAML only.
 			case ft.Kind() == reflect.Struct && ft != durationType:
 				walk(fv, key)
 			case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:

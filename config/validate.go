@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/weir-stream/weir/keygroup"
 )
 
 // FieldError is one problem with one setting.
@@ -49,8 +51,25 @@ func (c *Config) Validate() error {
 		v.add("job.name", "required: it names the job's topics, groups and checkpoints")
 	case !jobNameRE.MatchString(c.Job.Name):
 		v.add("job.name", "%q: use 1 to 100 letters, digits, '.', '_' or '-', starting with a letter or digit", c.Job.Name)
+	case c.goJob != "" && c.Job.Name != c.goJob:
+		v.add("job.name", "%q, but this program runs the job %q defined in Go: leave job.name out, or set it to %q", c.Job.Name, c.goJob, c.goJob)
 	}
-	c.validatePipeline(&v)
+	if c.goJob != "" {
+		if len(c.Job.Pipeline) > 0 {
+			v.add("job.pipeline", "must be empty: this program runs the job %q defined in Go, not a YAML pipeline; remove job.pipeline (or run the YAML job with the stock processor binary)", c.goJob)
+		}
+	} else {
+		c.validatePipeline(&v)
+	}
+	// keygroup.Limit bounds the partition count of the shuffle topics.
+	if m := c.Job.MaxParallelism; m < 1 || m > keygroup.Limit {
+		v.add("job.max_parallelism", "%d: must be between 1 and %d", m, keygroup.Limit)
+	}
+	if p := c.Job.Parallelism; p < 0 {
+		v.add("job.parallelism", "%d: must be 0 (the input partition count) or more", p)
+	} else if p > c.Job.MaxParallelism && c.Job.MaxParallelism >= 1 {
+		v.add("job.parallelism", "%d: must not exceed job.max_parallelism (%d): each task of a stage after a key_by reads at least one key group", p, c.Job.MaxParallelism)
+	}
 
 	// kafka
 	if len(c.Kafka.Brokers) == 0 {
@@ -134,46 +153,92 @@ func (c *Config) Validate() error {
 	return v.err()
 }
 
-func (c *Config) validatePipeline(v *validator) {
-	steps := c.Job.Pipeline
-	if len(steps) == 0 {
-		v.add("job.pipeline", "required: at least a source and a sink step")
-		return
+// validateDuration checks an event-time duration: not negative, positive
+// if required, and a whole number of milliseconds (event time is in
+// milliseconds).
+func validateDuration(v *validator, path string, d time.Duration, required bool) {
+	switch {
+	case d < 0:
+		v.add(path, "%v: must not be negative", d)
+	case d == 0 && required:
+		v.add(path, "must be positive")
+	case d%time.Millisecond != 0:
+		v.add(path, "%v: must be a whole number of milliseconds (event time is in milliseconds)", d)
 	}
-	for i, s := range steps {
-		path := fmt.Sprintf("job.pipeline[%d]", i)
-		kinds := 0
-		for _, set := range []bool{s.Source != nil, s.Aggregate != nil, s.Sink != nil} {
-			if set {
-				kinds++
-			}
-		}
-		if kinds != 1 {
-			v.add(path, "must have exactly one of source, aggregate, sink (has %d)", kinds)
-			continue
-		}
-		switch {
-		case s.Source != nil:
-			if i != 0 {
-				v.add(path+".source", "a source must be the first step")
-			}
-			validateSource(v, path+".source", s.Source)
-		case s.Aggregate != nil:
-			if s.Aggregate.Op != OpCount {
-				v.add(path+".aggregate.op", "%q: must be %q", s.Aggregate.Op, OpCount)
-			}
-		case s.Sink != nil:
-			if i != len(steps)-1 {
-				v.add(path+".sink", "a sink must be the last step")
-			}
-			c.validateSink(v, path+".sink", s.Sink)
+}
+
+// validateWindow checks a window step. As in Flink, a sliding window's size
+// need not be a multiple of its slide; a slide longer than the size would
+// leave records between windows, so it is refused.
+func (c *Config) validateWindow(v *validator, path string, w *WindowStep) {
+	notFor := func(key string, d time.Duration) {
+		if d != 0 {
+			v.add(path+"."+key, "set, but a %s window has no %s: remove it", w.Type, key)
 		}
 	}
-	if steps[0].Source == nil {
-		v.add("job.pipeline[0]", "the first step must be a source")
+	switch w.Type {
+	case WindowTumbling:
+		validateDuration(v, path+".size", w.Size, true)
+		notFor("slide", w.Slide)
+		notFor("gap", w.Gap)
+	case WindowSliding:
+		validateDuration(v, path+".size", w.Size, true)
+		validateDuration(v, path+".slide", w.Slide, true)
+		if w.Slide > w.Size && w.Size > 0 {
+			v.add(path+".slide", "%v: must not exceed size (%v): the records between two windows would belong to none", w.Slide, w.Size)
+		}
+		notFor("gap", w.Gap)
+	case WindowSession:
+		validateDuration(v, path+".gap", w.Gap, true)
+		notFor("size", w.Size)
+		notFor("slide", w.Slide)
+	case "":
+		v.add(path+".type", "required: tumbling, sliding or session")
+	default:
+		msg := ""
+		if s := suggest(w.Type, WindowTypes()); s != "" {
+			msg = fmt.Sprintf(" (did you mean %s?)", s)
+		}
+		v.add(path+".type", "%q: must be tumbling, sliding or session%s", w.Type, msg)
 	}
-	if steps[len(steps)-1].Sink == nil {
-		v.add(fmt.Sprintf("job.pipeline[%d]", len(steps)-1), "the last step must be a sink")
+	validateDuration(v, path+".allowed_lateness", w.AllowedLateness, false)
+	validateDuration(v, path+".emit_every", w.EmitEvery, false)
+	if w.LateTopic != "" {
+		checkTopic(v, path+".late_topic", w.LateTopic)
+		for _, st := range c.allSteps() {
+			switch {
+			case st.Source != nil && slices.Contains(st.Source.Topics, w.LateTopic):
+				v.add(path+".late_topic", "%q is also an input topic (%s.source.topics): a job must not read its own late records", w.LateTopic, st.path)
+			case st.Sink != nil && st.Sink.Topic == w.LateTopic:
+				v.add(path+".late_topic", "%q is also the sink's topic (%s.sink.topic): late records are input records, not results; use another topic", w.LateTopic, st.path)
+			}
+		}
+	}
+}
+
+func validateTimestamp(v *validator, path string, ts *TimestampSpec) {
+	if ts.Field == "" {
+		v.add(path+".field", "required: the top-level JSON field that holds the event time (leave timestamp out for the Kafka record timestamp)")
+	}
+	if !slices.Contains(TimestampFormats(), ts.Format) {
+		msg := ""
+		if s := suggest(ts.Format, TimestampFormats()); s != "" {
+			msg = fmt.Sprintf(" (did you mean %s?)", s)
+		}
+		v.add(path+".format", "%q: must be unix_ms, unix_s or rfc3339%s", ts.Format, msg)
+	}
+}
+
+func validateWatermark(v *validator, path string, wm *WatermarkSpec) {
+	validateDuration(v, path+".max_out_of_orderness", wm.MaxOutOfOrderness, false)
+	validateDuration(v, path+".idle_timeout", wm.IdleTimeout, false)
+	// The task loop emits watermarks on its own ticks: a shorter interval
+	// would only spend the loop's time.
+	switch {
+	case wm.Interval < 10*time.Millisecond:
+		v.add(path+".interval", "%v: must be at least 10ms", wm.Interval)
+	case wm.Interval%time.Millisecond != 0:
+		v.add(path+".interval", "%v: must be a whole number of milliseconds", wm.Interval)
 	}
 }
 
@@ -208,23 +273,46 @@ func validateSource(v *validator, path string, s *SourceStep) {
 	if !oneOf(s.Format, FormatJSON, FormatRaw) {
 		v.add(path+".format", "%q: must be json or raw", s.Format)
 	}
+	if s.Timestamp != nil {
+		validateTimestamp(v, path+".timestamp", s.Timestamp)
+		if s.Format == FormatRaw {
+			v.add(path+".timestamp", "reads a JSON field, but the source's format is raw: use format json, or leave timestamp out for the Kafka record timestamp")
+		}
+	}
+	if s.Watermark != nil {
+		validateWatermark(v, path+".watermark", s.Watermark)
+	}
 	if s.Start != StartEarliest && s.Start != StartLatest {
 		if _, err := time.Parse(time.RFC3339, s.Start); err != nil {
 			v.add(path+".start", "%q: must be earliest, latest or an RFC 3339 time", s.Start)
 		}
 	}
-	switch s.OnError {
+	validateOnError(v, path, s.OnError, s.DeadLetterTopic)
+}
+
+// validateOnError checks a step's on_error and dead_letter_topic.
+func validateOnError(v *validator, path, onError, deadLetterTopic string) {
+	switch onError {
 	case OnErrorFail, OnErrorSkip:
-		if s.DeadLetterTopic != "" {
-			v.add(path+".dead_letter_topic", "set, but on_error is %q: set on_error to dead-letter or remove it", s.OnError)
+		if deadLetterTopic != "" {
+			v.add(path+".dead_letter_topic", "set, but on_error is %q: set on_error to dead-letter or remove it", onError)
 		}
 	case OnErrorDeadLetter:
-		if s.DeadLetterTopic == "" {
+		if deadLetterTopic == "" {
 			v.add(path+".dead_letter_topic", "required when on_error is dead-letter")
 		}
 	default:
-		v.add(path+".on_error", "%q: must be fail, skip or dead-letter", s.OnError)
+		v.add(path+".on_error", "%q: must be fail, skip or dead-letter%s", onError, didYouMean(onError, OnErrors()))
 	}
+}
+
+// didYouMean is " (did you mean X?)" for a near miss of one of options,
+// or "".
+func didYouMean(got string, options []string) string {
+	if s := suggest(got, options); s != "" {
+		return fmt.Sprintf(" (did you mean %s?)", s)
+	}
+	return ""
 }
 
 func (c *Config) validateSink(v *validator, path string, s *SinkStep) {
@@ -233,15 +321,18 @@ func (c *Config) validateSink(v *validator, path string, s *SinkStep) {
 	} else {
 		checkTopic(v, path+".topic", s.Topic)
 	}
-	for i, step := range c.Job.Pipeline {
-		if step.Source == nil {
-			continue
+	for _, st := range c.allSteps() {
+		if st.Source != nil && slices.Contains(st.Source.Topics, s.Topic) {
+			v.add(path+".topic", "%q is also an input topic (%s.source.topics): a job must not read its own output", s.Topic, st.path)
 		}
-		if slices.Contains(step.Source.Topics, s.Topic) {
-			v.add(path+".topic", "%q is also an input topic (job.pipeline[%d].source.topics): a job must not read its own output", s.Topic, i)
+		dlt, key := "", ""
+		if st.Source != nil {
+			dlt, key = st.Source.DeadLetterTopic, "source"
+		} else if _, p := stepOnError(&st.Step); p != nil {
+			dlt, key = *p, st.kind()
 		}
-		if step.Source.DeadLetterTopic == s.Topic && s.Delivery == ModeAtLeastOnce {
-			v.add(path+".topic", "%q is also the dead-letter topic (job.pipeline[%d].source.dead_letter_topic), whose records are written exactly-once: use another topic, or delivery exactly-once", s.Topic, i)
+		if dlt != "" && dlt == s.Topic && s.Delivery == ModeAtLeastOnce {
+			v.add(path+".topic", "%q is also the dead-letter topic (%s.%s.dead_letter_topic), whose records are written exactly-once: use another topic, or delivery exactly-once", s.Topic, st.path, key)
 		}
 	}
 	if s.Format != FormatJSON {
@@ -266,6 +357,12 @@ type validator struct{ problems []error }
 
 func (v *validator) add(path, format string, args ...any) {
 	v.problems = append(v.problems, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// addAt adds a problem whose origin is known (an expression's position)
+// rather than looked up by path.
+func (v *validator) addAt(path, origin, format string, args ...any) {
+	v.problems = append(v.problems, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...), Origin: origin})
 }
 
 func (v *validator) err() error { return errors.Join(v.problems...) }

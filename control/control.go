@@ -273,6 +273,14 @@ type Ack struct {
 	Task    TaskID     `json:"task"`
 	Handle  string     `json:"handle"`
 	Metrics AckMetrics `json:"metrics"`
+	// Shuffle lists the task's position in every shuffle partition it
+	// reads, at its snapshot: Offset is the restart position, the offset
+	// of the first record the task has not processed. The coordinator
+	// deletes shuffle records below the positions of every retained
+	// checkpoint (DeleteRecords). Sorted, without repeats; absent for a
+	// task that reads no shuffle topic. (An addition to DESIGN.md
+	// section 4.)
+	Shuffle []Position `json:"shuffle,omitempty"`
 }
 
 // Decline reports that Task could not snapshot checkpoint ID.
@@ -418,6 +426,23 @@ func checkPositions(ps []Position) error {
 	return nil
 }
 
+// checkShuffle validates a list of shuffle positions: valid positions,
+// sorted, at most one per partition; an empty list must be absent (nil).
+func checkShuffle(ps []Position) error {
+	if ps != nil && len(ps) == 0 {
+		return fmt.Errorf("%w: empty shuffle list (leave the field out)", ErrInvalid)
+	}
+	for i, p := range ps {
+		if err := p.validate(); err != nil {
+			return fmt.Errorf("shuffle: %w", err)
+		}
+		if i > 0 && (ps[i-1].Compare(p) >= 0 || ps[i-1].Topic == p.Topic && ps[i-1].Partition == p.Partition) {
+			return fmt.Errorf("%w: shuffle positions not sorted, or two for one partition, at %s", ErrInvalid, p)
+		}
+	}
+	return nil
+}
+
 // FailureCause says what kind of permanent failure stopped a job: a closed
 // set, so that a metric can carry it as a label.
 type FailureCause string
@@ -433,10 +458,16 @@ const (
 	// CauseKafka: Kafka refuses the job's requests in a way no retry fixes
 	// (a topic that does not exist, authorization).
 	CauseKafka FailureCause = "kafka"
+	// CauseJob: the job's definition or configuration does not match the
+	// checkpoint it must restore from (a stage's parallelism or name
+	// changed). Restore the settings the checkpoint was taken with.
+	CauseJob FailureCause = "job"
 )
 
 // Valid reports whether c is one of the defined causes.
-func (c FailureCause) Valid() bool { return c == CauseRecord || c == CauseStorage || c == CauseKafka }
+func (c FailureCause) Valid() bool {
+	return c == CauseRecord || c == CauseStorage || c == CauseKafka || c == CauseJob
+}
 
 // Failure reports that Task failed permanently in generation Gen: no retry
 // or restart can fix it. The coordinator turns it into a Failed record.
@@ -498,6 +529,9 @@ type TaskState struct {
 	Task    TaskID     `json:"task"`
 	Handle  string     `json:"handle"`
 	Metrics AckMetrics `json:"metrics"`
+	// Shuffle repeats the task's Ack.Shuffle, so that a coordinator that
+	// takes over knows the shuffle positions of the retained checkpoints.
+	Shuffle []Position `json:"shuffle,omitempty"`
 }
 
 // Metadata is the content of a checkpoint's _metadata object: every task's
@@ -598,7 +632,10 @@ func (m Ack) validate() error {
 	if m.Handle == "" {
 		return fmt.Errorf("%w: empty handle", ErrInvalid)
 	}
-	return m.Metrics.validate()
+	if err := m.Metrics.validate(); err != nil {
+		return err
+	}
+	return checkShuffle(m.Shuffle)
 }
 
 func (m Decline) validate() error {
@@ -717,6 +754,9 @@ func (m Metadata) validate() error {
 			return fmt.Errorf("%w: tasks not sorted or repeated at %s", ErrInvalid, s.Task)
 		}
 		if err := s.Metrics.validate(); err != nil {
+			return fmt.Errorf("task %s: %w", s.Task, err)
+		}
+		if err := checkShuffle(s.Shuffle); err != nil {
 			return fmt.Errorf("task %s: %w", s.Task, err)
 		}
 	}

@@ -18,6 +18,8 @@ func examples() []Message {
 		Abort{ID: 7, Gen: 2, Reason: AbortDeclined, Detail: "disk full", Last: 9},
 		Ack{ID: 7, Gen: 2, Task: task("enrich", 3), Handle: "chk-7/enrich-3.manifest",
 			Metrics: AckMetrics{SyncMS: 1, AsyncMS: 250, AlignMS: 4, StateBytes: 1 << 20, UploadedBytes: 4096}},
+		Ack{ID: 8, Gen: 2, Task: task("count", 1), Handle: "chk-8/count-1.manifest", Shuffle: []Position{
+			{Topic: "_weir.shuffle.count", Partition: 64, Offset: 0}, {Topic: "_weir.shuffle.count", Partition: 65, Offset: 1200}}},
 		Decline{ID: 7, Gen: 2, Task: task("enrich", 3), Reason: "upload failed: timeout"},
 		Running{Gen: 3, Task: task("enrich", 0)},
 		Generation{Gen: 3, RestoreFrom: 6, Assignment: Assignment{
@@ -37,6 +39,9 @@ func examples() []Message {
 		Resumed{Gen: 3, TS: 6},
 		Metadata{ID: 6, Gen: 2, Kind: KindSavepoint, Target: "sp", TS: 5, Tasks: []TaskState{
 			{Task: task("a", 0), Handle: "h0"}, {Task: task("a", 1), Handle: "h1", Metrics: AckMetrics{StateBytes: 3}},
+		}},
+		Metadata{ID: 9, Gen: 2, Kind: KindCheckpoint, TS: 5, Tasks: []TaskState{
+			{Task: task("count", 0), Handle: "h0", Shuffle: []Position{{Topic: "s", Partition: 0, Offset: 7}}},
 		}},
 	}
 }
@@ -72,6 +77,10 @@ func TestGoldenEncoding(t *testing.T) {
 			`{"v":1,"type":"abort","id":7,"gen":2,"reason":"expired","last":8}`},
 		{Ack{ID: 7, Gen: 2, Task: task("map", 0), Handle: "h"},
 			`{"v":1,"type":"ack","id":7,"gen":2,"task":"map/0","handle":"h","metrics":{"sync_ms":0,"async_ms":0,"align_ms":0,"state_bytes":0,"uploaded_bytes":0}}`},
+		{Ack{ID: 7, Gen: 2, Task: task("count", 0), Handle: "h", Shuffle: []Position{{Topic: "s", Partition: 3, Offset: 9}}},
+			`{"v":1,"type":"ack","id":7,"gen":2,"task":"count/0","handle":"h","metrics":{"sync_ms":0,"async_ms":0,"align_ms":0,"state_bytes":0,"uploaded_bytes":0},"shuffle":[{"topic":"s","partition":3,"offset":9}]}`},
+		{Metadata{ID: 7, Gen: 2, Kind: KindCheckpoint, TS: 1, Tasks: []TaskState{{Task: task("count", 0), Handle: "h", Shuffle: []Position{{Topic: "s", Partition: 3, Offset: 9}}}}},
+			`{"v":1,"type":"metadata","id":7,"gen":2,"kind":"checkpoint","ts":1,"tasks":[{"task":"count/0","handle":"h","metrics":{"sync_ms":0,"async_ms":0,"align_ms":0,"state_bytes":0,"uploaded_bytes":0},"shuffle":[{"topic":"s","partition":3,"offset":9}]}]}`},
 		{Decline{ID: 7, Gen: 2, Task: task("map", 10), Reason: "x"},
 			`{"v":1,"type":"decline","id":7,"gen":2,"task":"map/10","reason":"x"}`},
 		{Running{Gen: 4, Task: task("map", 1)},
@@ -132,6 +141,15 @@ func TestDecodeErrors(t *testing.T) {
 		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"map/1","handle":""}`, ErrInvalid},
 		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"map/1","handle":"h","metrics":{"sync_ms":-1}}`, ErrInvalid},
 		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"map/1","handle":"h","metrics":{"cpu":1}}`, ErrMalformed},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"m/1","handle":"h","shuffle":[]}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"m/1","handle":"h","shuffle":[{"topic":"s","partition":0,"offset":-1}]}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"m/1","handle":"h","shuffle":[{"topic":"","partition":0,"offset":1}]}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"m/1","handle":"h","shuffle":[{"topic":"a b","partition":0,"offset":1}]}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"m/1","handle":"h","shuffle":[{"topic":"s","partition":-1,"offset":1}]}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"m/1","handle":"h","shuffle":[{"topic":"s","partition":1,"offset":1},{"topic":"s","partition":0,"offset":1}]}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"m/1","handle":"h","shuffle":[{"topic":"s","partition":1,"offset":1},{"topic":"s","partition":1,"offset":2}]}`, ErrInvalid},
+		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"m/1","handle":"h","shuffle":{"s":1}}`, ErrMalformed},
+		{`{"v":1,"type":"metadata","id":1,"gen":1,"ts":1,"kind":"checkpoint","tasks":[{"task":"m/0","handle":"h","shuffle":[{"topic":"s","partition":0,"offset":-3}]}]}`, ErrInvalid},
 		{`{"v":1,"type":"generation","gen":1,"assignment":{}}`, ErrInvalid},
 		{`{"v":1,"type":"generation","gen":1,"assignment":{"a":["m/0"],"b":["m/0"]}}`, ErrInvalid},
 		{`{"v":1,"type":"complete","id":1,"gen":1,"ts":1,"kind":"checkpoint"}`, ErrInvalid},

@@ -14,6 +14,10 @@
 // trailing data (ErrMalformed), and a message that breaks a protocol rule,
 // such as an ID of 0 (ErrInvalid), are errors, testable with errors.Is.
 // FuzzDecode checks that decoding never panics and that encoding round-trips.
+// Because of that strictness, a field added later (Ack.Shuffle,
+// TaskState.Shuffle) is left out when empty: what a job without shuffles
+// writes, older builds still read (docs/protocol.md says what they do with
+// the rest).
 //
 // Task IDs are TaskID values, written "<stage>/<index>" in JSON and logs.
 // Timestamps are Unix milliseconds. The checkpoint's _metadata object is a

@@ -65,6 +65,7 @@ func (p phase) String() string { return phaseNames[p] }
 type taskAck struct {
 	handle  string
 	metrics control.AckMetrics
+	shuffle []control.Position
 }
 
 // pending is a triggered checkpoint that has not completed or aborted.
@@ -89,6 +90,12 @@ type completed struct {
 	target   string
 	ts       time.Time
 	metadata string
+	// shuffle is the lowest position of each shuffle partition its tasks
+	// read, sorted; known says whether the core has seen it: from the acks
+	// of a checkpoint it completed or replayed, or from the _metadata
+	// object (MetadataRead) after a Restore from the topics alone.
+	shuffle []control.Position
+	known   bool
 }
 
 // finished is a recently finished checkpoint of the current generation.
@@ -138,6 +145,11 @@ type Core struct {
 	// the last Tick held back a due periodic trigger because of it.
 	gcBacklog int
 	gcHeld    bool
+	// purged is the offset of the last purge of each shuffle partition
+	// this core asked for (Ready.Purges); a rebuilt core starts empty and
+	// asks again at its first completion (deleting below an offset twice
+	// changes nothing).
+	purged map[partition]int64
 
 	out Ready
 }
@@ -174,6 +186,11 @@ func (c *Core) Step(e Event) error {
 		err = c.metadataFailed(ev)
 	case TaskFailed:
 		c.taskFailed(ev.Failure)
+	case MetadataRead:
+		if err := control.Validate(ev.Metadata); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+		}
+		c.applyMetadata(ev.Metadata)
 	case GCBacklog:
 		if ev.Discards < 0 {
 			return fmt.Errorf("%w: gc backlog %d", ErrInvalidEvent, ev.Discards)
@@ -244,7 +261,7 @@ func (c *Core) triggerAllowed() bool {
 func (c *Core) HasReady() bool {
 	o := &c.out
 	return len(o.Records) > 0 || len(o.Metadata) > 0 || len(o.Notifications) > 0 ||
-		len(o.Discards) > 0 || o.Restart != nil || len(o.Outcomes) > 0 || o.Metrics.counting()
+		len(o.Discards) > 0 || len(o.Purges) > 0 || o.Restart != nil || len(o.Outcomes) > 0 || o.Metrics.counting()
 }
 
 // Ready returns what the owner must do; see the Ready type for the order.
@@ -265,6 +282,7 @@ func (c *Core) Advance(rd Ready) {
 	o.Metadata = drop(o.Metadata, len(rd.Metadata))
 	o.Notifications = drop(o.Notifications, len(rd.Notifications))
 	o.Discards = drop(o.Discards, len(rd.Discards))
+	o.Purges = drop(o.Purges, len(rd.Purges))
 	o.Outcomes = drop(o.Outcomes, len(rd.Outcomes))
 	if rd.Restart != nil && o.Restart == rd.Restart {
 		o.Restart = nil
@@ -316,6 +334,11 @@ type CompletedStatus struct {
 	ID       uint64
 	Kind     control.Kind
 	Metadata string
+	// Shuffle is the lowest position of each shuffle partition its tasks
+	// read, if ShuffleKnown; after a Restore from the topics alone it is
+	// unknown until MetadataRead.
+	Shuffle      []control.Position
+	ShuffleKnown bool
 }
 
 // Status returns a summary of the core's state.
@@ -335,7 +358,8 @@ func (c *Core) Status() Status {
 			Finalizing: p.finalizing, Deadline: p.deadline})
 	}
 	for _, k := range c.completed {
-		s.Completed = append(s.Completed, CompletedStatus{ID: k.id, Kind: k.kind, Metadata: k.metadata})
+		s.Completed = append(s.Completed, CompletedStatus{ID: k.id, Kind: k.kind, Metadata: k.metadata,
+			Shuffle: slices.Clone(k.shuffle), ShuffleKnown: k.known})
 	}
 	return s
 }
@@ -420,7 +444,7 @@ func (c *Core) ack(a control.Ack) {
 		c.outcome(control.TypeAck, a.ID, a.Gen, a.Task, AckDuplicate)
 		return
 	}
-	p.acks[i] = taskAck{handle: a.Handle, metrics: a.Metrics}
+	p.acks[i] = taskAck{handle: a.Handle, metrics: a.Metrics, shuffle: a.Shuffle}
 	p.remaining--
 	c.outcome(control.TypeAck, a.ID, a.Gen, a.Task, AckSuccess)
 	if p.remaining == 0 {
@@ -434,7 +458,8 @@ func (c *Core) finalize(p *pending) {
 	md := control.Metadata{ID: p.id, Gen: p.gen, Kind: p.kind, Target: p.target,
 		TS: p.ts.UnixMilli(), Tasks: make([]control.TaskState, len(c.tasks))}
 	for i, t := range c.tasks { // c.tasks is sorted, as Metadata requires
-		md.Tasks[i] = control.TaskState{Task: t, Handle: p.acks[i].handle, Metrics: p.acks[i].metrics}
+		md.Tasks[i] = control.TaskState{Task: t, Handle: p.acks[i].handle, Metrics: p.acks[i].metrics,
+			Shuffle: p.acks[i].shuffle}
 	}
 	c.out.Metadata = append(c.out.Metadata, md)
 }
@@ -509,6 +534,7 @@ func (c *Core) complete(p *pending, location string) {
 	for _, k := range released {
 		c.discard(Discard{ID: k.id, Reason: DiscardReleased, Metadata: k.metadata})
 	}
+	c.purge()
 	if p.kind == control.KindStop {
 		n.Stopped = true
 		c.out.Notifications = append(c.out.Notifications, n)

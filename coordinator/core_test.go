@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -112,9 +113,9 @@ func TestRestoreRejectsImpossibleHistory(t *testing.T) {
 		return control.Generation{Gen: g, Assignment: control.Assignment{"r": {a0}}}
 	}
 	for name, h := range map[string][]control.Message{
-		"generation goes back": {gen(2), gen(2)},
-		"invalid record":       {control.Trigger{ID: 0, Gen: 1, Kind: control.KindCheckpoint}},
-		"not a topic record":   {control.Metadata{ID: 1, Gen: 1, Kind: control.KindCheckpoint}},
+		"generation goes back":    {gen(2), gen(2)},
+		"invalid record":          {control.Trigger{ID: 0, Gen: 1, Kind: control.KindCheckpoint}},
+		"running is not replayed": {gen(1), control.Running{Gen: 1, Task: a0}},
 	} {
 		if _, err := Restore(testConfig(), t0, h); !errors.Is(err, ErrHistory) {
 			t.Errorf("%s: Restore = %v, want ErrHistory", name, err)
@@ -206,5 +207,50 @@ func TestLateAckBeyondRecentWindow(t *testing.T) {
 		if discarded := len(rd.Discards) == 1; discarded != (want == AckDiscarded) {
 			t.Errorf("retained=%d: discards %v", retained, rd.Discards)
 		}
+	}
+}
+
+// TestMetadataRead: after a Restore from the topics, a retained
+// checkpoint's shuffle positions are unknown until its _metadata is read;
+// metadata that breaks the protocol is refused, metadata of a checkpoint
+// not retained changes nothing, and Restore replays metadata as MetadataRead
+// does.
+func TestMetadataRead(t *testing.T) {
+	history := []control.Message{
+		control.Generation{Gen: 1, Assignment: control.Assignment{"r": {a0}}},
+		control.Complete{ID: 4, Gen: 1, TS: 1, Kind: control.KindCheckpoint, Metadata: "m4"},
+	}
+	c, err := Restore(testConfig(), t0, history)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := c.Status().Completed[0]; k.ShuffleKnown {
+		t.Fatalf("positions known without _metadata: %+v", k)
+	}
+	bad := control.Metadata{ID: 4, Gen: 1, Kind: control.KindCheckpoint, TS: 1, Tasks: []control.TaskState{
+		{Task: a0, Handle: "h", Shuffle: []control.Position{{Topic: "s", Partition: 0, Offset: -1}}}}}
+	if err := c.Step(MetadataRead{Metadata: bad}); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("invalid metadata: %v, want ErrInvalidEvent", err)
+	}
+	other := control.Metadata{ID: 3, Gen: 1, Kind: control.KindCheckpoint, TS: 1, Tasks: []control.TaskState{{Task: a0, Handle: "h"}}}
+	if err := c.Step(MetadataRead{Metadata: other}); err != nil || c.Status().Completed[0].ShuffleKnown {
+		t.Fatalf("metadata of checkpoint 3 (not retained): err %v, status %+v", err, c.Status().Completed)
+	}
+	md := control.Metadata{ID: 4, Gen: 1, Kind: control.KindCheckpoint, TS: 1, Tasks: []control.TaskState{
+		{Task: a0, Handle: "h", Shuffle: []control.Position{{Topic: "s", Partition: 0, Offset: 9}, {Topic: "s", Partition: 1, Offset: 3}}}}}
+	if err := c.Step(MetadataRead{Metadata: md}); err != nil {
+		t.Fatal(err)
+	}
+	want := CompletedStatus{ID: 4, Kind: control.KindCheckpoint, Metadata: "m4", ShuffleKnown: true,
+		Shuffle: []control.Position{{Topic: "s", Partition: 0, Offset: 9}, {Topic: "s", Partition: 1, Offset: 3}}}
+	if got := c.Status().Completed[0]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after MetadataRead: %+v, want %+v", got, want)
+	}
+	replayed, err := Restore(testConfig(), t0, append(history, md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := durableDiff(c, replayed); diff != "" {
+		t.Fatalf("Restore with the metadata differs from MetadataRead: %s", diff)
 	}
 }

@@ -22,6 +22,7 @@
 //		case req := <-savepoints:  err := core.Step(coordinator.RequestSavepoint{...})
 //		case m := <-metadataDone:  core.Step(coordinator.MetadataWritten{...}) // or MetadataFailed
 //		case n := <-gcProgress:    core.Step(coordinator.GCBacklog{Discards: n})
+//		case md := <-retained:     core.Step(coordinator.MetadataRead{Metadata: md}) // after Restore
 //		}
 //		if core.HasReady() {
 //			rd := core.Ready()
@@ -51,6 +52,11 @@
 //     (Ready.Metadata), and only after MetadataWritten is its Complete record
 //     appended; older pending periodic checkpoints are then subsumed, and
 //     the oldest completed checkpoints beyond Retained are released.
+//   - After every completion, each shuffle partition is purged
+//     (Ready.Purges) below the lowest position any retained periodic
+//     checkpoint holds for it, only when that offset rose; savepoints do
+//     not count, and a rebuilt core purges nothing until MetadataRead gave
+//     it the positions of every retained checkpoint.
 //   - Savepoints (RequestSavepoint) run beside periodic checkpoints, are
 //     never subsumed, never released, and their failures do not count. A
 //     completed stop-with-savepoint stops the core.

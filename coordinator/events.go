@@ -75,6 +75,16 @@ type GCBacklog struct {
 	Discards int
 }
 
+// MetadataRead delivers the _metadata object of a retained checkpoint,
+// read by the owner after Restore: the commit topic's Complete records do
+// not carry the checkpoints' shuffle positions, and the core purges no
+// shuffle topic (Ready.Purges) while a retained checkpoint's positions are
+// unknown. Metadata of a checkpoint the core does not retain is ignored.
+type MetadataRead struct {
+	Metadata control.Metadata
+}
+
+func (MetadataRead) isEvent()     {}
 func (TaskFailed) isEvent()       {}
 func (GCBacklog) isEvent()        {}
 func (Acknowledge) isEvent()      {}

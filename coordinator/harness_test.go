@@ -40,6 +40,9 @@ type harness struct {
 	acksAfter   []control.Message
 	// printed counts the items of the un-advanced Ready already printed.
 	printed Ready
+	// written are the _metadata objects the core asked for, by ID: what a
+	// new coordinator reads back (read-metadata).
+	written map[uint64]control.Metadata
 }
 
 func (h *harness) step(e Event) error {
@@ -70,12 +73,19 @@ func (h *harness) delta() string {
 	}
 	for _, m := range rd.Metadata[len(h.printed.Metadata):] {
 		fmt.Fprintf(&b, "write-metadata %d %s gen=%d tasks=%d\n", m.ID, m.Kind, m.Gen, len(m.Tasks))
+		if h.written == nil {
+			h.written = map[uint64]control.Metadata{}
+		}
+		h.written[m.ID] = m
 	}
 	for _, n := range rd.Notifications[len(h.printed.Notifications):] {
 		fmt.Fprintf(&b, "%s\n", fmtNotification(n))
 	}
 	for _, d := range rd.Discards[len(h.printed.Discards):] {
 		fmt.Fprintf(&b, "%s\n", fmtDiscard(d))
+	}
+	for _, p := range rd.Purges[len(h.printed.Purges):] {
+		fmt.Fprintf(&b, "purge %s\n", p)
 	}
 	if rd.Restart != nil && h.printed.Restart == nil {
 		fmt.Fprintf(&b, "restart: %s\n", rd.Restart.Reason)
@@ -177,6 +187,10 @@ func fmtReady(rd Ready) string {
 	for _, d := range rd.Discards {
 		fmt.Fprintf(&b, "  %s\n", fmtDiscard(d))
 	}
+	section("purges", len(rd.Purges))
+	for _, p := range rd.Purges {
+		fmt.Fprintf(&b, "  below %s\n", p)
+	}
 	if rd.Restart != nil {
 		fmt.Fprintf(&b, "restart: %s\n", rd.Restart.Reason)
 	}
@@ -211,7 +225,14 @@ func fmtStatus(s Status) string {
 		b.WriteString("\n")
 	}
 	for _, k := range s.Completed {
-		fmt.Fprintf(&b, "retained %d %s %s\n", k.ID, k.Kind, k.Metadata)
+		fmt.Fprintf(&b, "retained %d %s %s", k.ID, k.Kind, k.Metadata)
+		switch {
+		case !k.ShuffleKnown:
+			b.WriteString(" shuffle=unknown")
+		case len(k.Shuffle) > 0:
+			fmt.Fprintf(&b, " shuffle=(%s)", fmtPositions(k.Shuffle))
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
@@ -358,8 +379,19 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 				tasks = append(tasks, parseTask(t, v))
 			}
 		}
+		var shuffle []control.Position
+		if a, ok := d.Arg("shuffle"); ok {
+			for _, v := range a.Vals {
+				p, err := control.ParsePosition(v)
+				if err != nil {
+					t.Fatalf("%s: %v", d.Pos, err)
+				}
+				shuffle = append(shuffle, p)
+			}
+			slices.SortFunc(shuffle, control.Position.Compare)
+		}
 		for _, task := range tasks {
-			a := control.Ack{ID: id, Gen: gen, Task: task,
+			a := control.Ack{ID: id, Gen: gen, Task: task, Shuffle: shuffle,
 				Handle: argString(d, "handle", fmt.Sprintf("chk-%d/%s-%d.manifest", id, task.Stage, task.Index)),
 				Metrics: control.AckMetrics{
 					StateBytes: int64(argInt(t, d, "state", 100)), UploadedBytes: int64(argInt(t, d, "uploaded", 10)),
@@ -419,7 +451,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			return errOut(err)
 		}
 		*h = harness{cfg: h.cfg, c: c, log: history, commit: append(slices.Clone(h.commit), r),
-			lastTrigger: h.lastTrigger, acksAfter: h.acksAfter}
+			lastTrigger: h.lastTrigger, acksAfter: h.acksAfter, written: h.written}
 		return fmtRecord(r) + "\n" + fmtStatus(c.Status())
 
 	case "savepoint", "stop":
@@ -437,6 +469,20 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			err = h.step(MetadataFailed{ID: id, Reason: a.SingleVal(t)})
 		} else {
 			err = h.step(MetadataWritten{ID: id, Location: argString(d, "at", fmt.Sprintf("chk-%d/_metadata", id))})
+		}
+		return errOut(err) + h.delta()
+
+	case "read-metadata":
+		// A new coordinator reads the _metadata object of a retained
+		// checkpoint (MetadataRead): the one the core asked to write.
+		id := uint64(argInt(t, d, "id", 0))
+		md, ok := h.written[id]
+		if !ok {
+			t.Fatalf("%s: no _metadata of checkpoint %d was written", d.Pos, id)
+		}
+		err := h.c.Step(MetadataRead{Metadata: md})
+		if err == nil {
+			h.log = append(h.log, md)
 		}
 		return errOut(err) + h.delta()
 
@@ -490,7 +536,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		// lost, as in a crash.
 		// From now on the live core's history is what it was rebuilt from.
 		*h = harness{cfg: h.cfg, c: c, log: slices.Clone(history), commit: h.commit,
-			lastTrigger: h.lastTrigger, acksAfter: h.acksAfter}
+			lastTrigger: h.lastTrigger, acksAfter: h.acksAfter, written: h.written}
 		b.WriteString(fmtStatus(c.Status()))
 		return b.String()
 	}

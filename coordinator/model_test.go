@@ -34,27 +34,30 @@ type model struct {
 	lastCompletion        time.Time
 	nextTrigger           time.Time
 	scheduled             bool
-	gcBacklog             int // the last GCBacklog report
+	gcBacklog             int              // the last GCBacklog report
+	purged                map[string]int64 // "topic/partition" -> last purge offset
 
 	out []string // everything emitted, formatted
 }
 
 type mPending struct {
-	kind  control.Kind
-	ts    time.Time
-	acked map[control.TaskID]string // task -> handle
-	final bool
+	kind    control.Kind
+	ts      time.Time
+	acked   map[control.TaskID]string // task -> handle
+	shuffle []control.Position        // every acked task's positions
+	final   bool
 }
 
 type mCompleted struct {
 	id       uint64
 	kind     control.Kind
 	metadata string
+	shuffle  []control.Position
 }
 
 func newModel(cfg Config, now time.Time) *model {
 	return &model{cfg: cfg, now: now, phase: "waiting", pending: map[uint64]*mPending{},
-		savepoints: map[uint64]bool{}, tasks: map[control.TaskID]bool{}}
+		savepoints: map[uint64]bool{}, tasks: map[control.TaskID]bool{}, purged: map[string]int64{}}
 }
 
 func (m *model) emit(format string, args ...any) { m.out = append(m.out, fmt.Sprintf(format, args...)) }
@@ -238,6 +241,7 @@ func (m *model) ack(a control.Ack) {
 		return
 	}
 	p.acked[a.Task] = a.Handle
+	p.shuffle = append(p.shuffle, a.Shuffle...)
 	m.emit("ack %d %s: %s", a.ID, a.Task, AckSuccess)
 	if len(p.acked) == len(m.tasks) {
 		p.final = true
@@ -282,7 +286,7 @@ func (m *model) metadataWritten(id uint64, loc string) error {
 	}
 	delete(m.pending, id)
 	m.emit("complete %d %s gen=%d metadata=%s", id, p.kind, m.gen, loc)
-	m.retained = append(m.retained, mCompleted{id: id, kind: p.kind, metadata: loc})
+	m.retained = append(m.retained, mCompleted{id: id, kind: p.kind, metadata: loc, shuffle: p.shuffle})
 	sort.Slice(m.retained, func(i, j int) bool { return m.retained[i].id < m.retained[j].id })
 	m.lastCompleted = max(m.lastCompleted, id)
 	m.failures = 0
@@ -313,6 +317,7 @@ func (m *model) metadataWritten(id uint64, loc string) error {
 			return k.kind != control.KindCheckpoint && k.id < oldest
 		})
 	}
+	m.purge()
 	if p.kind == control.KindStop {
 		m.abortAll(control.AbortStopped)
 		m.phase = "stopped"
@@ -384,4 +389,32 @@ func (m *model) savepoint(kind control.Kind) error {
 	}
 	m.trigger(kind)
 	return nil
+}
+
+// purge emits, for each shuffle partition, the lowest offset any retained
+// periodic checkpoint holds, where it is above the last purge.
+func (m *model) purge() {
+	low := map[string]control.Position{}
+	for _, k := range m.retained {
+		if k.kind != control.KindCheckpoint {
+			continue
+		}
+		for _, p := range k.shuffle {
+			key := fmt.Sprintf("%s/%d", p.Topic, p.Partition)
+			if q, ok := low[key]; !ok || p.Offset < q.Offset {
+				low[key] = p
+			}
+		}
+	}
+	var out []control.Position
+	for key, p := range low {
+		if p.Offset > m.purged[key] {
+			m.purged[key] = p.Offset
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, control.Position.Compare)
+	for _, p := range out {
+		m.emit("purge %s", p)
+	}
 }

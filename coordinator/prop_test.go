@@ -17,7 +17,7 @@ var universe = []control.TaskID{{Stage: "a", Index: 0}, {Stage: "a", Index: 1}, 
 var stranger = control.TaskID{Stage: "z", Index: 9}
 
 // categories of emitted items, in the order Ready lists them.
-var categories = []string{"records", "metadata", "discards", "restart", "outcomes"}
+var categories = []string{"records", "metadata", "discards", "purges", "restart", "outcomes"}
 
 func category(s string) string {
 	switch first, _, _ := strings.Cut(s, " "); first {
@@ -27,6 +27,8 @@ func category(s string) string {
 		return "metadata"
 	case "discard":
 		return "discards"
+	case "purge":
+		return "purges"
 	case "restart":
 		return "restart"
 	}
@@ -63,6 +65,9 @@ func readyStrings(rd Ready) map[string][]string {
 			add("discard %d %s %v", d.ID, d.Reason, d.Handles)
 		}
 	}
+	for _, p := range rd.Purges {
+		add("purge %s", p)
+	}
 	if rd.Restart != nil {
 		add("restart")
 	}
@@ -86,7 +91,31 @@ type propRun struct {
 	successAcks  map[uint64]int    // checkpoint -> SUCCESS acks
 	metadataDone map[uint64]bool
 	released     map[uint64]bool
+	// purged is the last purge offset of each shuffle partition, over
+	// every core of the run; termPurged over the current core only.
+	purged, termPurged map[control.Position]int64
+	// written are the _metadata objects asked for, by ID.
+	written map[uint64]control.Metadata
 }
+
+// shufflePartitions are the partitions of the shuffle topic the tasks of
+// the property tests read: task i of universe reads partition i.
+const shuffleTopic = "s"
+
+// drawShuffle draws task's positions: none, or one in its partition at an
+// offset from base up to base+9.
+func drawShuffle(t *rapid.T, task control.TaskID, base int64) []control.Position {
+	i := slices.Index(universe, task)
+	if i < 0 || rapid.IntRange(0, 5).Draw(t, "no_shuffle") == 0 {
+		return nil
+	}
+	return []control.Position{{Topic: shuffleTopic, Partition: int32(i),
+		Offset: base + rapid.Int64Range(0, 9).Draw(t, "offset")}}
+}
+
+// partitionKey is a Position with its offset cleared: a map key per
+// partition.
+func partitionKey(p control.Position) control.Position { p.Offset = 0; return p }
 
 func (r *propRun) compare(t *rapid.T, what string, errC, errM error) {
 	if (errC == nil) != (errM == nil) || (errM != nil && !errors.Is(errC, errM)) {
@@ -201,6 +230,37 @@ func (r *propRun) checkInvariants(t *rapid.T, what string, rd Ready) {
 			}
 		}
 	}
+	for _, m := range rd.Metadata {
+		r.written[m.ID] = m
+	}
+	// A purge never deletes what a retained checkpoint may read, and a
+	// partition's purge offset never decreases (and rises with every purge
+	// of one core).
+	for _, p := range rd.Purges {
+		key := partitionKey(p)
+		for _, k := range r.c.completed {
+			if k.kind != control.KindCheckpoint {
+				continue
+			}
+			if !k.known {
+				t.Fatalf("%s: purge %s while the positions of retained %d are unknown", what, p, k.id)
+			}
+			for _, q := range r.written[k.id].Tasks {
+				for _, pos := range q.Shuffle {
+					if partitionKey(pos) == key && pos.Offset < p.Offset {
+						t.Fatalf("%s: purge %s above %s of retained checkpoint %d (task %s)", what, p, pos, k.id, q.Task)
+					}
+				}
+			}
+		}
+		if last, ok := r.termPurged[key]; ok && p.Offset <= last {
+			t.Fatalf("%s: purge %s after a purge at %d by the same core", what, p, last)
+		}
+		if p.Offset < r.purged[key] {
+			t.Fatalf("%s: purge %s below the earlier purge at %d", what, p, r.purged[key])
+		}
+		r.purged[key], r.termPurged[key] = p.Offset, p.Offset
+	}
 }
 
 func drawConfig(t *rapid.T) Config {
@@ -220,8 +280,9 @@ func drawConfig(t *rapid.T) Config {
 // random event sequences; they must emit the same records, metadata
 // requests, discards, restarts and ack outcomes, and the invariants hold:
 // trigger IDs strictly increase, a checkpoint completes only with every ack
-// and after its _metadata, nothing released is still retained, and the
-// records rebuild the same durable state at every step.
+// and after its _metadata, nothing released is still retained, a shuffle
+// purge never exceeds the position of any retained checkpoint and never
+// decreases, and the records rebuild the same durable state at every step.
 func TestPropertyCoreMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := drawConfig(t)
@@ -231,7 +292,8 @@ func TestPropertyCoreMatchesModel(t *testing.T) {
 		}
 		r := &propRun{cfg: cfg, c: c, m: newModel(cfg, t0), genOf: map[uint64]uint64{},
 			tasksOf: map[uint64]int{}, successAcks: map[uint64]int{}, metadataDone: map[uint64]bool{},
-			released: map[uint64]bool{}}
+			released: map[uint64]bool{}, purged: map[control.Position]int64{},
+			termPurged: map[control.Position]int64{}, written: map[uint64]control.Metadata{}}
 		pendingID := func(t *rapid.T) uint64 {
 			ids := r.m.pendingIDs()
 			if len(ids) == 0 || rapid.IntRange(0, 9).Draw(t, "stray") == 0 {
@@ -249,7 +311,10 @@ func TestPropertyCoreMatchesModel(t *testing.T) {
 			return r.m.gen
 		}
 		ack := func(t *rapid.T, id uint64, task control.TaskID) {
-			a := control.Ack{ID: id, Gen: drawGen(t), Task: task, Handle: fmt.Sprintf("h%d-%s", id, task)}
+			// Positions at random: the core must keep the purge rules
+			// whatever the tasks report.
+			a := control.Ack{ID: id, Gen: drawGen(t), Task: task, Handle: fmt.Sprintf("h%d-%s", id, task),
+				Shuffle: drawShuffle(t, task, rapid.Int64Range(0, 90).Draw(t, "base"))}
 			if control.Validate(a) == nil { // what the ack topic can carry
 				r.log = append(r.log, a)
 			}
@@ -347,6 +412,7 @@ func TestPropertyCoreMatchesModel(t *testing.T) {
 				c.phase, c.notRunning, c.waitingFor = r.c.phase, r.c.notRunning, r.c.waitingFor
 				c.scheduled, c.nextTrigger = r.c.scheduled, r.c.nextTrigger
 				c.gcBacklog = r.c.gcBacklog
+				c.purged = r.c.purged
 				r.c = c
 			},
 		})
@@ -358,7 +424,9 @@ func TestPropertyCoreMatchesModel(t *testing.T) {
 // commit topic, the newest trigger-topic record, the acks after it) and
 // starting a new generation at once, never repeats a checkpoint ID,
 // completes only fully acknowledged checkpoints of its own generation, and
-// keeps the retention rules.
+// keeps the retention rules; its purges never exceed the position of a
+// retained checkpoint (none while it has not read one's _metadata) and,
+// with tasks that read forward, never decrease across coordinators.
 func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := drawConfig(t)
@@ -371,7 +439,9 @@ func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
 		var lastTrigger control.Message
 		var acksAfter []control.Message
 		r := &propRun{cfg: cfg, c: c, genOf: map[uint64]uint64{}, tasksOf: map[uint64]int{},
-			successAcks: map[uint64]int{}, metadataDone: map[uint64]bool{}, released: map[uint64]bool{}}
+			successAcks: map[uint64]int{}, metadataDone: map[uint64]bool{}, released: map[uint64]bool{},
+			purged: map[control.Position]int64{}, termPurged: map[control.Position]int64{},
+			written: map[uint64]control.Metadata{}}
 		advance := func(t *rapid.T, what string) {
 			rd := r.c.Ready()
 			r.c.Advance(rd)
@@ -407,7 +477,10 @@ func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
 					return
 				}
 				p := rapid.SampledFrom(r.c.pending).Draw(t, "pending")
-				a := control.Ack{ID: p.id, Gen: p.gen, Task: rapid.SampledFrom(universe).Draw(t, "task"), Handle: "h"}
+				task := rapid.SampledFrom(universe).Draw(t, "task")
+				// Tasks read forward: a later checkpoint's positions are
+				// not below an earlier one's.
+				a := control.Ack{ID: p.id, Gen: p.gen, Task: task, Handle: "h", Shuffle: drawShuffle(t, task, int64(p.id)*10)}
 				acksAfter = append(acksAfter, a)
 				_ = r.c.Step(Acknowledge{a})
 				advance(t, "ack")
@@ -418,7 +491,7 @@ func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
 				}
 				p := rapid.SampledFrom(r.c.pending).Draw(t, "pending")
 				for _, task := range universe {
-					a := control.Ack{ID: p.id, Gen: p.gen, Task: task, Handle: "h"}
+					a := control.Ack{ID: p.id, Gen: p.gen, Task: task, Handle: "h", Shuffle: drawShuffle(t, task, int64(p.id)*10)}
 					acksAfter = append(acksAfter, a)
 					_ = r.c.Step(Acknowledge{a})
 				}
@@ -454,7 +527,17 @@ func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
 				if c.lastCompleted != r.c.lastCompleted {
 					t.Fatalf("rebuilt restore point %d, want %d", c.lastCompleted, r.c.lastCompleted)
 				}
+				// The new coordinator reads the _metadata objects of the
+				// retained checkpoints, some of which it may fail to read.
+				for _, k := range c.Status().Completed {
+					if md, ok := r.written[k.ID]; ok && rapid.IntRange(0, 3).Draw(t, "read_metadata") > 0 {
+						if err := c.Step(MetadataRead{Metadata: md}); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
 				r.c = c
+				r.termPurged = map[control.Position]int64{}
 				start(t)
 			},
 		})

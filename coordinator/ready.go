@@ -26,9 +26,15 @@ import (
 //  4. Discards: delete the named state, but only after the transaction of
 //     step 1 committed: a release is decided by a Complete that must be
 //     durable first, or a crash would leave the job with nothing to restore.
-//  5. Restart: informational; the Generation record that restarts the job is
+//  5. Purges: delete the shuffle records below each position
+//     (DeleteRecords), also only after the transaction of step 1 committed:
+//     the Complete that moved the oldest retained checkpoint must be durable,
+//     or a coordinator rebuilt without it could restore from a checkpoint
+//     whose positions are already deleted. A purge that fails needs no
+//     retry of its own: the next one covers it.
+//  6. Restart: informational; the Generation record that restarts the job is
 //     already in Records.
-//  6. Metrics: add the counters to the metrics registry.
+//  7. Metrics: add the counters to the metrics registry.
 //
 // Then it calls Advance with this Ready, before it asks for the next one. If a step fails (the producer is
 // fenced, say), the owner gives up the coordinator role instead: a new
@@ -43,6 +49,11 @@ type Ready struct {
 	Notifications []Notification
 	// Discards name state that no checkpoint needs.
 	Discards []Discard
+	// Purges name, per shuffle partition, the first record any retained
+	// checkpoint may still read: delete every record below Offset. Sorted;
+	// a partition's offset is higher than in any earlier Ready of this
+	// core (Core.purge says what is retained).
+	Purges []control.Position
 	// Restart is set when tolerable_failures was exceeded.
 	Restart *Restart
 	// Outcomes report how each ack and decline was handled.

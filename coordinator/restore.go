@@ -17,7 +17,9 @@ import (
 //     Abort), if any: IDs of checkpoints that were triggered but never
 //     completed are never used again;
 //   - then, optionally, the acks read after it (Ack; Decline records are
-//     skipped, their effect is the Abort record that follows them).
+//     skipped, their effect is the Abort record that follows them);
+//   - and, anywhere after their Complete records, the _metadata objects
+//     (Metadata) of retained checkpoints, as MetadataRead gives them.
 //
 // Any longer stretch of the records in the order the core produced them
 // (every Trigger and Abort too) is accepted as well and rebuilds the
@@ -65,6 +67,8 @@ func Restore(cfg Config, now time.Time, history []control.Message) (*Core, error
 			c.applyResumed(r)
 		case control.Ack:
 			c.ack(r)
+		case control.Metadata:
+			c.applyMetadata(r)
 		case control.Decline, control.Failure:
 		default:
 			return nil, fmt.Errorf("%w: record %d: a %s is no control-topic record", ErrHistory, i, m.Type())
@@ -136,10 +140,16 @@ func (c *Core) remember(f finished) {
 // checkpoints it releases.
 func (c *Core) applyComplete(r control.Complete) []completed {
 	c.bumpID(r.ID)
-	if i := slices.IndexFunc(c.pending, func(p *pending) bool { return p.id == r.ID }); i >= 0 {
-		c.pending = slices.Delete(c.pending, i, i+1)
-	}
 	k := completed{id: r.ID, gen: r.Gen, kind: r.Kind, target: r.Target, ts: time.UnixMilli(r.TS), metadata: r.Metadata}
+	if i := slices.IndexFunc(c.pending, func(p *pending) bool { return p.id == r.ID }); i >= 0 {
+		p := c.pending[i]
+		c.pending = slices.Delete(c.pending, i, i+1)
+		var ps []control.Position
+		for _, a := range p.acks {
+			ps = append(ps, a.shuffle...)
+		}
+		k.shuffle, k.known = lowest(ps), true
+	}
 	i, _ := slices.BinarySearchFunc(c.completed, r.ID, func(k completed, id uint64) int {
 		switch {
 		case k.id < id:

@@ -4,6 +4,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -11,6 +12,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,7 +47,7 @@ func TestExactlyOnceUnderKillsAndRescaling(t *testing.T) {
 		t.Skip("end-to-end test: skipped with -short")
 	}
 	c := kafkatest.NewReal(t)
-	exactlyOnce(t, c, secured{}, records(), 5)
+	exactlyOnce(t, c, secured{}, countJob, records(), 5)
 }
 
 // TestExactlyOnceOverSASLSSL is the same promise on a secured cluster: the
@@ -78,7 +81,7 @@ func TestExactlyOnceOverSASLSSL(t *testing.T) {
 			kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}),
 			kgo.SASL(scram.Auth{User: kafkatest.VerifierUser, Pass: kafkatest.VerifierSCRAMPassword}.AsSha512Mechanism()),
 		},
-	}, max(records()/4, 1000), 3)
+	}, countJob, max(records()/4, 1000), 3)
 }
 
 // secured is how a run reaches a secured listener; zero: plaintext.
@@ -88,17 +91,36 @@ type secured struct {
 	verifier []kgo.Opt // the verifier's TLS and SASL
 }
 
-// exactlyOnce runs the count job on three replicas over total records,
-// with kills kill -9s and a rescale, and checks the committed output.
-func exactlyOnce(t *testing.T, c *kafkatest.Cluster, sec secured, total, kills int) {
+// shape is the job a run counts with: countJob counts per record key in
+// one stage; a two-stage job re-keys by a JSON field first (key_by), so
+// its records cross a shuffle topic.
+type shape struct {
+	name        string // the job name's stem
+	keyBy       string // e2etest.Job.KeyBy; "" for one stage
+	parallelism int    // e2etest.Job.Parallelism
+	pages       int    // the input's pages (e2etest.NewClicks); 0: one key per user
+	stage       string // the stage after the key_by, which names the shuffle topic
+	keyGroups   int    // the shuffle topic's partitions: job.max_parallelism
+	// pause is the wait between the 5000-record chunks of the input's
+	// second half; default 100ms.
+	pause time.Duration
+}
+
+var countJob = shape{name: "e2e"}
+
+// exactlyOnce runs the job of the given shape on three replicas over
+// total records, with kills kill -9s and a rescale, and checks the
+// committed output.
+func exactlyOnce(t *testing.T, c *kafkatest.Cluster, sec secured, sh shape, total, kills int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	began := time.Now()
 
 	bin, err := e2etest.BuildProcessor(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := kafkatest.Name(t, "e2e")
+	job := kafkatest.Name(t, sh.name)
 	input, output := job+"-clicks", job+"-counts"
 	c.CreateTopic(t, input, partitions, nil)
 	c.CreateTopic(t, output, partitions, nil)
@@ -108,13 +130,20 @@ func exactlyOnce(t *testing.T, c *kafkatest.Cluster, sec secured, total, kills i
 	if sec.brokers != nil {
 		brokers = sec.brokers
 	}
-	if err := (e2etest.Job{Name: job, Input: input, Output: output, Brokers: brokers, Kafka: sec.kafka}).Write(cfgFile); err != nil {
+	jobFile := e2etest.Job{Name: job, Input: input, Output: output, Brokers: brokers, Kafka: sec.kafka,
+		KeyBy: sh.keyBy, Parallelism: sh.parallelism}
+	if err := jobFile.Write(cfgFile); err != nil {
 		t.Fatal(err)
 	}
 	commits := e2etest.WatchCommits(t, c.Brokers, job)
 	verifier := e2etest.StartVerifier(t, brokers, output, sec.verifier...)
 
-	in := e2etest.NewInput(t, c.Brokers, input, keys)
+	var in *e2etest.Input
+	if sh.pages > 0 {
+		in = e2etest.NewClicks(t, c.Brokers, input, keys, sh.pages)
+	} else {
+		in = e2etest.NewInput(t, c.Brokers, input, keys)
+	}
 	in.Good(ctx, total/2) // half before the run
 	cl := e2etest.NewReplicas(t, bin, cfgFile, dir, e2etest.ReplicaOptions{})
 	for range 3 {
@@ -124,29 +153,30 @@ func exactlyOnce(t *testing.T, c *kafkatest.Cluster, sec secured, total, kills i
 	go func() {
 		defer close(producerDone)
 		// The second half, spread over the run.
+		pause := cmp.Or(sh.pause, 100*time.Millisecond)
 		for n := total / 2; n > 0; n -= 5000 {
 			in.Good(ctx, min(n, 5000))
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(pause)
 		}
 	}()
 
 	// Chaos: kill -9 of a random replica, each restarted, and the replica
 	// count going 3 → 4 → 2.
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	if err := verifier.WaitSeen(total/20, 5*time.Minute); err != nil {
+	if err := verifier.WaitSeenWhile(total/20, 5*time.Minute, cl.Exited); err != nil {
 		t.Fatal(err)
 	}
 	for i := range kills {
 		time.Sleep(time.Duration(2000+rng.IntN(4000)) * time.Millisecond)
 		victim := cl.KillRandom(rng)
-		t.Logf("chaos %d: kill -9 replica %s", i+1, victim)
+		t.Logf("chaos %d: kill -9 replica %s (%d output records committed)", i+1, victim, verifier.Seen())
 		time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Millisecond)
 		cl.Restart(victim)
 	}
-	t.Log("scale 3 → 4")
+	t.Logf("scale 3 → 4 (%d output records committed)", verifier.Seen())
 	cl.Start()
 	time.Sleep(8 * time.Second)
-	t.Log("scale 4 → 2")
+	t.Logf("scale 4 → 2 (%d output records committed)", verifier.Seen())
 	cl.StopGracefully(2)
 
 	<-producerDone
@@ -154,8 +184,42 @@ func exactlyOnce(t *testing.T, c *kafkatest.Cluster, sec secured, total, kills i
 		t.Fatal(err)
 	}
 	perKey, sum := in.Counts()
+	if err := verifier.WaitSeenWhile(sum, 5*time.Minute, cl.Exited); err != nil {
+		t.Error(err)
+		verifier.Check(perKey, sum, 0) // what is missing
+		t.FailNow()
+	}
 	verifier.Check(perKey, sum, 5*time.Minute)
 	cl.StopAll()
 	e2etest.CheckCheckpointIDs(t, commits)
 	e2etest.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
+	if sh.keyBy != "" {
+		e2etest.CheckShufflePurged(ctx, t, c.Brokers, job, sh.keyGroups, sh.stage)
+	}
+	cps, err := e2etest.ReadCheckpoints(ctx, c.Brokers, job)
+	if err != nil {
+		t.Fatalf("read the control topics: %v", err)
+	}
+	if sh.keyBy != "" {
+		// job.parallelism took effect: the acks name the downstream
+		// stage's tasks <stage>/0 .. <stage>/<parallelism-1>.
+		var tasks []string
+		for task := range cps.Align {
+			if strings.HasPrefix(task, sh.stage+"/") {
+				tasks = append(tasks, task)
+			}
+		}
+		slices.Sort(tasks)
+		var want []string
+		for i := range sh.parallelism {
+			want = append(want, fmt.Sprintf("%s/%d", sh.stage, i))
+		}
+		if !slices.Equal(tasks, want) {
+			t.Errorf("downstream tasks that acked checkpoints: %v, want %v", tasks, want)
+		}
+	}
+	align := cps.AlignAll("")
+	t.Logf("run: %d input records over %d keys, %d kill -9s, %d checkpoints completed (duration p50 %v, p99 %v; alignment p99 %v over %d acks), %v in all",
+		sum, len(perKey), kills, len(cps.Durations), e2etest.Quantile(cps.Durations, 0.5), e2etest.Quantile(cps.Durations, 0.99),
+		e2etest.Quantile(align, 0.99), len(align), time.Since(began).Round(time.Second))
 }

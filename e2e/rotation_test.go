@@ -34,7 +34,7 @@ import (
 
 const (
 	rotationPartitions = 2
-	rotationPoolSlots  = 3    // checkpoint.max_concurrent 1 + 2 (kafkaio.DefaultSinkPoolSize)
+	rotationPoolSlots  = 3    // checkpoint.max_concurrent 1 + 2 (sink.DefaultPoolSize)
 	rotationMargin     = 12   // epochs left before the limit when the job starts
 	rotationKills      = 3    // rotations to kill around
 	rotationRate       = 1600 // input records per second (500 every 300 ms)

@@ -1,14 +1,22 @@
-// Package pipeline owns the YAML job language: it compiles the steps of
-// config.Job.Pipeline (source, aggregate, sink, and later filters, maps and
-// windows) into a built *stream.Job, which the stock processor binary runs
-// without any Go code.
+// Package pipeline owns the YAML job language's compiler: it compiles the
+// steps of config.Job.Pipeline (and job.streams) into a built *stream.Job,
+// which the stock processor binary runs without any Go code.
 //
-// A pipeline is a list of steps applied in order to one stream of records
-// whose values are bytes; each step's compiler takes the stream so far and
-// returns the next one, and tracks whether the values are JSON, so that a
-// step that needs JSON (a json sink, later a filter on a field) is checked
-// at compile time. Adding a step kind is adding a field to config.Step, a
-// case to stepKind and a compile function.
+// A pipeline is a list of steps applied in order to one stream of Recs:
+// the records' values decoded once, in the source stage, into the value
+// model of expressions (see Rec), and encoded as JSON by sinks and
+// shuffles. Each step kind has its own file and compile method
+// (filter.go: compiler.filter, ...), which takes the stream so far
+// (compiler.cur) and leaves the next one there. A step that evaluates
+// expressions compiles them once (compiler.compileExpr) and evaluates them
+// per record with its task's Evaluator (compiler.transform, eval.go);
+// a record on which an expression fails follows the step's on_error.
+//
+// A key change (key_by, map's key) computes the new key into the Rec and
+// leaves a pending stream.KeyBy (compiler.pending), which the next step
+// applies (compiler.flush): it is a shuffle exactly when a keyed step
+// (aggregate, window, dedupe, join) follows before the next key change or
+// sink; otherwise it only changes the key that sinks write.
 //
 // The package has no state of its own and does no I/O.
 package pipeline
@@ -18,18 +26,19 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"time"
+	"unicode/utf8"
 
 	"github.com/weir-stream/weir/config"
-	"github.com/weir-stream/weir/state"
+	"github.com/weir-stream/weir/expression"
 	"github.com/weir-stream/weir/stream"
 )
 
 // Compile compiles a YAML job into a built stream.Job. Every problem is
 // reported as a *config.FieldError naming the setting's key path
-// ("job.pipeline[1].aggregate.op"); they are joined.
+// ("job.pipeline[1].aggregate.op") and, for an expression, where in the
+// job file the problem is (Origin "job.yaml:4:22"); they are joined.
 func Compile(job config.Job) (*stream.Job, error) {
-	c := &compiler{job: stream.NewJob(job.Name), ops: make(map[string]int)}
+	c := &compiler{cfg: job, job: stream.NewJob(job.Name), ops: make(map[string]int)}
 	if err := c.job.Err(); err != nil {
 		c.addJob("job.name", err)
 	}
@@ -37,38 +46,11 @@ func Compile(job config.Job) (*stream.Job, error) {
 		c.add("job.pipeline", "required: at least a source and a sink step")
 		return nil, c.err()
 	}
-	for i, step := range job.Pipeline {
-		path := fmt.Sprintf("job.pipeline[%d]", i)
-		kind, n := stepKind(step)
-		if n != 1 {
-			c.add(path, "must have exactly one of source, aggregate, sink (has %d)", n)
-			return nil, c.err()
-		}
-		path += "." + kind
-		switch {
-		case i == 0 && kind != "source":
-			c.add(path, "the first step must be a source")
-		case i > 0 && kind == "source":
-			c.add(path, "a source must be the first step (a pipeline reads one source)")
-		case i == len(job.Pipeline)-1 && kind != "sink":
-			c.add(path, "the last step must be a sink")
-		case i < len(job.Pipeline)-1 && kind == "sink":
-			c.add(path, "a sink must be the last step")
-		}
-		if len(c.problems) > 0 {
-			return nil, c.err()
-		}
-		switch kind {
-		case "source":
-			c.source(path, step.Source)
-		case "aggregate":
-			c.aggregate(path, step.Aggregate)
-		case "sink":
-			c.sink(path, step.Sink)
-		}
-		if len(c.problems) > 0 {
-			return nil, c.err()
-		}
+	c.compileGraph() // job.pipeline and job.streams (graph.go)
+	c.site = ""
+	c.job.At("")
+	if len(c.problems) > 0 {
+		return nil, c.err()
 	}
 	if err := c.job.Build(); err != nil {
 		c.addJob("job.pipeline", err)
@@ -77,33 +59,197 @@ func Compile(job config.Job) (*stream.Job, error) {
 	return c.job, nil
 }
 
+// stepKinds are the step kinds, in the order of config.Step's fields.
+var stepKinds = []string{"source", "filter", "map", "flat_map", "key_by", "window", "aggregate", "dedupe", "join", "route", "sink"}
+
 // stepKind returns the name of the step's kind and how many kinds it sets.
 func stepKind(s config.Step) (string, int) {
+	set := []bool{s.Source != nil, s.Filter != nil, s.Map != nil, s.FlatMap != nil, s.KeyBy != nil,
+		s.Window != nil, s.Aggregate != nil, s.Dedupe != nil, s.Join != nil, s.Route != nil, s.Sink != nil}
 	kind, n := "", 0
-	if s.Source != nil {
-		kind, n = "source", n+1
-	}
-	if s.Aggregate != nil {
-		kind, n = "aggregate", n+1
-	}
-	if s.Sink != nil {
-		kind, n = "sink", n+1
+	for i, ok := range set {
+		if ok {
+			kind, n = stepKinds[i], n+1
+		}
 	}
 	return kind, n
 }
 
+// steps compiles a list of steps at path ("job.pipeline",
+// "job.streams.big"). A pipeline starts with a source unless fed (a stream
+// a route feeds: c.cur is set), and ends with a sink or a route. It stops
+// at the first step with a problem: the steps after it would see a stream
+// that is not what the user meant.
+func (c *compiler) steps(path string, steps []config.Step, main bool) {
+	for i, step := range steps {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		kind, n := stepKind(step)
+		if n != 1 {
+			c.add(p, "must have exactly one of %s (has %d)", listFields(stepKinds), n)
+			return
+		}
+		p += "." + kind
+		last := i == len(steps)-1
+		switch {
+		case i == 0 && main && kind != "source":
+			c.add(p, "the first step must be a source")
+		case i > 0 && kind == "source":
+			c.add(p, "a source must be the first step (a pipeline reads one source)")
+		case last && kind != "sink" && kind != "route" && !c.joined():
+			c.add(p, "the last step must be a sink or a route")
+		case !last && kind == "sink":
+			c.add(p, "a sink must be the last step")
+		case !last && kind == "route":
+			c.add(p, "a route must be the last step: its branches are streams of job.streams")
+		case kind == "window" && steps[i+1].Aggregate == nil:
+			c.add(p, "must be followed by an aggregate step, which computes each window's result")
+		}
+		if len(c.problems) > 0 {
+			return
+		}
+		// The operators the step defines are named by its key path in
+		// errors and plans (a YAML user has no use for the Go file of the
+		// compiler).
+		c.site = p
+		c.job.At(p)
+		switch kind {
+		case "source":
+			c.graphSource(p, step.Source)
+		case "filter":
+			c.filter(p, step.Filter)
+		case "map":
+			c.mapStep(p, step.Map, steps[i+1:])
+		case "flat_map":
+			c.flatMap(p, step.FlatMap)
+		case "key_by":
+			c.keyBy(p, step.KeyBy, steps[i+1:])
+		case "window":
+			c.flush()
+			c.window, c.windowPath = step.Window, p
+		case "aggregate":
+			c.aggregate(p, step.Aggregate)
+		case "dedupe":
+			c.dedupe(p, step.Dedupe)
+		case "join":
+			c.join(p, step.Join)
+		case "route":
+			c.route(p, step.Route)
+		case "sink":
+			c.sink(p, step.Sink)
+		}
+		if len(c.problems) > 0 {
+			return
+		}
+	}
+}
+
 // compiler is the state of one compilation: the stream so far and what is
-// known about its values.
+// known about its values. site is the key path of the step being compiled,
+// which names its operators (stream.Job.At).
 type compiler struct {
-	job      *stream.Job
-	cur      *stream.Stream[[]byte]
-	json     bool // the current stream's values are JSON documents
+	cfg  config.Job
+	job  *stream.Job
+	site string // the key path of the step being compiled (stream.Job.At)
+	// cur is the stream so far. Steps that read the key (keyed steps,
+	// sinks) call flush first.
+	cur *stream.Stream[Rec]
+	// pending is the key change whose stream.KeyBy the next step applies
+	// (flush), nil if none: the Recs of cur carry the new key in Rec.key.
+	pending *pendingKey
+	// raw is true if the values are a raw source's text (strings).
+	raw bool
+	// fields are the top-level fields every value of the current stream
+	// has, if known (after an aggregate or a projection); nil if not.
+	// numbers are those of them that are numbers, nil if not known.
+	fields, numbers []string
+	// checked is the field whose legacy number check (numberField.check)
+	// ran before the key_by that leads to the next aggregate, empty if none.
+	checked string
+	// window is the window step the next aggregate computes, or nil.
+	window     *config.WindowStep
+	windowPath string
+	// graph is the state of job.streams and routes (graph.go).
+	graph    graphState
 	ops      map[string]int
 	problems []error
 }
 
+// pendingKey is a key change not applied yet: the stream.KeyBy options of
+// the key_by (or map) at path.
+type pendingKey struct {
+	path string
+	opts []stream.ShuffleOption
+}
+
+// recKey is the key function of a pending KeyBy: the key the step before
+// computed into the Rec.
+func recKey(r Rec) ([]byte, error) { return r.key, nil }
+
+// flush applies the pending key change, if any: every step but a key
+// change calls it before it uses c.cur (a join may take c.pending instead,
+// to merge its two sides before one KeyBy).
+func (c *compiler) flush() {
+	p := c.pending
+	if p == nil || c.cur == nil {
+		return
+	}
+	c.pending = nil
+	// The KeyBy is the key_by step's (or the map's key), wherever the
+	// step is that applies it.
+	c.job.At(p.path)
+	defer c.job.At(c.site)
+	c.cur = stream.KeyBy(c.cur, recKey, append([]stream.ShuffleOption{stream.ShuffleCodec(stream.Codec[Rec](RecCodec{}))}, p.opts...)...)
+	if err := c.job.Err(); err != nil {
+		c.addJob(p.path, err)
+	}
+}
+
+// add reports a problem of the setting at path.
 func (c *compiler) add(path, format string, args ...any) {
 	c.problems = append(c.problems, &config.FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// addAt reports a problem of the expression e of the setting at path, at
+// byte offset of e's source: its Origin is file:line:col there.
+func (c *compiler) addAt(e config.Expr, offset int, path, format string, args ...any) {
+	c.problems = append(c.problems, &config.FieldError{Path: path, Msg: fmt.Sprintf(format, args...), Origin: exprOrigin(e, offset)})
+}
+
+// exprOrigin is where byte offset of e's source is in the job file:
+// "job.yaml:4:22", "4:22" without a file, "" if e has no position.
+func exprOrigin(e config.Expr, offset int) string {
+	if e.Line == 0 {
+		return ""
+	}
+	line, col := e.Line, e.Column
+	if !e.Folded && offset > 0 && offset <= len(e.Src) {
+		col += utf8.RuneCountInString(e.Src[:offset])
+	}
+	if e.File == "" {
+		return fmt.Sprintf("%d:%d", line, col)
+	}
+	return fmt.Sprintf("%s:%d:%d", e.File, line, col)
+}
+
+// compileExpr compiles the expression e of the setting at path, whose
+// result must be of type want; nil (and a problem at the expression's
+// position) if it does not compile.
+func (c *compiler) compileExpr(path string, e config.Expr, want expression.Type) *expression.Program {
+	if strings.TrimSpace(e.Src) == "" {
+		c.addAt(e, 0, path, "required: an expression")
+		return nil
+	}
+	p, err := expression.Compile(e.Src, want)
+	if err != nil {
+		var xe *expression.Error
+		if errors.As(err, &xe) {
+			c.addAt(e, xe.Offset, path, "%s", xe.Msg)
+		} else {
+			c.addAt(e, 0, path, "%v", err)
+		}
+		return nil
+	}
+	return p
 }
 
 // addJob reports a problem the stream package found in the job the step at
@@ -113,12 +259,17 @@ func (c *compiler) add(path, format string, args ...any) {
 func (c *compiler) addJob(path string, err error) {
 	msg := strings.TrimPrefix(err.Error(), stream.ErrInvalidJob.Error()+": ")
 	msg = goSiteRE.ReplaceAllString(msg, "")
+	msg = pathSiteRE.ReplaceAllString(msg, "") // the problem's own key path says where
 	c.add(path, "%s", msg)
 }
 
 // goSiteRE matches the Go call sites in stream's messages:
 // " (pipeline.go:167)", " (source at pipeline.go:167)".
 var goSiteRE = regexp.MustCompile(` \((?:[a-z ]+ at )?[\w.-]+\.go:\d+\)`)
+
+// pathSiteRE matches the sites the compiler gave stream (Job.At) in its
+// messages: " (job.pipeline[2].map)", " (source at job.streams.x[0].source)".
+var pathSiteRE = regexp.MustCompile(` \((?:[a-z ]+ at )?job\.(?:pipeline|streams)[\w.\[\]-]*\)`)
 
 func (c *compiler) err() error { return errors.Join(c.problems...) }
 
@@ -133,131 +284,10 @@ func (c *compiler) opName(kind string) string {
 	return kind
 }
 
-func (c *compiler) source(path string, s *config.SourceStep) {
-	src := stream.KafkaSource{Topics: s.Topics, DeadLetterTopic: s.DeadLetterTopic}
-	if len(s.Topics) == 0 {
-		c.add(path+".topics", "required: at least one topic")
+// listFields writes fields for a message: "a and b", "a, b and c".
+func listFields(fields []string) string {
+	if len(fields) < 2 {
+		return strings.Join(fields, "")
 	}
-	switch s.Format {
-	case "", config.FormatJSON:
-		src.Format = stream.FormatJSON
-		c.json = true
-	case config.FormatRaw:
-		src.Format = stream.FormatRaw
-	default:
-		c.add(path+".format", "%q: must be json or raw", s.Format)
-	}
-	switch s.Start {
-	case "", config.StartEarliest:
-		src.Start = stream.Start{Kind: stream.StartEarliest}
-	case config.StartLatest:
-		src.Start = stream.Start{Kind: stream.StartLatest}
-	default:
-		t, err := time.Parse(time.RFC3339Nano, s.Start)
-		if err != nil {
-			c.add(path+".start", "%q: must be earliest, latest or an RFC 3339 time", s.Start)
-		}
-		src.Start = stream.StartAt(t)
-	}
-	switch s.OnError {
-	case "", config.OnErrorFail:
-		src.OnError = stream.OnErrorFail
-	case config.OnErrorSkip:
-		src.OnError = stream.OnErrorSkip
-	case config.OnErrorDeadLetter:
-		src.OnError = stream.OnErrorDeadLetter
-		if s.DeadLetterTopic == "" {
-			c.add(path+".dead_letter_topic", "required when on_error is dead-letter")
-		}
-	default:
-		c.add(path+".on_error", "%q: must be fail, skip or dead-letter", s.OnError)
-	}
-	if s.DeadLetterTopic != "" && src.OnError != stream.OnErrorDeadLetter {
-		c.add(path+".dead_letter_topic", "set, but on_error is %q: set on_error to dead-letter or remove it", s.OnError)
-	}
-	if len(c.problems) > 0 {
-		return
-	}
-	// The values stay bytes: the source checks the format at the edge (and
-	// applies on_error there), and the steps read the bytes they need.
-	c.cur = stream.From(c.job, src, stream.RawCodec{})
-	if err := c.job.Err(); err != nil {
-		c.addJob(path, err)
-	}
-}
-
-func (c *compiler) aggregate(path string, a *config.AggregateStep) {
-	switch a.Op {
-	case config.OpCount:
-		c.cur = stream.Process(c.cur, c.opName("count"), newCountJSON)
-		c.json = true
-	default:
-		c.add(path+".op", "%q: must be %q", a.Op, config.OpCount)
-		return
-	}
-	if err := c.job.Err(); err != nil {
-		c.addJob(path, err)
-	}
-}
-
-func (c *compiler) sink(path string, s *config.SinkStep) {
-	sink := stream.KafkaSink{Topic: s.Topic, TransactionTimeout: s.TransactionTimeout}
-	if s.Topic == "" {
-		c.add(path+".topic", "required")
-	}
-	switch s.Format {
-	case "", config.FormatJSON:
-		if !c.json {
-			c.add(path+".format", "json, but the values reaching the sink are raw bytes (source format raw): use a json source, or a step that produces JSON")
-		}
-	default:
-		c.add(path+".format", "%q: must be json", s.Format)
-	}
-	switch s.Delivery {
-	case "", config.ModeExactlyOnce:
-		sink.Delivery = stream.DeliveryExactlyOnce
-	case config.ModeAtLeastOnce:
-		sink.Delivery = stream.DeliveryAtLeastOnce
-	default:
-		c.add(path+".delivery", "%q: must be exactly-once or at-least-once", s.Delivery)
-	}
-	if s.TransactionTimeout < 0 {
-		c.add(path+".transaction_timeout", "%v: must not be negative", s.TransactionTimeout)
-	}
-	if len(c.problems) > 0 {
-		return
-	}
-	stream.To(c.cur, sink, stream.RawCodec{})
-	if err := c.job.Err(); err != nil {
-		c.addJob(path, err)
-	}
-}
-
-// countJSON is `aggregate: {op: count}`: per record key, it counts the
-// records and emits, for each, {"key":"<key>","count":<n>}. The count is
-// a value state "<operator>/count" holding an int64.
-type countJSON struct {
-	n   *state.ValueState[int64]
-	buf []byte
-}
-
-func newCountJSON() stream.KeyedProcessFunction[[]byte, []byte] { return &countJSON{} }
-
-func (c *countJSON) Open(oc stream.OpenContext) error {
-	var err error
-	c.n, err = state.NewValueState(oc.Backend, oc.StateName("count"), state.Int64Codec{})
-	return err
-}
-
-func (c *countJSON) ProcessElement(ctx *stream.Context[[]byte], _ []byte) error {
-	n, _, err := c.n.Get()
-	if err != nil {
-		return err
-	}
-	n++
-	if err := c.n.Put(n); err != nil {
-		return err
-	}
-	c.buf = AppendCountJSON(c.buf[:0], ctx.Key(), n)
-	return ctx.Emit(c.buf)
+	return strings.Join(fields[:len(fields)-1], ", ") + " and " + fields[len(fields)-1]
 }

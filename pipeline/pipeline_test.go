@@ -40,14 +40,24 @@ func (c *collector) Emit(sink int, r stream.Record) error {
 	return nil
 }
 
-func newTask(t testing.TB, j *stream.Job) stream.Task {
+func (c *collector) Shuffle(edge int, r stream.Record) error {
+	return fmt.Errorf("shuffle %d: a single-stage job", edge)
+}
+
+// openBackend opens an empty state backend in a temporary directory.
+func openBackend(t testing.TB) *state.Backend {
 	t.Helper()
 	b, err := state.Open(context.Background(), state.Config{Dir: t.TempDir(), Task: "clicks-0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close(context.Background()) })
-	task, err := j.NewTask(stream.TaskContext{Backend: b, Task: "clicks-0"})
+	return b
+}
+
+func newTask(t testing.TB, j *stream.Job) stream.Task {
+	t.Helper()
+	task, err := j.NewTask(stream.TaskContext{Backend: openBackend(t), Task: "clicks-0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +168,7 @@ func TestCompileErrors(t *testing.T) {
 		{"two kinds", func(j *config.Job) { j.Pipeline[1].Sink = j.Pipeline[2].Sink }, "job.pipeline[1]", "exactly one"},
 		{"sink missing", func(j *config.Job) { j.Pipeline = j.Pipeline[:2] }, "job.pipeline[1].aggregate", "the last step must be a sink"},
 		{"source missing", func(j *config.Job) { j.Pipeline = j.Pipeline[1:] }, "job.pipeline[0].aggregate", "the first step must be a source"},
-		{"unknown op", func(j *config.Job) { j.Pipeline[1].Aggregate.Op = "sum" }, "job.pipeline[1].aggregate.op", `"sum"`},
+		{"unknown op", func(j *config.Job) { j.Pipeline[1].Aggregate.Op = "mean" }, "job.pipeline[1].aggregate.op", `"mean": must be count, sum, min, max or avg`},
 		{"bad start", func(j *config.Job) { j.Pipeline[0].Source.Start = "yesterday" }, "job.pipeline[0].source.start", "RFC 3339"},
 		{"dead letter without topic", func(j *config.Job) { j.Pipeline[0].Source.OnError = "dead-letter" }, "job.pipeline[0].source.dead_letter_topic", "required"},
 		{"raw values to a json sink", func(j *config.Job) {

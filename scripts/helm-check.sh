@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the Helm chart (make helm-check): helm lint, then helm template with
-# the defaults and with every optional part switched on, and the rendered
+# the defaults, with every optional part switched on and with an event-time
+# job (ci/window-values.yaml), and the rendered
 # configuration file passed through `bin/processor validate`; values the
 # chart owns (state.dir, http.address, process.replica_id) must be refused;
 # values.schema.json must refuse misspelt keys and wrong types; the rendered
@@ -57,7 +58,9 @@ render full --set persistence.enabled=false --set serviceMonitor.enabled=true \
 	--set 'extraVolumes[0].name=gcp-key' --set 'extraVolumes[0].secret.secretName=k' \
 	--set 'extraVolumeMounts[0].name=gcp-key' --set 'extraVolumeMounts[0].mountPath=/var/secrets/google'
 
-for r in defaults full; do
+render window -f $CHART/ci/window-values.yaml
+
+for r in defaults full window; do
 	job_yaml "$r" >"$work/$r-job.yaml"
 	# The rendered file is what the container runs: it must validate, with
 	# the replica ID the pod's environment gives.
@@ -247,6 +250,9 @@ schema_refuses /config/checkpoint/interval 'config: {checkpoint: {interval: 2}}'
 schema_refuses /config/kafka/brokers 'config: {kafka: {brokers: "kafka:9092"}}'
 schema_refuses delivery 'config: {job: {pipeline: [{source: {topics: [clicks]}}, {sink: {topic: out, delivery: exactly-onse}}]}}'
 schema_refuses enabeld 'persistence: {enabeld: false}'
+schema_refuses allowed_latenes 'config: {job: {pipeline: [{source: {topics: [clicks]}}, {window: {type: tumbling, size: 1m, allowed_latenes: 10s}}, {aggregate: {op: count}}, {sink: {topic: out}}]}}'
+schema_refuses /config/job/pipeline/1/window/type 'config: {job: {pipeline: [{source: {topics: [clicks]}}, {window: {type: tumbeling, size: 1m}}, {aggregate: {op: count}}, {sink: {topic: out}}]}}'
+schema_refuses /config/job/pipeline/0/source/timestamp/format 'config: {job: {pipeline: [{source: {topics: [clicks], timestamp: {field: ts, format: unix_ns}}}, {sink: {topic: out}}]}}'
 # Kafka TLS and SASL values: a mechanism Kafka does not name, a Secret a
 # mechanism or TLS setting needs but lacks, one that would be ignored.
 schema_refuses /kafka/sasl/mechanism 'kafka: {sasl: {mechanism: SCRAM, username: u, passwordSecret: {name: p}}}'

@@ -13,6 +13,15 @@ flags=()
 [ "${WEIR_REQUIRE_REAL_KAFKA:-}" = 1 ] && flags+=(-require-kafka)
 [ "${WEIR_REQUIRE_S3:-}" = 1 ] && flags+=(-require-s3)
 
+# The packages, the longest-running first (CI has a 30-minute budget): go
+# test runs them -p (the core count) at a time in this order, and one of
+# several minutes started last would run alone at the end.
+if [ -z "${WEIR_TEST_PKGS:-}" ]; then
+	slow="./runtime/replica ./e2e ./cli ./kafkaio/sink ./state"
+	rest=$(go list ./... | sed "s|^github.com/weir-stream/weir|.|" | grep -vxF -f <(tr ' ' '\n' <<<"$slow") | tr '\n' ' ')
+	export WEIR_TEST_PKGS="$slow $rest"
+fi
+
 start=$SECONDS
 bash scripts/with-services.sh bash -c '
 	set -o pipefail

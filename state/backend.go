@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/weir-stream/weir/keygroup"
 	"github.com/weir-stream/weir/state/objstore"
 )
 
@@ -37,6 +38,10 @@ var (
 	ErrSnapshot = errors.New("state: invalid snapshot request")
 	// ErrManifest reports a task manifest that cannot be used.
 	ErrManifest = errors.New("state: invalid task manifest")
+	// ErrKeyGroups reports a restore from a snapshot whose keyed state is
+	// filed under another max parallelism, or holds other key groups, than
+	// the restoring task's Config says.
+	ErrKeyGroups = errors.New("state: snapshot key groups do not match the task's")
 )
 
 // Config configures the state backend of one task.
@@ -85,6 +90,18 @@ type Config struct {
 	// TunePebble, if set, may change the Pebble options after the defaults
 	// of PebbleOptions are applied.
 	TunePebble func(*pebble.Options)
+	// MaxParallelism is the number of key groups keyed state is filed
+	// under (job.max_parallelism of a shuffled stage, at most
+	// keygroup.Limit): each key's state is stored under its key group,
+	// keygroup.Of(key, MaxParallelism), so that the state of a range of key
+	// groups is one contiguous range of keys that can move to another task.
+	// Zero keeps the legacy layout without key groups (stage main). A
+	// snapshot records it; restoring it with another value is an error.
+	MaxParallelism int
+	// KeyGroups are the key groups [lo, hi) the task owns
+	// (keygroup.Range): the groups whose timers it fires. Zero values mean
+	// all, [0, MaxParallelism). It must be zero with MaxParallelism 0.
+	KeyGroups [2]int
 }
 
 func (c *Config) validate() error {
@@ -97,6 +114,18 @@ func (c *Config) validate() error {
 	}
 	if c.UploadConcurrency < 0 || c.DownloadConcurrency < 0 {
 		errs = append(errs, errors.New("state: config: negative concurrency"))
+	}
+	// Key groups are stored in two bytes (keygroup.Limit).
+	if c.MaxParallelism < 0 || c.MaxParallelism > keygroup.Limit {
+		errs = append(errs, fmt.Errorf("state: config: MaxParallelism %d outside [0, %d]", c.MaxParallelism, keygroup.Limit))
+	}
+	if lo, hi := c.KeyGroups[0], c.KeyGroups[1]; lo != 0 || hi != 0 {
+		switch {
+		case c.MaxParallelism == 0:
+			errs = append(errs, fmt.Errorf("state: config: KeyGroups [%d, %d) without MaxParallelism", lo, hi))
+		case lo < 0 || lo >= hi || hi > c.MaxParallelism:
+			errs = append(errs, fmt.Errorf("state: config: KeyGroups [%d, %d) is not a non-empty range within [0, %d)", lo, hi, c.MaxParallelism))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -122,6 +151,9 @@ func (c *Config) ensureDefaults() {
 	}
 	if c.MemTableSize == 0 {
 		c.MemTableSize = 64 << 20
+	}
+	if c.MaxParallelism > 0 && c.KeyGroups == [2]int{} {
+		c.KeyGroups = [2]int{0, c.MaxParallelism}
 	}
 }
 
@@ -224,6 +256,7 @@ type Backend struct {
 
 	// Task goroutine only.
 	curKey      []byte
+	curGroup    int // the current key's key group (MaxParallelism > 0)
 	hasKey      bool
 	states      map[string]*stateInfo
 	lastSnap    int64

@@ -20,10 +20,11 @@ type cacheSide struct {
 	list  *ListState[int64]
 }
 
-func newCacheSide(tt *testing.T, t *rapid.T, cacheBytes int64, clock *fakeClock) *cacheSide {
+func newCacheSide(tt *testing.T, t *rapid.T, cacheBytes int64, maxParallelism int, clock *fakeClock) *cacheSide {
 	store, _ := newStore(tt)
 	cfg := testConfig(tt, store, tt.TempDir())
 	cfg.RecordCacheBytes = cacheBytes
+	cfg.MaxParallelism = maxParallelism
 	cfg.Now = clock.Now
 	b, err := Open(context.Background(), cfg)
 	if err != nil {
@@ -91,16 +92,17 @@ func (s *cacheSide) apply(op string, key string, v int64) string {
 	return fmt.Sprint(got, ok, err)
 }
 
-// With any cache size — none, tiny (evicting all the time) or large — the
-// keyed state API returns the same results, through TTL expiry, purges,
-// flushes, snapshots and restores, and a restored checkpoint holds exactly
-// the state at its barrier.
+// With any cache size — none, tiny (evicting all the time) or large — and
+// either key layout, the keyed state API returns the same results, through
+// TTL expiry, purges, flushes, snapshots and restores, and a restored
+// checkpoint holds exactly the state at its barrier.
 func TestRecordCacheDifferential(tt *testing.T) {
 	rapid.Check(tt, func(t *rapid.T) {
 		clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 		cacheBytes := rapid.SampledFrom([]int64{200, 1 << 10, 1 << 20}).Draw(t, "cacheBytes")
-		ref := newCacheSide(tt, t, -1, clock)
-		got := newCacheSide(tt, t, cacheBytes, clock)
+		maxPar := rapid.SampledFrom([]int{0, 4, 128}).Draw(t, "maxParallelism")
+		ref := newCacheSide(tt, t, -1, 0, clock)
+		got := newCacheSide(tt, t, cacheBytes, maxPar, clock)
 		defer func() {
 			_ = ref.b.Close(context.Background())
 			_ = got.b.Close(context.Background())
@@ -132,6 +134,7 @@ func TestRecordCacheDifferential(tt *testing.T) {
 				want := rawEntries(t, got.b)
 				cfg := testConfig(tt, got.b.cfg.Store, tt.TempDir())
 				cfg.Now = clock.Now
+				cfg.MaxParallelism = maxPar
 				r, err := Restore(context.Background(), cfg, res.Handle)
 				if err != nil {
 					t.Fatal(err)
@@ -152,8 +155,8 @@ func TestRecordCacheDifferential(tt *testing.T) {
 				}
 			}
 		}
-		if a, b := rawEntries(t, ref.b), rawEntries(t, got.b); !maps.Equal(a, b) {
-			t.Fatalf("final state differs:\n cache off %v\n cache on  %v", a, b)
+		if a, b := logicalEntries(t, ref.b), logicalEntries(t, got.b); !maps.Equal(a, b) {
+			t.Fatalf("final state differs:\n cache off %v\n cache on, max parallelism %d %v", a, maxPar, b)
 		}
 	})
 }

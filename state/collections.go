@@ -234,7 +234,29 @@ func (s *MapState[K, V]) Range(fn func(k K, v V) bool) error {
 		return err
 	}
 	lower := append([]byte(nil), base...)
-	it, err := s.b.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	return s.rangeFrom(lower, lower, fn)
+}
+
+// RangeFrom is Range from the entry of map key from (or the first after
+// it) on. Where entries at the start of the map were deleted (a queue's
+// head), it does not step over their tombstones as Range does.
+func (s *MapState[K, V]) RangeFrom(from K, fn func(k K, v V) bool) error {
+	base, err := s.key()
+	if err != nil {
+		return err
+	}
+	prefix := append([]byte(nil), base...)
+	start, err := s.kc.Append(append([]byte(nil), base...), from)
+	if err != nil {
+		return err
+	}
+	return s.rangeFrom(prefix, start, fn)
+}
+
+// rangeFrom iterates the entries under the map's key prefix lower, from
+// the encoded entry key start (at or after lower) on.
+func (s *MapState[K, V]) rangeFrom(lower, start []byte, fn func(k K, v V) bool) error {
+	it, err := s.b.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: prefixEnd(lower)})
 	if err != nil {
 		return fmt.Errorf("state: iterate %q: %w", s.info.name, err)
 	}

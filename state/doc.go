@@ -10,7 +10,11 @@
 //     task manifest, locally or by download). Keyed state handles
 //     (ValueState, ListState, MapState, AggregatingState, ReducingState) are
 //     created on it with a Codec and optional TTL, and read and write the
-//     entry of the key set by SetCurrentKey.
+//     entry of the key set by SetCurrentKey. With Config.MaxParallelism > 0
+//     every key's state is filed under its key group (keygroup.Of), so that
+//     a range of key groups is one key range (KeyGroupBounds,
+//     ScanKeyGroups) and a snapshot can only be restored with the same
+//     MaxParallelism and key groups.
 //   - Snapshot: Backend.Snapshot is the synchronous part at the barrier
 //     (a Pebble checkpoint of hard links, the WAL captured by link and
 //     length); Snapshot.Run the asynchronous part (upload of what object

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/memblob"
 
+	"github.com/weir-stream/weir/keygroup"
 	"github.com/weir-stream/weir/state/objstore"
 )
 
@@ -223,20 +225,75 @@ func rawEntries(t fataler, b *Backend) map[string]string {
 	return out
 }
 
+// logicalEntries returns every entry in Pebble as rawEntries does, keyed
+// by state, user key and sub key, whatever the layout; it checks that each
+// key is filed under its key group.
+func logicalEntries(t fataler, b *Backend) map[string]string {
+	out := map[string]string{}
+	for k, v := range rawEntries(t, b) {
+		e, err := decodeKey([]byte(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.grouped != (b.MaxParallelism() > 0) || e.grouped && e.group != keygroup.Of([]byte(e.user), b.MaxParallelism()) {
+			t.Fatal(fmt.Sprintf("key %q is not filed under its key group among %d", k, b.MaxParallelism()))
+		}
+		out[fmt.Sprintf("%q/%q/%q", e.state, e.user, e.sub)] = v
+	}
+	return out
+}
+
 // dump reads every key of value state "kv" by iterating the database.
 func dump(t testing.TB, b *Backend) model {
 	t.Helper()
-	prefix := statePrefix("kv")
 	out := model{}
 	for k, v := range rawEntries(t, b) {
-		if !strings.HasPrefix(k, string(prefix)) {
-			t.Fatalf("unexpected key %q", k)
+		e, err := decodeKey([]byte(k))
+		if err != nil || e.state != "kv" || e.sub != "" {
+			t.Fatalf("unexpected key %q (%+v, %v)", k, e, err)
 		}
-		rest := k[len(prefix):]
-		n := int(rest[0]) // test keys are shorter than 128 bytes
-		out[rest[1:1+n]] = v
+		out[e.user] = v
 	}
 	return out
+}
+
+// rawKey is a keyed-state Pebble key taken apart.
+type rawKey struct {
+	grouped          bool
+	group            int // if grouped
+	state, user, sub string
+}
+
+// decodeKey takes a keyed-state Pebble key apart, in either layout.
+func decodeKey(k []byte) (rawKey, error) {
+	var e rawKey
+	switch {
+	case len(k) > 0 && k[0] == keyedStateTag:
+		k = k[1:]
+	case len(k) >= 3 && k[0] == keyGroupedTag:
+		e.grouped, e.group = true, int(k[1])<<8|int(k[2])
+		k = k[3:]
+	default:
+		return e, fmt.Errorf("bad tag in %q", k)
+	}
+	field := func() (string, error) {
+		n, w := binary.Uvarint(k)
+		if w <= 0 || uint64(len(k)-w) < n {
+			return "", fmt.Errorf("bad length in %q", k)
+		}
+		f := string(k[w : w+int(n)])
+		k = k[w+int(n):]
+		return f, nil
+	}
+	var err error
+	if e.state, err = field(); err != nil {
+		return e, err
+	}
+	if e.user, err = field(); err != nil {
+		return e, err
+	}
+	e.sub = string(k)
+	return e, nil
 }
 
 // apply writes m's difference from the backend's content through the API.

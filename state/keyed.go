@@ -8,18 +8,32 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/weir-stream/weir/keygroup"
 )
 
-// Key layout in Pebble. Every keyed-state entry lives under
+// Key layout in Pebble. With Config.MaxParallelism 0 (the legacy layout,
+// which stage main keeps so that its checkpoints stay readable) every
+// keyed-state entry lives under
 //
 //	0x01 | uvarint(len(state)) | state | uvarint(len(user key)) | user key | sub key
 //
-// where the sub key is empty for value, list, aggregating and reducing state
-// and the encoded map key for map state. Both length prefixes make the
-// encoding prefix-free, so that all entries of one state, and all entries of
-// one user key within one state, are contiguous ranges that prefix
-// iteration (and DeleteRange) can address.
-const keyedStateTag = 0x01
+// and with MaxParallelism M > 0 under
+//
+//	0x02 | uint16 big-endian key group | uvarint(len(state)) | state | uvarint(len(user key)) | user key | sub key
+//
+// where the key group is keygroup.Of(user key, M) and the sub key is empty
+// for value, list, aggregating and reducing state and the encoded map key
+// for map state. Both length prefixes make the encoding prefix-free, so that
+// all entries of one state (of one key group), and all entries of one user
+// key within one state, are contiguous ranges that prefix iteration (and
+// DeleteRange) can address. Leading with the key group makes the state of a
+// range of key groups one contiguous range too (KeyGroupBounds): what moves
+// when a stage's parallelism changes.
+const (
+	keyedStateTag = 0x01
+	keyGroupedTag = 0x02
+)
 
 // stateKind tells the kinds of state apart, so that a name cannot be reused
 // with a different layout.
@@ -50,10 +64,12 @@ func (k stateKind) String() string {
 }
 
 type stateInfo struct {
-	name   string
-	kind   stateKind
-	ttl    TTLConfig
-	prefix []byte
+	name string
+	kind stateKind
+	ttl  TTLConfig
+	// encName is uvarint(len(name)) | name: what follows the tag (and key
+	// group) in every key of the state.
+	encName []byte
 }
 
 // TTLConfig gives keyed state a time to live, as Flink's StateTtlConfig.
@@ -81,13 +97,107 @@ func WithTTL(c TTLConfig) StateOption { return func(s *stateInfo) { s.ttl = c } 
 
 // SetCurrentKey sets the key that keyed state handles read and write, until
 // the next call. The runtime calls it before each record; key is copied.
+// With MaxParallelism > 0 it computes the key's key group, once per key.
 func (b *Backend) SetCurrentKey(key []byte) {
 	b.curKey = append(b.curKey[:0], key...)
 	b.hasKey = true
+	if b.cfg.MaxParallelism > 0 {
+		b.curGroup = keygroup.Of(key, b.cfg.MaxParallelism)
+	}
+}
+
+// SetCurrentKeyInGroup sets the current key as SetCurrentKey does, but
+// files it under key group group instead of the key's own: for state that
+// a task keeps per key group rather than per key (its timers, one map per
+// key group under the empty key, so that they move with the group's keys).
+// It panics if group is not in [0, MaxParallelism); with MaxParallelism 0
+// there are no key groups and it is SetCurrentKey.
+func (b *Backend) SetCurrentKeyInGroup(key []byte, group int) {
+	if b.cfg.MaxParallelism == 0 {
+		b.SetCurrentKey(key)
+		return
+	}
+	if group < 0 || group >= b.cfg.MaxParallelism {
+		panic(fmt.Sprintf("state: key group %d outside [0, %d)", group, b.cfg.MaxParallelism))
+	}
+	b.curKey = append(b.curKey[:0], key...)
+	b.hasKey = true
+	b.curGroup = group
 }
 
 // CurrentKey returns the current key (valid until the next SetCurrentKey).
 func (b *Backend) CurrentKey() []byte { return b.curKey }
+
+// CurrentKeyGroup returns the key group the current key's state is filed
+// under; 0 with MaxParallelism 0.
+func (b *Backend) CurrentKeyGroup() int { return b.curGroup }
+
+// MaxParallelism returns the number of key groups the keyed state is
+// filed under (Config.MaxParallelism); 0 is the legacy layout, without key
+// groups.
+func (b *Backend) MaxParallelism() int { return b.cfg.MaxParallelism }
+
+// KeyGroups returns the key groups [lo, hi) the task owns
+// (Config.KeyGroups, [0, MaxParallelism) by default); 0, 0 with
+// MaxParallelism 0.
+func (b *Backend) KeyGroups() (lo, hi int) { return b.cfg.KeyGroups[0], b.cfg.KeyGroups[1] }
+
+// KeyGroupBounds returns the Pebble key range [start, end) that holds all
+// keyed state of key groups [lo, hi) (0 <= lo <= hi <= keygroup.Limit) in
+// the key-grouped layout (MaxParallelism > 0), and nothing else: no state
+// of another key group, no state of the legacy layout.
+func KeyGroupBounds(lo, hi int) (start, end []byte) {
+	if lo < 0 || lo > hi || hi > keygroup.Limit {
+		panic(fmt.Sprintf("state: key group range [%d, %d) is not within [0, %d]", lo, hi, keygroup.Limit))
+	}
+	return keyGroupPrefix(nil, lo), keyGroupPrefix(nil, hi)
+}
+
+// keyGroupPrefix appends the tag and key group g to dst. g may be
+// keygroup.Limit, as the end of a range.
+func keyGroupPrefix(dst []byte, g int) []byte {
+	return append(dst, keyGroupedTag, byte(g>>8), byte(g))
+}
+
+// ScanKeyGroups calls fn with every Pebble entry of keyed state in key
+// groups [lo, hi), in key order, until fn returns an error, which it
+// returns: the raw keys and values (key group, state, user key, sub key;
+// framed value), valid only during the call, that moving key groups to
+// another task copies. It flushes the record cache first. Call it from the
+// task goroutine; it needs MaxParallelism > 0.
+func (b *Backend) ScanKeyGroups(lo, hi int, fn func(key, value []byte) error) error {
+	if b.db == nil {
+		return ErrClosed
+	}
+	if b.cfg.MaxParallelism == 0 {
+		return errors.New("state: ScanKeyGroups: the backend has no key groups (MaxParallelism 0)")
+	}
+	if lo < 0 || lo > hi || hi > b.cfg.MaxParallelism {
+		return fmt.Errorf("state: ScanKeyGroups: key groups [%d, %d) outside [0, %d)", lo, hi, b.cfg.MaxParallelism)
+	}
+	if err := b.flushCache(); err != nil {
+		return err
+	}
+	start, end := KeyGroupBounds(lo, hi)
+	it, err := b.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return fmt.Errorf("state: scan key groups: %w", err)
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err == nil {
+			err = fn(it.Key(), v)
+		}
+		if err != nil {
+			_ = it.Close()
+			return err
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("state: scan key groups: %w", err)
+	}
+	return nil
+}
 
 func (b *Backend) register(name string, kind stateKind, opts []StateOption) (*stateInfo, error) {
 	if name == "" {
@@ -109,15 +219,23 @@ func (b *Backend) register(name string, kind stateKind, opts []StateOption) (*st
 		}
 		return old, nil
 	}
-	si.prefix = statePrefix(name)
+	si.encName = binary.AppendUvarint(nil, uint64(len(name)))
+	si.encName = append(si.encName, name...)
 	b.states[name] = si
 	return si, nil
 }
 
-func statePrefix(name string) []byte {
-	p := []byte{keyedStateTag}
-	p = binary.AppendUvarint(p, uint64(len(name)))
-	return append(p, name...)
+// prefixes returns the key prefixes that hold all of a state's entries: one
+// in the legacy layout, one per key group otherwise.
+func (b *Backend) prefixes(si *stateInfo) [][]byte {
+	if b.cfg.MaxParallelism == 0 {
+		return [][]byte{append([]byte{keyedStateTag}, si.encName...)}
+	}
+	out := make([][]byte, b.cfg.MaxParallelism)
+	for g := range out {
+		out[g] = append(keyGroupPrefix(nil, g), si.encName...)
+	}
+	return out
 }
 
 // prefixEnd returns the smallest key greater than every key with prefix p.
@@ -153,7 +271,7 @@ func (b *Backend) newHandle(name string, kind stateKind, opts []StateOption) (ha
 	return handle{b: b, info: si}, nil
 }
 
-// key builds [state][current key] into kbuf.
+// key builds [tag][key group][state][current key] into kbuf.
 func (h *handle) key() ([]byte, error) {
 	if !h.b.hasKey {
 		return nil, ErrNoCurrentKey
@@ -161,7 +279,12 @@ func (h *handle) key() ([]byte, error) {
 	if h.b.db == nil {
 		return nil, ErrClosed
 	}
-	h.kbuf = append(h.kbuf[:0], h.info.prefix...)
+	if h.b.cfg.MaxParallelism == 0 {
+		h.kbuf = append(h.kbuf[:0], keyedStateTag)
+	} else {
+		h.kbuf = keyGroupPrefix(h.kbuf[:0], h.b.curGroup)
+	}
+	h.kbuf = append(h.kbuf, h.info.encName...)
 	h.kbuf = binary.AppendUvarint(h.kbuf, uint64(len(h.b.curKey)))
 	h.kbuf = append(h.kbuf, h.b.curKey...)
 	return h.kbuf, nil

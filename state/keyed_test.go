@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -10,16 +11,35 @@ import (
 )
 
 func newTestBackend(t *testing.T) (*Backend, *fakeClock) {
+	return newLayoutBackend(t, 0)
+}
+
+// newLayoutBackend opens a backend whose keyed state is filed under
+// maxParallelism key groups (0: the legacy layout).
+func newLayoutBackend(t *testing.T, maxParallelism int) (*Backend, *fakeClock) {
 	t.Helper()
 	store, _ := newStore(t)
 	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 	cfg := testConfig(t, store, t.TempDir())
 	cfg.Now = clock.Now
+	cfg.MaxParallelism = maxParallelism
 	return openTest(t, cfg), clock
 }
 
-func TestValueState(t *testing.T) {
-	b, _ := newTestBackend(t)
+// eachLayout runs test on a fresh backend of each key layout: the legacy
+// one, one key group (every key in the same group), and 128 key groups.
+func eachLayout(t *testing.T, test func(t *testing.T, b *Backend, clock *fakeClock)) {
+	for _, m := range []int{0, 1, 128} {
+		t.Run(fmt.Sprintf("max_parallelism=%d", m), func(t *testing.T) {
+			b, clock := newLayoutBackend(t, m)
+			test(t, b, clock)
+		})
+	}
+}
+
+func TestValueState(t *testing.T) { eachLayout(t, testValueState) }
+
+func testValueState(t *testing.T, b *Backend, _ *fakeClock) {
 	s, err := NewValueState(b, "count", Int64Codec{})
 	if err != nil {
 		t.Fatal(err)
@@ -89,8 +109,9 @@ func TestStateKindConflict(t *testing.T) {
 	}
 }
 
-func TestListState(t *testing.T) {
-	b, _ := newTestBackend(t)
+func TestListState(t *testing.T) { eachLayout(t, testListState) }
+
+func testListState(t *testing.T, b *Backend, _ *fakeClock) {
 	s, err := NewListState(b, "l", StringCodec{})
 	if err != nil {
 		t.Fatal(err)
@@ -136,8 +157,9 @@ func TestListState(t *testing.T) {
 	}
 }
 
-func TestMapState(t *testing.T) {
-	b, _ := newTestBackend(t)
+func TestMapState(t *testing.T) { eachLayout(t, testMapState) }
+
+func testMapState(t *testing.T, b *Backend, _ *fakeClock) {
 	s, err := NewMapState(b, "m", Int64Codec{}, StringCodec{})
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +184,18 @@ func TestMapState(t *testing.T) {
 	}
 	if !slices.Equal(keys, []int64{-3, 0, 5, 100}) {
 		t.Fatalf("Range keys = %v, want numeric order", keys)
+	}
+	for _, c := range []struct {
+		from int64
+		want []int64
+	}{{-3, []int64{-3, 0, 5, 100}}, {1, []int64{5, 100}}, {5, []int64{5, 100}}, {101, nil}} {
+		keys = keys[:0]
+		if err := s.RangeFrom(c.from, func(k int64, v string) bool { keys = append(keys, k); return true }); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(keys, c.want) {
+			t.Fatalf("RangeFrom(%d) keys = %v, want %v (and not u's)", c.from, keys, c.want)
+		}
 	}
 	if ok, _ := s.Contains(5); !ok {
 		t.Fatal("Contains(5) = false")
@@ -204,8 +238,9 @@ func (avg) Add(a avgAcc, in int64) avgAcc {
 }
 func (avg) Result(a avgAcc) float64 { return float64(a.Sum) / float64(a.N) }
 
-func TestAggregatingAndReducingState(t *testing.T) {
-	b, _ := newTestBackend(t)
+func TestAggregatingAndReducingState(t *testing.T) { eachLayout(t, testAggregatingAndReducingState) }
+
+func testAggregatingAndReducingState(t *testing.T, b *Backend, _ *fakeClock) {
 	a, err := NewAggregatingState[int64, avgAcc, float64](b, "avg", JSONCodec[avgAcc]{}, avg{})
 	if err != nil {
 		t.Fatal(err)
@@ -253,8 +288,9 @@ func TestAggregatingAndReducingState(t *testing.T) {
 	}
 }
 
-func TestTTLValue(t *testing.T) {
-	b, clock := newTestBackend(t)
+func TestTTLValue(t *testing.T) { eachLayout(t, testTTLValue) }
+
+func testTTLValue(t *testing.T, b *Backend, clock *fakeClock) {
 	s, err := NewValueState(b, "v", StringCodec{}, WithTTL(TTLConfig{TTL: 10 * time.Second}))
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +327,10 @@ func TestTTLValue(t *testing.T) {
 }
 
 func TestTTLUpdateOnReadAndReturnExpired(t *testing.T) {
-	b, clock := newTestBackend(t)
+	eachLayout(t, testTTLUpdateOnReadAndReturnExpired)
+}
+
+func testTTLUpdateOnReadAndReturnExpired(t *testing.T, b *Backend, clock *fakeClock) {
 	s, err := NewValueState(b, "v", Int64Codec{}, WithTTL(TTLConfig{TTL: 10 * time.Second, UpdateOnRead: true}))
 	if err != nil {
 		t.Fatal(err)
@@ -326,8 +365,9 @@ func TestTTLUpdateOnReadAndReturnExpired(t *testing.T) {
 	}
 }
 
-func TestTTLListAndMap(t *testing.T) {
-	b, clock := newTestBackend(t)
+func TestTTLListAndMap(t *testing.T) { eachLayout(t, testTTLListAndMap) }
+
+func testTTLListAndMap(t *testing.T, b *Backend, clock *fakeClock) {
 	l, err := NewListState(b, "l", StringCodec{}, WithTTL(TTLConfig{TTL: 10 * time.Second}))
 	if err != nil {
 		t.Fatal(err)
@@ -421,8 +461,9 @@ func TestCodecsRoundTripAndOrder(t *testing.T) {
 // The hot path allocates nothing beyond what Pebble itself does: a Put and
 // a Get through ValueState cost no more allocations than the same raw Pebble
 // calls.
-func TestKeyedHotPathAllocations(t *testing.T) {
-	b, _ := newTestBackend(t)
+func TestKeyedHotPathAllocations(t *testing.T) { eachLayout(t, testKeyedHotPathAllocations) }
+
+func testKeyedHotPathAllocations(t *testing.T, b *Backend, _ *fakeClock) {
 	s, _ := NewValueState(b, "v", Int64Codec{})
 	key := []byte("some-user-key")
 	b.SetCurrentKey(key)

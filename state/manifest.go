@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weir-stream/weir/keygroup"
 	"github.com/weir-stream/weir/state/objstore"
 )
 
@@ -31,6 +32,12 @@ type Manifest struct {
 	Savepoint string    `json:"savepoint,omitempty"`
 	Instance  string    `json:"instance"`
 	Created   time.Time `json:"created"`
+	// MaxParallelism is the number of key groups the task's keyed state is
+	// filed under (Config.MaxParallelism; absent: 0, the legacy layout),
+	// and KeyGroups the range [lo, hi) the task owned. A restore must use
+	// the same MaxParallelism: the keys' layout depends on it.
+	MaxParallelism int    `json:"max_parallelism,omitempty"`
+	KeyGroups      [2]int `json:"key_groups,omitzero"`
 	// StateBytes is the total size of Files.
 	StateBytes    int64       `json:"state_bytes"`
 	Files         []FileEntry `json:"files"`
@@ -137,6 +144,13 @@ func (m *Manifest) validate() error {
 	}
 	if m.Checkpoint <= 0 {
 		bad("checkpoint id %d", m.Checkpoint)
+	}
+	if m.MaxParallelism < 0 || m.MaxParallelism > keygroup.Limit {
+		bad("max_parallelism %d outside [0, %d]", m.MaxParallelism, keygroup.Limit)
+	}
+	if lo, hi := m.KeyGroups[0], m.KeyGroups[1]; (m.MaxParallelism == 0) != (m.KeyGroups == [2]int{}) ||
+		m.MaxParallelism > 0 && (lo < 0 || lo >= hi || hi > m.MaxParallelism) {
+		bad("key_groups [%d, %d) do not fit max_parallelism %d", lo, hi, m.MaxParallelism)
 	}
 	seen := make(map[string]bool)
 	var total int64

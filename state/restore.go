@@ -75,6 +75,9 @@ func Restore(ctx context.Context, cfg Config, handle string) (*Backend, error) {
 		return nil, fmt.Errorf("%w: manifest %s belongs to job %s task %s, not job %s task %s",
 			ErrManifest, handle, m.Job, m.Task, b.cfg.Store.Job(), b.cfg.Task)
 	}
+	if err := b.checkKeyGroups(handle, m); err != nil {
+		return nil, err
+	}
 	info, err := b.restoreFiles(ctx, m)
 	if err != nil {
 		return nil, err
@@ -99,6 +102,22 @@ func Restore(ctx context.Context, cfg Config, handle string) (*Backend, error) {
 		"local", info.Local, "state_bytes", m.StateBytes, "downloaded_bytes", info.DownloadedBytes,
 		"duration", info.Duration)
 	return b, nil
+}
+
+// checkKeyGroups refuses a snapshot whose keys are filed under another
+// number of key groups than the backend's (the layouts differ: no key would
+// be found), or that holds other key groups than the task owns (moving key
+// groups between tasks is a rescale, which Restore does not do).
+func (b *Backend) checkKeyGroups(handle string, m *Manifest) error {
+	if m.MaxParallelism != b.cfg.MaxParallelism {
+		return fmt.Errorf("%w: snapshot %s files keyed state under max parallelism %d (0: no key groups), the task is configured with %d; job.max_parallelism is fixed at a job's first start",
+			ErrKeyGroups, handle, m.MaxParallelism, b.cfg.MaxParallelism)
+	}
+	if m.KeyGroups != b.cfg.KeyGroups {
+		return fmt.Errorf("%w: snapshot %s holds key groups [%d, %d), the task owns [%d, %d)",
+			ErrKeyGroups, handle, m.KeyGroups[0], m.KeyGroups[1], b.cfg.KeyGroups[0], b.cfg.KeyGroups[1])
+	}
+	return nil
 }
 
 // RestoreInfo returns how the backend was restored (zero if opened empty).

@@ -250,14 +250,16 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		return nil, err
 	}
 	m := &Manifest{
-		Version:       manifestVersion,
-		Job:           b.cfg.Store.Job(),
-		Task:          b.cfg.Task,
-		Checkpoint:    s.id,
-		Savepoint:     s.savepoint,
-		Instance:      b.instance,
-		Created:       s.created.UTC(),
-		OperatorState: s.opState,
+		Version:        manifestVersion,
+		Job:            b.cfg.Store.Job(),
+		Task:           b.cfg.Task,
+		Checkpoint:     s.id,
+		Savepoint:      s.savepoint,
+		Instance:       b.instance,
+		Created:        s.created.UTC(),
+		OperatorState:  s.opState,
+		MaxParallelism: b.cfg.MaxParallelism,
+		KeyGroups:      b.cfg.KeyGroups,
 	}
 	// Plan: which objects to upload (jobs), which to reuse.
 	type job struct {

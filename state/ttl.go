@@ -43,28 +43,52 @@ func (b *Backend) PurgeExpired(limit int) (int, error) {
 	return removed, nil
 }
 
+// purgeState removes up to budget (if limited) expired entries of si, in
+// each of the key prefixes that hold them.
 func (b *Backend) purgeState(si *stateInfo, now int64, budget int, limited bool) (int, error) {
-	it, err := b.db.NewIter(&pebble.IterOptions{LowerBound: si.prefix, UpperBound: prefixEnd(si.prefix)})
+	it, err := b.db.NewIter(nil)
 	if err != nil {
 		return 0, err
 	}
 	batch := b.db.NewBatch()
 	defer batch.Close()
 	removed := 0
-	for valid := it.First(); valid && (!limited || removed < budget); valid = it.Next() {
-		v, err := it.ValueAndErr()
+	for _, p := range b.prefixes(si) {
+		if limited && removed >= budget {
+			break
+		}
+		it.SetBounds(p, prefixEnd(p))
+		n, err := purgeRange(it, batch, si, now, budget-removed, limited)
+		removed += n
 		if err != nil {
 			_ = it.Close()
 			return removed, err
 		}
+	}
+	if err := it.Close(); err != nil {
+		return removed, err
+	}
+	if err := batch.Commit(b.wo); err != nil {
+		return removed, fmt.Errorf("state: purge %q: %w", si.name, err)
+	}
+	return removed, nil
+}
+
+// purgeRange adds to batch the removal of up to budget (if limited) expired
+// entries of si within it's bounds.
+func purgeRange(it *pebble.Iterator, batch *pebble.Batch, si *stateInfo, now int64, budget int, limited bool) (int, error) {
+	removed := 0
+	for valid := it.First(); valid && (!limited || removed < budget); valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return removed, err
+		}
 		if si.kind != kindList {
 			if len(v) < 8 {
-				_ = it.Close()
 				return removed, fmt.Errorf("%w: state %q: value without TTL header", ErrCorruptValue, si.name)
 			}
 			if int64(binary.BigEndian.Uint64(v)) <= now {
 				if err := batch.Delete(it.Key(), nil); err != nil {
-					_ = it.Close()
 					return removed, err
 				}
 				removed++
@@ -76,7 +100,6 @@ func (b *Backend) purgeState(si *stateInfo, now int64, budget int, limited bool)
 		for rest := v; len(rest) > 0; {
 			n, w := binary.Uvarint(rest)
 			if w <= 0 || uint64(len(rest)-w) < n || n < 8 {
-				_ = it.Close()
 				return removed, fmt.Errorf("%w: state %q: bad list frame", ErrCorruptValue, si.name)
 			}
 			frame := rest[:w+int(n)]
@@ -97,15 +120,8 @@ func (b *Backend) purgeState(si *stateInfo, now int64, budget int, limited bool)
 			err = batch.Set(it.Key(), keep, nil)
 		}
 		if err != nil {
-			_ = it.Close()
 			return removed, err
 		}
 	}
-	if err := it.Close(); err != nil {
-		return removed, err
-	}
-	if err := batch.Commit(b.wo); err != nil {
-		return removed, fmt.Errorf("state: purge %q: %w", si.name, err)
-	}
-	return removed, nil
+	return removed, it.Error()
 }

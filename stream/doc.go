@@ -10,28 +10,45 @@
 //	if err := job.Build(); err != nil { ... }
 //
 // Builders never panic: the first problem (a nil function, a duplicate
-// operator name, a keyed operator after KeyBy, a stream that reaches no
-// sink...) is recorded, later builder calls do nothing, and Build returns
+// operator name, a stream that reaches no sink, streams of two stages
+// merged...) is recorded, later builder calls do nothing, and Build returns
 // it.
 //
-// # Keys
+// # Keys and stages
 //
 // Every element carries the key of the Kafka record it came from. Keyed
-// operators (Process, Aggregate, Reduce, Count) keep their state per that
-// key, which is only correct because the input topic is partitioned by it:
-// task i reads partition i of every input topic, so all records of one key
-// meet in one task. KeyBy changes the key that sinks write; a keyed operator
-// downstream of KeyBy would need a shuffle (DESIGN.md section 9), so Build
-// rejects it with ErrShuffle. Map, Filter and FlatMap never change the key.
+// operators (Process, Aggregate, Reduce, Count) keep their state per the
+// current key. In the source stage, main, that is the record key, which is
+// correct because the input topic is partitioned by it: task i reads
+// partition i of every input topic, so all records of one key meet in one
+// task. Map, Filter and FlatMap never change the key; a Transform may
+// (Elem.SetKey) only if defined with ChangesKey, and Build rejects one
+// whose stream reaches a keyed operator without a KeyBy (KeyByCurrent) in
+// between.
+//
+// KeyBy changes it. A KeyBy whose stream reaches a keyed operator (directly
+// or through stateless operators) is a shuffle point, and Build cuts the job
+// there into stages (DESIGN.md section 9): the upstream stage runs the key
+// function, encodes the element with the KeyBy's codec and hands it, with
+// its new key, to Emitter.Shuffle; the runtime writes it to the shuffle
+// topic's partition of that key's key group. The downstream stage reads the
+// shuffle topic and runs everything after the KeyBy with the new key as the
+// record key. A KeyBy that reaches no keyed operator stays in its stage and
+// only changes the key that sinks write. Job.Stages, Job.Shuffles and
+// Job.Graph show the result; package plan gives each stage its parallelism
+// and tasks.
+//
+// A stream that went through a shuffle cannot meet one that did not (or one
+// of another shuffle): a Merge of streams of two stages is an error.
 //
 // # Runtime contract
 //
-// The runtime (package runtime/task) asks a built job for its Sources and
-// Sinks, and calls NewTask once per task with the task's state backend.
-// The returned Task runs the whole operator chain of the stage, composed at
-// NewTask time as closures: on the per-record path there is no reflection,
-// no interface boxing and no allocation beyond what the user's functions and
-// codecs do.
+// The runtime (package runtime/task) asks a built job for its Sources,
+// Sinks and Stages, and calls NewTask once per task with the task's stage
+// and state backend. The returned Task runs the operator chain of that
+// stage, composed at NewTask time as closures: on the per-record path there
+// is no reflection, no interface boxing and no allocation beyond what the
+// user's functions and codecs do.
 //
 // # Timers
 //
@@ -40,7 +57,20 @@
 // the empty key, each entry keyed by (time, operator, record key) encoded so
 // that Pebble's order is time order. They are therefore snapshotted and
 // restored with the rest of the state. A timer registered twice for the
-// same operator, key and time fires once.
+// same operator, key and time fires once. Event-time timers have the same
+// layout in EventTimerStateName and fire when the watermark reaches them
+// (Task.AdvanceWatermark).
+//
+// # Event time
+//
+// A job uses event time if it has a Window or a Process defined
+// WithEventTime (Job.EventTime): the runtime then computes watermarks from
+// the sources' WatermarkSpec and calls Task.AdvanceWatermark. Window groups
+// a key's records by event time (tumbling, sliding or session windows) and
+// emits one WindowResult per window when the watermark passes its end plus
+// the allowed lateness; records that come after their windows fired are
+// late (TaskContext.OnLate, Windowing.LateTopic). docs/event-time.md
+// describes it all.
 //
 // # Concurrency
 //

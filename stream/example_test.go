@@ -1,6 +1,7 @@
 package stream_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -139,3 +140,68 @@ func Example() {
 	// clicks-dlq bob=not json
 	// sessions ann=ann: 2 clicks
 }
+
+// ExampleKeyBy counts views per page of clicks keyed by user: the KeyBy
+// before Count cuts the job into two stages. It runs one task of each, as
+// the runtime does, handing main's shuffle records to the "pages" task.
+func ExampleKeyBy() {
+	job := stream.NewJob("views-per-page")
+	clicks := stream.From(job, stream.KafkaSource{Topics: []string{"clicks"}}, stream.JSONCodec[Click]{})
+	byPage := stream.KeyBy(clicks, func(c Click) ([]byte, error) { return []byte(c.Page), nil },
+		stream.ShuffleCodec(stream.JSONCodec[Click]{}), stream.Named("pages"), stream.Parallelism(4))
+	views := stream.Count(byPage, "views")
+	stream.To(views, stream.KafkaSink{Topic: "views"}, stream.JSONCodec[int64]{})
+	if err := job.Build(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, st := range job.Stages() {
+		fmt.Println(st.Name, st.Operators)
+	}
+
+	// Stage main: records keyed by user in, shuffle records keyed by page out.
+	main, _ := job.NewTask(stream.TaskContext{Stage: "main", Task: "main/0"})
+	defer main.Close()
+	var shuffled []stream.Record
+	upstream := emitter{shuffle: func(edge int, r stream.Record) error {
+		shuffled = append(shuffled, stream.Record{Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value)})
+		return nil
+	}}
+	_ = main.ProcessBatch([]stream.Record{
+		{Topic: "clicks", Key: []byte("ann"), Value: []byte(`{"user":"ann","page":"/a"}`)},
+		{Topic: "clicks", Key: []byte("bob"), Value: []byte(`{"user":"bob","page":"/a"}`)},
+		{Topic: "clicks", Key: []byte("ann"), Value: []byte(`{"user":"ann","page":"/b"}`)},
+	}, upstream)
+
+	// Stage pages: the shuffle records in, counts per page out.
+	dir, _ := os.MkdirTemp("", "weir-example")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	backend, _ := state.Open(ctx, state.Config{Dir: dir, Task: "pages-0"})
+	defer backend.Close(ctx)
+	pages, err := job.NewTask(stream.TaskContext{Stage: "pages", Task: "pages/0", Backend: backend})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pages.Close()
+	_ = pages.ProcessBatch(shuffled, stream.EmitterFunc(func(sink int, r stream.Record) error {
+		fmt.Printf("%s %s=%s\n", r.Topic, r.Key, r.Value)
+		return nil
+	}))
+	// Output:
+	// main [From([clicks]) KeyBy]
+	// pages [Count("views") To(views)]
+	// views /a=1
+	// views /a=2
+	// views /b=1
+}
+
+// emitter is an Emitter of functions.
+type emitter struct {
+	emit    func(sink int, r stream.Record) error
+	shuffle func(edge int, r stream.Record) error
+}
+
+func (e emitter) Emit(sink int, r stream.Record) error    { return e.emit(sink, r) }
+func (e emitter) Shuffle(edge int, r stream.Record) error { return e.shuffle(edge, r) }

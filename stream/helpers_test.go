@@ -34,15 +34,25 @@ type out struct {
 
 func (o out) String() string { return fmt.Sprintf("%d:%s=%s", o.sink, o.key, o.value) }
 
-// collector is an Emitter that copies what it gets.
-type collector struct{ recs []out }
+// collector is an Emitter that copies what it gets: sink records to recs,
+// shuffle records to shuffled (with the edge as sink).
+type collector struct{ recs, shuffled []out }
 
-func (c *collector) Emit(sink int, r stream.Record) error {
+func (c *collector) Shuffle(edge int, r stream.Record) error {
+	c.shuffled = append(c.shuffled, copyOut(edge, r))
+	return nil
+}
+
+func copyOut(sink int, r stream.Record) out {
 	var hs []string
 	for _, h := range r.Headers {
 		hs = append(hs, h.Key+"="+string(h.Value))
 	}
-	c.recs = append(c.recs, out{sink: sink, key: string(r.Key), value: string(r.Value), ts: r.Timestamp, headers: strings.Join(hs, ","), topic: r.Topic})
+	return out{sink: sink, key: string(r.Key), value: string(r.Value), ts: r.Timestamp, headers: strings.Join(hs, ","), topic: r.Topic}
+}
+
+func (c *collector) Emit(sink int, r stream.Record) error {
+	c.recs = append(c.recs, copyOut(sink, r))
 	return nil
 }
 
@@ -60,7 +70,8 @@ func (c *collector) take() []string {
 // discard is an Emitter that drops everything.
 type discard struct{}
 
-func (discard) Emit(int, stream.Record) error { return nil }
+func (discard) Emit(int, stream.Record) error    { return nil }
+func (discard) Shuffle(int, stream.Record) error { return nil }
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 

@@ -16,9 +16,6 @@ var (
 	// ErrInvalidJob reports a job definition that cannot run: Build returns
 	// it, wrapped with what is wrong and where it was defined.
 	ErrInvalidJob = errors.New("stream: invalid job")
-	// ErrShuffle reports a keyed operator on a stream whose key is no longer
-	// the Kafka record key (after KeyBy). Running it would need a shuffle.
-	ErrShuffle = errors.New("stream: key_by on anything but the record key needs a shuffle, which Weir does not support yet; partition the input topic by that key")
 	// ErrContextExpired reports use of a Context outside the call it was
 	// passed to.
 	ErrContextExpired = errors.New("stream: context used outside its call")
@@ -28,7 +25,7 @@ var (
 // offset in a restored checkpoint.
 type StartKind int
 
-// The start kinds; they match kafkaio.SourceStartKind.
+// The start kinds; they match source.StartKind.
 const (
 	// StartEarliest starts at the log start offset (the default).
 	StartEarliest StartKind = iota
@@ -50,7 +47,7 @@ type Start struct {
 func StartAt(t time.Time) Start { return Start{Kind: StartTimestamp, Time: t} }
 
 // String returns "earliest", "latest" or the RFC 3339 time, the form
-// kafkaio.ParseSourceStart and the YAML `start` setting read.
+// source.ParseStart and the YAML `start` setting read.
 func (s Start) String() string {
 	switch s.Kind {
 	case StartEarliest:
@@ -67,7 +64,7 @@ func (s Start) String() string {
 // source's edge (Format) or in the task (the source's Codec).
 type OnError string
 
-// The decode error policies; they match kafkaio.DecodePolicy.
+// The decode error policies; they match source.DecodePolicy.
 const (
 	// OnErrorFail stops the task with an error naming the record (default).
 	OnErrorFail OnError = "fail"
@@ -92,6 +89,9 @@ const (
 	DeadLetterHeaderPartition = "weir-dlq-partition"
 	DeadLetterHeaderOffset    = "weir-dlq-offset"
 	DeadLetterHeaderError     = "weir-dlq-error"
+	// DeadLetterHeaderOperator names the Transform whose function failed
+	// (absent on a record its source's codec rejected).
+	DeadLetterHeaderOperator = "weir-dlq-operator"
 )
 
 // KafkaSource describes the input topics of a source and how their records
@@ -112,6 +112,12 @@ type KafkaSource struct {
 	// written by the task to the sink of this topic, which Job.Sinks lists
 	// (so it is committed exactly once, with the task's output).
 	DeadLetterTopic string
+	// Timestamp is where records get their event time (the record
+	// Timestamp the task sees): the Kafka record timestamp by default.
+	Timestamp TimestampSpec
+	// Watermark configures the partitions' watermarks, if the job uses
+	// event time.
+	Watermark WatermarkSpec
 }
 
 // Delivery is a sink's guarantee.
@@ -144,7 +150,7 @@ type KafkaSink struct {
 }
 
 // Job is a dataflow program under construction, then, after Build, a
-// definition the runtime instantiates once per task.
+// definition the runtime instantiates once per task of each of its stages.
 type Job struct {
 	name string
 
@@ -155,17 +161,75 @@ type Job struct {
 	sinks   []KafkaSink
 	nodes   []*node
 	ops     map[string]string // keyed operator names -> where defined
+	// transforms maps Transform names to where they were defined (an
+	// operator name is unique among both maps).
+	transforms map[string]string
 	// dlqSink maps dead-letter topics to their sink index.
 	dlqSink map[string]int
+	// sourceDLQ are the sinks of the sources' dead-letter topics, which
+	// main writes.
+	sourceDLQ []int
+
+	// site, if set (At), names the operators defined next instead of
+	// their Go call sites.
+	site string
+
+	// Set by Build (cut): the stages and the shuffles between them.
+	stages   []StageDef
+	shuffles []ShuffleEdge
+	entries  []*node // per stage, the KeyBy whose shuffle feeds it (nil for main)
 }
 
-// node is what the job knows about one stream: where it was defined, and
-// whether anything consumes it.
+// nodeKind is what a node does, as far as cutting the job into stages
+// cares.
+type nodeKind int
+
+const (
+	kindSource    nodeKind = iota // From
+	kindStateless                 // Map, Filter, FlatMap, Transform
+	kindKeyBy                     // KeyBy, KeyByCurrent
+	kindMerge                     // Merge
+	kindKeyed                     // Process, Aggregate, Reduce, Count
+	kindSink                      // To
+)
+
+// node is what the job knows about one operator and the stream it
+// defines: where it was defined, what it reads and what consumes it.
 type node struct {
-	what   string // "Map", "From(clicks)"...
+	id     int // index in Job.nodes
+	kind   nodeKind
+	what   string // "Map", "From([clicks])"...
 	where  string // file:line of the builder call
-	outs   int    // operators that consume the stream
-	rekeys bool   // the key is not the record key any more
+	op     string // kindKeyed, Transform: the operator's name
+	inputs []*node
+	outs   []*node // the nodes that consume the stream
+	sink   int     // kindSink: the index in Job.sinks
+	keyBy  *keyByDef
+	// eventTime is set on an operator that uses event time (Window,
+	// Process WithEventTime).
+	eventTime bool
+	// sideSinks are the indices in Job.sinks of sinks the node writes
+	// besides its stream (a Window's late topic).
+	sideSinks []int
+	// changesKey is set on a Transform defined with ChangesKey.
+	changesKey bool
+	// stage is the index of the stage the node runs in (set by Build).
+	stage int
+}
+
+// keyByDef is what a KeyBy node adds: its options and, if it is a shuffle
+// point, its edge.
+type keyByDef struct {
+	name        string // Named, or ""
+	parallelism int    // Parallelism, or 0
+	elem        string // the element type, for errors
+	hasCodec    bool
+	// input builds, in a task of the stage downstream of the shuffle, the
+	// function that decodes a shuffle record and hands it on.
+	input func(tb *taskBuilder) (func(*Record) error, error)
+	// Set by Build: the shuffle edge (index in Job.shuffles) and the
+	// downstream stage, or -1 if the KeyBy stays in its stage.
+	shuffle, down int
 }
 
 type sourceDef struct {
@@ -179,7 +243,7 @@ type sourceDef struct {
 // topics, groups, transactional IDs and objects: 1 to 100 letters, digits,
 // '.', '_' or '-', starting with a letter or digit.
 func NewJob(name string) *Job {
-	j := &Job{name: name, ops: make(map[string]string), dlqSink: make(map[string]int)}
+	j := &Job{name: name, ops: make(map[string]string), transforms: make(map[string]string), dlqSink: make(map[string]int)}
 	if !validJobName(name) {
 		j.fail(fmt.Errorf("%w: job name %q: use 1 to 100 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalidJob, name))
 	}
@@ -211,9 +275,10 @@ func (j *Job) Err() error {
 	return j.err
 }
 
-// Build checks the whole job and freezes it: it returns the first problem a
-// builder call recorded, or else any of: no source, no sink, a stream that
-// reaches no sink. After Build, builder calls on the job fail. Build is
+// Build checks the whole job, cuts it into stages and freezes it: it
+// returns the first problem a builder call recorded, or else any of: no
+// source, no sink, a stream that reaches no sink, and the problems of the
+// stages (see Stages). After Build, builder calls on the job fail. Build is
 // idempotent; NewTask calls it.
 func (j *Job) Build() error {
 	j.mu.Lock()
@@ -229,19 +294,22 @@ func (j *Job) Build() error {
 	}
 	if j.err == nil {
 		for _, n := range j.nodes {
-			if n.outs == 0 {
+			if n.kind != kindSink && len(n.outs) == 0 {
 				j.err = fmt.Errorf("%w: the stream of %s (%s) reaches no sink: send it to one with stream.To, or remove it", ErrInvalidJob, n.what, n.where)
 				break
 			}
 		}
 	}
+	if j.err == nil {
+		j.err = j.cut()
+	}
 	j.built = true
 	return j.err
 }
 
-// Sources returns the job's sources, in definition order. A job has one
-// stage for now: the runtime reads partition i of every topic of every
-// source in task i.
+// Sources returns the job's sources, in definition order. They are read
+// by the job's source stage, main: its task i reads partition i of every
+// topic of every source.
 func (j *Job) Sources() []KafkaSource {
 	out := make([]KafkaSource, len(j.sources))
 	for i, s := range j.sources {
@@ -272,13 +340,34 @@ func (j *Job) begin(what string) bool {
 	return j.err == nil
 }
 
+// nameFree reports whether name can name a new operator (what, defined at
+// where): not empty, and not used by a keyed operator or a Transform. If
+// not, it records the problem.
+func (j *Job) nameFree(where, what, name string) bool {
+	switch {
+	case name == "":
+		j.failf(where, "%s: empty operator name", what)
+	case j.ops[name] != "":
+		j.failf(where, "%s: operator name already used at %s", what, j.ops[name])
+	case j.transforms[name] != "":
+		j.failf(where, "%s: operator name already used at %s", what, j.transforms[name])
+	default:
+		return true
+	}
+	return false
+}
+
 // failf records a definition problem at where.
 func (j *Job) failf(where string, format string, args ...any) {
 	j.fail(fmt.Errorf("%w: "+format+" (%s)", append(append([]any{ErrInvalidJob}, args...), where)...))
 }
 
-func (j *Job) addNode(what, where string, rekeys bool) *node {
-	n := &node{what: what, where: where, rekeys: rekeys}
+// addNode adds a node that reads inputs.
+func (j *Job) addNode(kind nodeKind, what, where string, inputs ...*node) *node {
+	n := &node{id: len(j.nodes), kind: kind, what: what, where: where, inputs: inputs}
+	for _, in := range inputs {
+		in.outs = append(in.outs, n)
+	}
 	j.nodes = append(j.nodes, n)
 	return n
 }
@@ -290,6 +379,35 @@ func caller(skip int) string {
 		return "unknown"
 	}
 	return fmt.Sprintf("%s:%d", filepath.Base(file), line)
+}
+
+// At makes site name the operators defined next, in place of the Go call
+// site of their builder, in definition problems, in the errors they return
+// at run time and in Graph: a compiler of another job language gives the
+// position of the step it compiles (package pipeline gives the key path,
+// "job.pipeline[3].join"), so that its users never read a Go file name.
+// An empty site restores Go call sites.
+func (j *Job) At(site string) {
+	if j == nil {
+		return
+	}
+	j.mu.Lock()
+	j.site = site
+	j.mu.Unlock()
+}
+
+// siteOf returns where the operator a builder defines is: j's site if At
+// set one, else the Go call site skip frames above siteOf's caller.
+func siteOf(j *Job, skip int) string {
+	if j != nil {
+		j.mu.Lock()
+		site := j.site
+		j.mu.Unlock()
+		if site != "" {
+			return site
+		}
+	}
+	return caller(skip + 1)
 }
 
 func validTopic(t string) bool {

@@ -9,8 +9,9 @@ import (
 )
 
 // KeyedProcessFunction is a keyed operator: it sees each element with the
-// key of its record, keeps keyed state, sets processing-time timers and
-// emits elements downstream (Flink's KeyedProcessFunction, goka's callback).
+// key of its record, keeps keyed state, sets processing-time and
+// event-time timers and emits elements downstream (Flink's
+// KeyedProcessFunction, goka's callback).
 //
 // Process creates one instance per task. An instance may also implement:
 //
@@ -33,6 +34,9 @@ type TimerHandler[U any] interface {
 	// OnTimer is called once for each timer due, in time order, with the
 	// timer's key current (ctx.Key, keyed state) and its time. Elements it
 	// emits carry that key and that time as timestamp, and no headers.
+	// It is called for both kinds of timers: ctx.TimeDomain says which
+	// fires (processing-time timers from Task.FireTimers, event-time ones
+	// from Task.AdvanceWatermark).
 	OnTimer(ctx *Context[U], at time.Time) error
 }
 
@@ -69,11 +73,13 @@ func (oc OpenContext) StateName(name string) string { return oc.Operator + "/" +
 // during the call (its methods return ErrContextExpired, or zero values,
 // afterwards).
 type Context[U any] struct {
-	t       *task
-	op      string
-	emit    func(U) error
-	active  bool
-	downErr error
+	t         *task
+	op        string
+	emit      func(U) error
+	active    bool
+	downErr   error
+	eventTime bool       // the operator may use event-time timers
+	domain    TimeDomain // of the timer that fires, in OnTimer
 }
 
 // Key returns the current key: the record key of the element, or the key of
@@ -140,36 +146,89 @@ func (c *Context[U]) DeleteProcessingTimeTimer(at time.Time) error {
 	return c.t.timers.remove(c.op, at, c.t.key)
 }
 
+// RegisterEventTimeTimer sets an event-time timer for the current key at
+// at: the function's OnTimer is called (with TimeDomain EventTime) once the
+// task's watermark reaches at, in timestamp order with the task's other
+// event-time timers (a time the watermark has passed fires at the next
+// Task.AdvanceWatermark, or in the running one when set from OnTimer).
+// Setting the same time again for the same key does nothing. Event-time
+// timers are keyed state (EventTimerStateName), checkpointed and restored:
+// a timer fires once, also across a restore. The operator must be defined
+// WithEventTime.
+func (c *Context[U]) RegisterEventTimeTimer(at time.Time) error {
+	if !c.active {
+		return ErrContextExpired
+	}
+	if !c.eventTime {
+		return fmt.Errorf("%w: operator %s", errNoEventTime, c.op)
+	}
+	return c.t.etimers.register(c.op, at, c.t.key)
+}
+
+// DeleteEventTimeTimer removes the current key's event-time timer at at,
+// if any.
+func (c *Context[U]) DeleteEventTimeTimer(at time.Time) error {
+	if !c.active {
+		return ErrContextExpired
+	}
+	if !c.eventTime {
+		return fmt.Errorf("%w: operator %s", errNoEventTime, c.op)
+	}
+	return c.t.etimers.remove(c.op, at, c.t.key)
+}
+
+// CurrentWatermark returns the task's watermark: no more records with
+// event time at or before it are expected. It is the zero time before any
+// watermark.
+func (c *Context[U]) CurrentWatermark() time.Time {
+	if !c.active {
+		return time.Time{}
+	}
+	return wmTime(c.t.watermark())
+}
+
+// TimeDomain returns, in OnTimer, the kind of the timer that fires:
+// ProcessingTime or EventTime. It is ProcessingTime outside OnTimer.
+func (c *Context[U]) TimeDomain() TimeDomain {
+	if !c.active {
+		return ProcessingTime
+	}
+	return c.domain
+}
+
 // Process defines a keyed operator named name: newFn is called once per task
 // to create the function that handles the task's elements. The name must be
 // unique in the job and stable across its versions: it names the
 // operator's state and timers.
 //
-// Process keys by the Kafka record key; after KeyBy, Build fails with
-// ErrShuffle.
-func Process[T, U any](s *Stream[T], name string, newFn func() KeyedProcessFunction[T, U]) *Stream[U] {
-	return process(s, name, "Process", caller(1), newFn)
+// Process keys by the current key: the Kafka record key, or after a KeyBy
+// the KeyBy's key, which makes that KeyBy a shuffle point (see KeyBy).
+// A function that uses event time must be declared WithEventTime.
+func Process[T, U any](s *Stream[T], name string, newFn func() KeyedProcessFunction[T, U], opts ...ProcessOption) *Stream[U] {
+	var o processOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return process(s, name, "Process", siteOf(s.jobOrNil(), 1), o, newFn)
 }
 
-func process[T, U any](s *Stream[T], name, what, where string, newFn func() KeyedProcessFunction[T, U]) *Stream[U] {
+func process[T, U any](s *Stream[T], name, what, where string, o processOptions, newFn func() KeyedProcessFunction[T, U]) *Stream[U] {
 	what = fmt.Sprintf("%s(%q)", what, name)
 	check := func(j *Job) bool {
 		switch {
 		case newFn == nil:
 			j.failf(where, "%s: nil function or codec", what)
-		case name == "":
-			j.failf(where, "%s: empty operator name", what)
-		case j.ops[name] != "":
-			j.failf(where, "%s: operator name already used at %s", what, j.ops[name])
-		case s.node != nil && s.node.rekeys:
-			j.fail(fmt.Errorf("%s (%s): %w", what, where, ErrShuffle))
+		case !j.nameFree(where, what, name):
+		case o.check != nil && !o.check(j):
 		default:
 			j.ops[name] = where
 			return true
 		}
 		return false
 	}
-	return derive(s, what, where, check, func(tb *taskBuilder, next func(U) error) (func(T) error, error) {
+	out := derive(s, kindKeyed, what, where, check, func(tb *taskBuilder, next func(U) error) (func(T) error, error) {
 		t := tb.t
 		b := t.tc.Backend
 		if b == nil {
@@ -179,10 +238,10 @@ func process[T, U any](s *Stream[T], name, what, where string, newFn func() Keye
 		if fn == nil {
 			return nil, fmt.Errorf("stream: %s (%s): the function's constructor returned nil", what, where)
 		}
-		if err := tb.useTimers(); err != nil {
+		if err := tb.useTimers(o.eventTime); err != nil {
 			return nil, err
 		}
-		ctx := &Context[U]{t: t, op: name, emit: next}
+		ctx := &Context[U]{t: t, op: name, emit: next, eventTime: o.eventTime}
 		if o, ok := fn.(Opener); ok {
 			oc := OpenContext{Backend: b, Operator: name, Task: t.tc.Task, Index: t.tc.Index, Logger: t.log.With("operator", name), Now: t.now}
 			if err := o.Open(oc); err != nil {
@@ -198,8 +257,8 @@ func process[T, U any](s *Stream[T], name, what, where string, newFn func() Keye
 			})
 		}
 		if th, ok := fn.(TimerHandler[U]); ok {
-			t.onTimer[name] = func() error {
-				ctx.active, ctx.downErr = true, nil
+			t.onTimer[name] = func(d TimeDomain) error {
+				ctx.active, ctx.downErr, ctx.domain = true, nil, d
 				err := th.OnTimer(ctx, t.ts)
 				ctx.active = false
 				if err != nil && err != ctx.downErr {
@@ -219,6 +278,11 @@ func process[T, U any](s *Stream[T], name, what, where string, newFn func() Keye
 			return err
 		}, nil
 	})
+	if out.node != nil && out.node.kind == kindKeyed {
+		out.node.op = name
+		out.node.eventTime = o.eventTime
+	}
+	return out
 }
 
 // Aggregate defines a keyed aggregate named name: for each element, it adds
@@ -226,11 +290,11 @@ func process[T, U any](s *Stream[T], name, what, where string, newFn func() Keye
 // agg.Result of the new accumulator. agg is shared by every task: it must
 // not hold mutable state.
 func Aggregate[T, ACC, U any](s *Stream[T], name string, accCodec Codec[ACC], agg state.AggregateFunc[T, ACC, U]) *Stream[U] {
-	where := caller(1)
+	where := siteOf(s.jobOrNil(), 1)
 	if accCodec == nil || agg == nil {
-		return process[T, U](s, name, "Aggregate", where, nil) // records the problem
+		return process[T, U](s, name, "Aggregate", where, processOptions{}, nil) // records the problem
 	}
-	return process(s, name, "Aggregate", where, func() KeyedProcessFunction[T, U] {
+	return process(s, name, "Aggregate", where, processOptions{}, func() KeyedProcessFunction[T, U] {
 		return &aggregateFn[T, ACC, U]{codec: accCodec, agg: agg}
 	})
 }
@@ -238,11 +302,11 @@ func Aggregate[T, ACC, U any](s *Stream[T], name string, accCodec Codec[ACC], ag
 // Reduce defines a keyed aggregate named name that combines each element
 // into its key's value with reduce, and emits the new value.
 func Reduce[T any](s *Stream[T], name string, codec Codec[T], reduce func(acc, v T) T) *Stream[T] {
-	where := caller(1)
+	where := siteOf(s.jobOrNil(), 1)
 	if codec == nil || reduce == nil {
-		return process[T, T](s, name, "Reduce", where, nil)
+		return process[T, T](s, name, "Reduce", where, processOptions{}, nil)
 	}
-	return process(s, name, "Reduce", where, func() KeyedProcessFunction[T, T] {
+	return process(s, name, "Reduce", where, processOptions{}, func() KeyedProcessFunction[T, T] {
 		return &aggregateFn[T, reduceAcc[T], T]{codec: reduceCodec[T]{codec}, agg: reduceAgg[T](reduce)}
 	})
 }
@@ -250,7 +314,7 @@ func Reduce[T any](s *Stream[T], name string, codec Codec[T], reduce func(acc, v
 // Count defines a keyed aggregate named name that emits, for each element,
 // the number of elements of its key so far (1, 2, 3...).
 func Count[T any](s *Stream[T], name string) *Stream[int64] {
-	return process(s, name, "Count", caller(1), func() KeyedProcessFunction[T, int64] {
+	return process(s, name, "Count", siteOf(s.jobOrNil(), 1), processOptions{}, func() KeyedProcessFunction[T, int64] {
 		return &aggregateFn[T, int64, int64]{codec: state.Int64Codec{}, agg: countAgg[T]{}}
 	})
 }

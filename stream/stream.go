@@ -1,7 +1,9 @@
 package stream
 
 import (
+	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 )
 
@@ -13,6 +15,22 @@ type Stream[T any] struct {
 	node *node
 	// outs build, per task, the consumers of this stream's elements.
 	outs []func(tb *taskBuilder) (func(T) error, error)
+}
+
+// jobOrNil returns s's job, nil if s is nil.
+func (s *Stream[T]) jobOrNil() *Job {
+	if s == nil {
+		return nil
+	}
+	return s.job
+}
+
+// mergeJob returns the job of Merge's first stream, nil if none.
+func mergeJob[T any](streams []*Stream[T]) *Job {
+	if len(streams) == 0 {
+		return nil
+	}
+	return streams[0].jobOrNil()
 }
 
 // consumer returns the task's function that takes this stream's elements:
@@ -53,8 +71,29 @@ func (s *Stream[T]) consumer(tb *taskBuilder) (func(T) error, error) {
 // derive defines a stream computed from s: connect builds, per task, the
 // function that takes s's elements given the consumer of the new stream's.
 // It reports problems on s's job and returns an inert stream then.
-func derive[T, U any](s *Stream[T], what, where string, check func(j *Job) bool,
+func derive[T, U any](s *Stream[T], kind nodeKind, what, where string, check func(j *Job) bool,
 	connect func(tb *taskBuilder, next func(U) error) (func(T) error, error)) *Stream[U] {
+	return define(s, kind, what, where, check, func(out *Stream[U]) connector[T] {
+		return func(tb *taskBuilder) (func(T) error, error) {
+			next, err := out.consumer(tb)
+			if err != nil {
+				return nil, err
+			}
+			return connect(tb, next)
+		}
+	})
+}
+
+// connector builds, per task, the function that takes a stream's elements
+// for one of its consumers.
+type connector[T any] func(tb *taskBuilder) (func(T) error, error)
+
+// define defines a stream computed from s by a node of kind: if the job
+// takes the definition and check passes, it adds the node and gives s the
+// connector that newConnector returns for the new stream (called once,
+// now). It reports problems on s's job and returns an inert stream then.
+func define[T, U any](s *Stream[T], kind nodeKind, what, where string, check func(j *Job) bool,
+	newConnector func(out *Stream[U]) connector[T]) *Stream[U] {
 	if s == nil || s.job == nil {
 		return &Stream[U]{}
 	}
@@ -67,15 +106,8 @@ func derive[T, U any](s *Stream[T], what, where string, check func(j *Job) bool,
 	if s.node == nil {
 		return &Stream[U]{job: j, node: &node{}}
 	}
-	out := &Stream[U]{job: j, node: j.addNode(what, where, s.node.rekeys)}
-	s.node.outs++
-	s.outs = append(s.outs, func(tb *taskBuilder) (func(T) error, error) {
-		next, err := out.consumer(tb)
-		if err != nil {
-			return nil, err
-		}
-		return connect(tb, next)
-	})
+	out := &Stream[U]{job: j, node: j.addNode(kind, what, where, s.node)}
+	s.outs = append(s.outs, newConnector(out))
 	return out
 }
 
@@ -86,9 +118,11 @@ func opError(what, where string, err error) error {
 }
 
 // From defines a source: the records of src's topics, their values decoded
-// by codec. A record that codec rejects follows src.OnError.
+// by codec. A record that codec rejects follows src.OnError, and so does one
+// that an operator of the source stage rejects with an error wrapping
+// ErrDecode (see there).
 func From[T any](j *Job, src KafkaSource, codec Codec[T]) *Stream[T] {
-	where := caller(1)
+	where := siteOf(j, 1)
 	if j == nil {
 		return &Stream[T]{}
 	}
@@ -105,14 +139,15 @@ func From[T any](j *Job, src KafkaSource, codec Codec[T]) *Stream[T] {
 	if src.OnError == "" {
 		src.OnError = OnErrorFail
 	}
-	if !j.checkSource(src, codec == nil, where) {
+	if !j.checkSource(src, codec == nil, where) || !j.checkEventTime(&src, where) {
 		return &Stream[T]{job: j, node: &node{}}
 	}
 	dlq := -1
 	if src.OnError == OnErrorDeadLetter {
 		dlq = j.addSink(KafkaSink{Topic: src.DeadLetterTopic, Delivery: DeliveryExactlyOnce}, true, where)
+		j.sourceDLQ = append(j.sourceDLQ, dlq)
 	}
-	s := &Stream[T]{job: j, node: j.addNode(what, where, false)}
+	s := &Stream[T]{job: j, node: j.addNode(kindSource, what, where)}
 	def := &sourceDef{src: src, where: where}
 	def.connect = func(tb *taskBuilder) (func(*Record) error, error) {
 		next, err := s.consumer(tb)
@@ -127,7 +162,13 @@ func From[T any](j *Job, src KafkaSource, codec Codec[T]) *Stream[T] {
 			if err != nil {
 				return t.decodeFailed(r, policy, dlq, dlqTopic, err)
 			}
-			return next(v)
+			err = next(v)
+			if err != nil && policy != OnErrorFail && errors.Is(err, ErrDecode) {
+				// An operator of the stage rejected the record (see
+				// ErrDecode): the source's policy applies.
+				return t.decodeFailed(r, policy, dlq, dlqTopic, err)
+			}
+			return err
 		}, nil
 	}
 	j.sources = append(j.sources, def)
@@ -190,8 +231,8 @@ func (j *Job) checkSource(src KafkaSource, nilCodec bool, where string) bool {
 // and headers stay those of v. fn must not modify v in place (other
 // operators may share it).
 func Map[T, U any](s *Stream[T], fn func(T) (U, error)) *Stream[U] {
-	where := caller(1)
-	return derive(s, "Map", where, nilFunc(fn == nil, "Map", where),
+	where := siteOf(s.jobOrNil(), 1)
+	return derive(s, kindStateless, "Map", where, nilFunc(fn == nil, "Map", where),
 		func(tb *taskBuilder, next func(U) error) (func(T) error, error) {
 			return func(v T) error {
 				u, err := fn(v)
@@ -205,8 +246,8 @@ func Map[T, U any](s *Stream[T], fn func(T) (U, error)) *Stream[U] {
 
 // Filter defines the stream of the elements v for which keep(v) is true.
 func Filter[T any](s *Stream[T], keep func(T) (bool, error)) *Stream[T] {
-	where := caller(1)
-	return derive(s, "Filter", where, nilFunc(keep == nil, "Filter", where),
+	where := siteOf(s.jobOrNil(), 1)
+	return derive(s, kindStateless, "Filter", where, nilFunc(keep == nil, "Filter", where),
 		func(tb *taskBuilder, next func(T) error) (func(T) error, error) {
 			return func(v T) error {
 				ok, err := keep(v)
@@ -226,8 +267,8 @@ func Filter[T any](s *Stream[T], keep func(T) (bool, error)) *Stream[T] {
 // if downstream fails, later emits of that call are dropped and FlatMap
 // returns the error.
 func FlatMap[T, U any](s *Stream[T], fn func(v T, emit func(U)) error) *Stream[U] {
-	where := caller(1)
-	return derive(s, "FlatMap", where, nilFunc(fn == nil, "FlatMap", where),
+	where := siteOf(s.jobOrNil(), 1)
+	return derive(s, kindStateless, "FlatMap", where, nilFunc(fn == nil, "FlatMap", where),
 		func(tb *taskBuilder, next func(U) error) (func(T) error, error) {
 			var derr error
 			emit := func(u U) {
@@ -251,22 +292,106 @@ func FlatMap[T, U any](s *Stream[T], fn func(v T, emit func(U)) error) *Stream[U
 }
 
 // KeyBy defines the stream of s's elements, each keyed by key(v) instead of
-// its record key. Sinks write that key. Weir runs a job as one stage, so a
-// keyed operator (Process, Aggregate, Reduce, Count) downstream of KeyBy
-// would need a shuffle: Build fails with ErrShuffle then. To key by a field,
-// produce the input topic partitioned by it.
+// its record key.
+//
+// If the stream reaches a keyed operator (Process, Aggregate, Reduce,
+// Count), directly or through stateless operators, the KeyBy is a shuffle
+// point: the job is cut there into two stages (DESIGN.md section 9). The
+// upstream stage runs key and writes each element, encoded with the
+// shuffle codec, with its new key to a shuffle topic partitioned by key
+// group; the downstream stage, whose tasks each own a range of key groups,
+// reads it, and runs everything after the KeyBy with the new key as the
+// record key. The element's timestamp and headers cross the shuffle. A
+// KeyBy that reaches no keyed operator (KeyBy → To) stays in its stage: it
+// only changes the key that sinks write.
 //
 // key's result must stay valid until the element is processed (it may
 // alias v, or a buffer the function reuses for the next element).
-func KeyBy[T any](s *Stream[T], key func(T) ([]byte, error)) *Stream[T] {
-	where := caller(1)
-	out := derive(s, "KeyBy", where, nilFunc(key == nil, "KeyBy", where),
-		func(tb *taskBuilder, next func(T) error) (func(T) error, error) {
-			t := tb.t
-			return func(v T) error {
-				k, err := key(v)
+func KeyBy[T any](s *Stream[T], key func(T) ([]byte, error), opts ...ShuffleOption) *Stream[T] {
+	var keyOf func(*task, T) ([]byte, error)
+	if key != nil {
+		keyOf = func(_ *task, v T) ([]byte, error) { return key(v) }
+	}
+	return keyBy(s, "KeyBy", siteOf(s.jobOrNil(), 1), key == nil, keyOf, opts)
+}
+
+// keyBy defines a KeyBy (what names it) by keyOf, which reads the task's
+// current element context if it needs to.
+func keyBy[T any](s *Stream[T], what, where string, nilKey bool, keyOf func(*task, T) ([]byte, error), opts []ShuffleOption) *Stream[T] {
+	var o shuffleOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	kb := &keyByDef{name: o.name, parallelism: o.parallelism, elem: reflect.TypeFor[T]().String(), shuffle: -1, down: -1}
+	var codec Codec[T]
+	check := func(j *Job) bool {
+		switch {
+		case nilKey:
+			j.failf(where, "%s: nil function", what)
+			return false
+		case o.nameSet && checkStageName(o.name) != "":
+			j.failf(where, "%s: Named: %s", what, checkStageName(o.name))
+			return false
+		case o.parallelismSet && o.parallelism < 1:
+			j.failf(where, "%s: Parallelism(%d): must be at least 1", what, o.parallelism)
+			return false
+		}
+		if o.codecSet {
+			c, ok := o.codec.(Codec[T])
+			if !ok || c == nil {
+				j.failf(where, "%s: ShuffleCodec: %T is not a stream.Codec[%s]", what, o.codec, kb.elem)
+				return false
+			}
+			codec = c
+		} else if c, ok := any(RawCodec{}).(Codec[T]); ok {
+			codec = c // []byte elements
+		}
+		kb.hasCodec = codec != nil
+		return true
+	}
+	return define(s, kindKeyBy, what, where, check, func(out *Stream[T]) connector[T] {
+		out.node.keyBy = kb
+		kb.input = func(tb *taskBuilder) (func(*Record) error, error) {
+			next, err := out.consumer(tb)
+			if err != nil {
+				return nil, err
+			}
+			return func(r *Record) error {
+				v, err := codec.Decode(r.Value)
 				if err != nil {
-					return opError("KeyBy", where, err)
+					return fmt.Errorf("%w: the shuffle of the %s at %s: %w", ErrDecode, what, where, err)
+				}
+				return next(v)
+			}, nil
+		}
+		return func(tb *taskBuilder) (func(T) error, error) {
+			t := tb.t
+			if kb.shuffle >= 0 {
+				// A shuffle point (Build decided): write the shuffle; the
+				// operators after the KeyBy run in the downstream stage.
+				edge := kb.shuffle
+				var buf []byte
+				return func(v T) error {
+					k, err := keyOf(t, v)
+					if err != nil {
+						return opError(what, where, err)
+					}
+					if buf, err = codec.Append(buf[:0], v); err != nil {
+						return fmt.Errorf("stream: %s (%s): encode for the shuffle: %w", what, where, err)
+					}
+					return t.out.Shuffle(edge, Record{Key: k, Value: buf, Timestamp: t.ts, Headers: t.headers})
+				}, nil
+			}
+			next, err := out.consumer(tb)
+			if err != nil {
+				return nil, err
+			}
+			return func(v T) error {
+				k, err := keyOf(t, v)
+				if err != nil {
+					return opError(what, where, err)
 				}
 				saved := t.key
 				t.key = k
@@ -274,17 +399,50 @@ func KeyBy[T any](s *Stream[T], key func(T) ([]byte, error)) *Stream[T] {
 				t.key = saved
 				return err
 			}, nil
-		})
-	if out.node != nil {
-		out.node.rekeys = true
-	}
-	return out
+		}
+	})
+}
+
+// ShuffleOption configures the shuffle of a KeyBy that is a shuffle point.
+type ShuffleOption func(*shuffleOptions)
+
+type shuffleOptions struct {
+	name           string
+	nameSet        bool
+	parallelism    int
+	parallelismSet bool
+	codec          any
+	codecSet       bool
+}
+
+// Named names the stage downstream of the shuffle (default: the name of its
+// first keyed operator). A stage name is lower-case letters, digits, '_'
+// and '-', starting with a letter or digit, and not "main". It names the
+// stage's tasks ("<stage>/<i>"), state and shuffle topic
+// ("<prefix>shuffle.<stage>"): keep it stable across versions of the job.
+func Named(name string) ShuffleOption {
+	return func(o *shuffleOptions) { o.name, o.nameSet = name, true }
+}
+
+// Parallelism sets the number of tasks of the stage downstream of the
+// shuffle (default: the job's parallelism). It must be at least 1, and at
+// most the job's max parallelism (checked by the planner).
+func Parallelism(n int) ShuffleOption {
+	return func(o *shuffleOptions) { o.parallelism, o.parallelismSet = n, true }
+}
+
+// ShuffleCodec sets the codec that encodes the elements in the shuffle
+// topic: c must be a Codec[T] of the KeyBy's element type T (KeyBy checks
+// it). A KeyBy of []byte elements defaults to RawCodec; any other element
+// type needs one if the KeyBy is a shuffle point (Build says so).
+func ShuffleCodec(c any) ShuffleOption {
+	return func(o *shuffleOptions) { o.codec, o.codecSet = c, true }
 }
 
 // Merge defines the union of streams of one job: every element of each.
 // Their elements interleave in the order their records are processed.
 func Merge[T any](streams ...*Stream[T]) *Stream[T] {
-	where := caller(1)
+	where := siteOf(mergeJob(streams), 1)
 	if len(streams) == 0 || streams[0] == nil || streams[0].job == nil {
 		return &Stream[T]{}
 	}
@@ -294,17 +452,16 @@ func Merge[T any](streams ...*Stream[T]) *Stream[T] {
 	if !j.begin("Merge") {
 		return &Stream[T]{job: j, node: &node{}}
 	}
-	rekeys := false
+	inputs := make([]*node, len(streams))
 	for i, s := range streams {
 		if s == nil || s.job != j || s.node == nil {
 			j.failf(where, "Merge: stream %d is nil, inert or of another job", i)
 			return &Stream[T]{job: j, node: &node{}}
 		}
-		rekeys = rekeys || s.node.rekeys
+		inputs[i] = s.node
 	}
-	out := &Stream[T]{job: j, node: j.addNode("Merge", where, rekeys)}
+	out := &Stream[T]{job: j, node: j.addNode(kindMerge, "Merge", where, inputs...)}
 	for _, s := range streams {
-		s.node.outs++
 		s.outs = append(s.outs, out.consumer)
 	}
 	return out
@@ -313,7 +470,7 @@ func Merge[T any](streams ...*Stream[T]) *Stream[T] {
 // To defines a sink: each element of s, encoded by codec, is written to
 // sink.Topic with the element's key, timestamp and headers.
 func To[T any](s *Stream[T], sink KafkaSink, codec Codec[T]) {
-	where := caller(1)
+	where := siteOf(s.jobOrNil(), 1)
 	if s == nil || s.job == nil {
 		return
 	}
@@ -334,7 +491,8 @@ func To[T any](s *Stream[T], sink KafkaSink, codec Codec[T]) {
 	if idx < 0 {
 		return
 	}
-	s.node.outs++
+	n := j.addNode(kindSink, fmt.Sprintf("To(%s)", sink.Topic), where, s.node)
+	n.sink = idx
 	topic := sink.Topic
 	s.outs = append(s.outs, func(tb *taskBuilder) (func(T) error, error) {
 		t := tb.t

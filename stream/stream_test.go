@@ -334,17 +334,11 @@ func TestBuildErrors(t *testing.T) {
 		is    error
 		msg   string
 	}{
-		{"shuffle", func(j *stream.Job) {
+		{"merge across a shuffle", func(j *stream.Job) {
 			s := stream.From(j, src, str)
-			k := stream.KeyBy(s, func(v string) ([]byte, error) { return []byte(v), nil })
-			m := stream.Map(k, id)
-			stream.To(stream.Count(m, "n"), sink, stream.Int64Codec{})
-		}, stream.ErrShuffle, "key_by on anything but the record key needs a shuffle, which Weir does not support yet; partition the input topic by that key"},
-		{"shuffle after merge", func(j *stream.Job) {
-			s := stream.From(j, src, str)
-			k := stream.KeyBy(s, func(v string) ([]byte, error) { return []byte(v), nil })
+			k := stream.KeyBy(s, func(v string) ([]byte, error) { return []byte(v), nil }, stream.ShuffleCodec(str))
 			stream.To(stream.Process(stream.Merge(s, k), "p", func() stream.KeyedProcessFunction[string, string] { return keeper{} }), sink, str)
-		}, stream.ErrShuffle, "Process(\"p\")"},
+		}, stream.ErrInvalidJob, "Merge (stream_test.go:"},
 		{"no sink", func(j *stream.Job) {
 			stream.Map(stream.From(j, src, str), id)
 		}, stream.ErrInvalidJob, "has no sink"},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,7 +19,11 @@ type TaskContext struct {
 	// keeps ownership: Task.Close does not close it). Required if the job
 	// has a keyed operator.
 	Backend *state.Backend
-	// Task is the task ID; Index the task's number (its input partition).
+	// Stage is the name of the stage the task runs (Job.Stages); empty
+	// means MainStage. NewTask builds only that stage's operators.
+	Stage string
+	// Task is the task ID; Index the task's number (in main, its input
+	// partition).
 	Task  string
 	Index int
 	// Now is the processing-time clock; nil means time.Now.
@@ -27,6 +32,15 @@ type TaskContext struct {
 	// already name the job and the task (the runtime's loggers do): the
 	// chain adds only "operator".
 	Logger *slog.Logger
+	// OnLate, if set, is called with the operator's name for each record
+	// that a Window drops or sends to its late topic because it is late
+	// (the runtime counts them: weir_late_records_total).
+	OnLate func(operator string)
+	// OnRecordError, if set, is called with the operator's name and its
+	// policy for each element whose Transform function failed and that
+	// the policy skipped or sent to the dead-letter topic (the runtime
+	// counts them: weir_record_errors_total).
+	OnRecordError func(operator string, policy OnError)
 }
 
 // Task is one instance of a job's operator chain, driven by the task
@@ -39,9 +53,22 @@ type Task interface {
 	// ProcessBatch runs records (all from this task's input partitions, in
 	// order) through the chain; each emitted record goes to out. recs and
 	// their bytes are not kept after the call returns.
+	//
+	// In main, records are those of the job's sources, routed by Topic. In
+	// a downstream stage, they are the records of its shuffle topic, as
+	// the upstream stage gave them to Emitter.Shuffle (the runtime strips
+	// its own weir- headers first): Topic is not looked at, Key is the
+	// current key, and Partition and Offset only name the record in
+	// errors.
 	ProcessBatch(recs []Record, out Emitter) error
 	// FireTimers fires every processing-time timer due at now.
 	FireTimers(now time.Time, out Emitter) error
+	// AdvanceWatermark sets the task's watermark to wm (a wm not after the
+	// current one is ignored) and fires, in timestamp order, every
+	// event-time timer at or before wm, including those set while firing.
+	// A watermark wm means no more records with event time <= wm are
+	// expected: windows that end by then fire.
+	AdvanceWatermark(wm time.Time, out Emitter) error
 	// Close releases the chain (not the backend).
 	Close() error
 }
@@ -61,8 +88,17 @@ func (e *RecordError) Error() string {
 
 func (e *RecordError) Unwrap() error { return e.Err }
 
-// ErrDecode reports an input record that its source's codec rejects under
-// OnErrorFail (wrapped in a *RecordError).
+// ErrDecode reports an input record that cannot be processed as it is: its
+// source's codec rejects it, or, in a downstream stage, the KeyBy's codec
+// rejects a shuffle record. Under OnErrorFail (and always in a downstream
+// stage) ProcessBatch returns it wrapped in a *RecordError, which the
+// runtime treats as a permanent failure naming the record.
+//
+// An operator function of the source stage (a Map, a KeyBy's key function,
+// a keyed function...) may return an error wrapping ErrDecode to reject its
+// input record the same way: the source's OnError then applies to the
+// record (skip it, or write it to the dead-letter topic). Outputs that
+// other branches of the job already emitted for that record stay.
 var ErrDecode = errors.New("stream: record does not decode")
 
 // task runs a job's chain; the operators' closures share it to read the
@@ -76,14 +112,26 @@ type task struct {
 	key     []byte
 	ts      time.Time
 	headers []Header
+	origin  origin // the Kafka record being processed
 	out     Emitter
 
 	single      func(*Record) error // the only input topic's consumer, or nil
 	singleTopic string
+	shuffleIn   func(*Record) error // a downstream stage's input, or nil
 	byTopic     map[string]func(*Record) error
 
 	timers  *timerService
-	onTimer map[string]func() error
+	onTimer map[string]func(TimeDomain) error
+
+	// Event time (only if the job uses it): the event-time timers, the
+	// watermark (Unix ms, math.MinInt64 for none) and its state. gwm is
+	// nil, or, after a restore that brought key groups with different
+	// watermarks, each owned group's restored watermark, which holds for
+	// its keys while above wm.
+	etimers *timerService
+	wm      int64
+	wmState *state.ValueState[int64]
+	gwm     []int64
 	closers []func() error
 	closed  bool
 	dlqBuf  []Header
@@ -96,20 +144,30 @@ type taskBuilder struct {
 	memo map[*node]any
 }
 
-// useTimers makes sure the task has its timer service.
-func (tb *taskBuilder) useTimers() error {
-	if tb.t.timers != nil {
-		return nil
-	}
+// useTimers makes sure the task has its processing-time timer service
+// and, if eventTime, its event-time one.
+func (tb *taskBuilder) useTimers(eventTime bool) error {
 	ops := make(map[string]string, len(tb.job.ops))
 	for name := range tb.job.ops {
 		ops[name] = name
 	}
-	ts, err := newTimerService(tb.t.tc.Backend, ops)
-	if err != nil {
-		return err
+	if tb.t.timers == nil {
+		ts, err := newTimerService(tb.t.tc.Backend, TimerStateName, ops)
+		if err != nil {
+			return err
+		}
+		tb.t.timers = ts
 	}
-	tb.t.timers = ts
+	if eventTime && tb.t.etimers == nil {
+		ts, err := newTimerService(tb.t.tc.Backend, EventTimerStateName, ops)
+		if err != nil {
+			return err
+		}
+		tb.t.etimers = ts
+		if err := tb.t.restoreWatermark(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -131,9 +189,25 @@ func (j *Job) NewTask(tc TaskContext) (Task, error) {
 		log:     tc.Logger, // the caller's logger names the job and the task
 		now:     tc.Now,
 		byTopic: make(map[string]func(*Record) error),
-		onTimer: make(map[string]func() error),
+		onTimer: make(map[string]func(TimeDomain) error),
+		wm:      math.MinInt64,
+	}
+	stage := slices.IndexFunc(j.stages, func(s StageDef) bool { return s.Name == tc.Stage })
+	if tc.Stage == "" {
+		stage = 0
+	}
+	if stage < 0 {
+		return nil, fmt.Errorf("stream: job %s has no stage %q (its stages: %s)", j.name, tc.Stage, strings.Join(j.stageNames(), ", "))
 	}
 	tb := &taskBuilder{t: t, job: j, memo: make(map[*node]any)}
+	if stage > 0 {
+		f, err := j.entries[stage].keyBy.input(tb)
+		if err != nil {
+			return nil, errors.Join(err, t.Close())
+		}
+		t.shuffleIn = f
+		return t, nil
+	}
 	for _, src := range j.sources {
 		f, err := src.connect(tb)
 		if err != nil {
@@ -151,6 +225,15 @@ func (j *Job) NewTask(tc TaskContext) (Task, error) {
 	return t, nil
 }
 
+// stageNames returns the names of the job's stages.
+func (j *Job) stageNames() []string {
+	names := make([]string, len(j.stages))
+	for i, st := range j.stages {
+		names[i] = st.Name
+	}
+	return names
+}
+
 // ProcessBatch implements Task.
 func (t *task) ProcessBatch(recs []Record, out Emitter) error {
 	if t.closed {
@@ -160,13 +243,17 @@ func (t *task) ProcessBatch(recs []Record, out Emitter) error {
 	defer t.reset()
 	for i := range recs {
 		r := &recs[i]
-		f := t.single
-		if f == nil || r.Topic != t.singleTopic {
-			if f = t.byTopic[r.Topic]; f == nil {
-				return &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: errors.New("stream: the topic is not an input of the job")}
+		f := t.shuffleIn
+		if f == nil {
+			f = t.single
+			if f == nil || r.Topic != t.singleTopic {
+				if f = t.byTopic[r.Topic]; f == nil {
+					return &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: errors.New("stream: the topic is not an input of the job")}
+				}
 			}
 		}
 		t.key, t.ts, t.headers = r.Key, r.Timestamp, r.Headers
+		t.origin = origin{topic: r.Topic, partition: r.Partition, offset: r.Offset}
 		if err := f(r); err != nil {
 			return &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: err}
 		}
@@ -177,6 +264,7 @@ func (t *task) ProcessBatch(recs []Record, out Emitter) error {
 // reset drops the references to the last element and the emitter.
 func (t *task) reset() {
 	t.key, t.headers, t.out = nil, nil, nil
+	t.origin = origin{}
 }
 
 // FireTimers implements Task.
@@ -197,13 +285,20 @@ func (t *task) FireTimers(now time.Time, out Emitter) error {
 			t.log.Warn("timer of an operator without OnTimer dropped", "operator", k.op, "at", time.Unix(0, k.at))
 			return nil
 		}
-		t.key, t.ts, t.headers = k.key, time.Unix(0, k.at), nil
-		t.tc.Backend.SetCurrentKey(k.key)
-		if err := h(); err != nil {
-			return fmt.Errorf("stream: timer of %s at %s for key %q: %w", k.op, t.ts.Format(time.RFC3339Nano), k.key, err)
-		}
-		return nil
+		return t.fireTimer(h, ProcessingTime, k)
 	})
+}
+
+// fireTimer calls h for timer k of domain d, with k's key and time
+// current.
+func (t *task) fireTimer(h func(TimeDomain) error, d TimeDomain, k timerKey) error {
+	t.key, t.ts, t.headers = k.key, time.Unix(0, k.at), nil
+	t.origin = origin{}
+	t.tc.Backend.SetCurrentKey(k.key)
+	if err := h(d); err != nil {
+		return fmt.Errorf("stream: %s timer of %s at %s for key %q: %w", d, k.op, t.ts.Format(time.RFC3339Nano), k.key, err)
+	}
+	return nil
 }
 
 // Close implements Task: it closes the keyed functions, last defined first.
@@ -229,18 +324,24 @@ func (t *task) decodeFailed(r *Record, policy OnError, dlq int, dlqTopic string,
 		t.log.Debug("undecodable record skipped", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", cause)
 		return nil
 	case OnErrorDeadLetter:
-		msg := cause.Error()
-		if len(msg) > 1024 {
-			msg = strings.ToValidUTF8(msg[:1024], "")
-		}
 		t.dlqBuf = append(t.dlqBuf[:0], r.Headers...)
-		t.dlqBuf = append(t.dlqBuf,
-			Header{Key: DeadLetterHeaderTopic, Value: []byte(r.Topic)},
-			Header{Key: DeadLetterHeaderPartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
-			Header{Key: DeadLetterHeaderOffset, Value: strconv.AppendInt(nil, r.Offset, 10)},
-			Header{Key: DeadLetterHeaderError, Value: []byte(msg)},
-		)
+		t.dlqBuf = t.appendDeadLetterHeaders(t.dlqBuf, cause)
 		return t.out.Emit(dlq, Record{Key: r.Key, Value: r.Value, Headers: t.dlqBuf, Topic: dlqTopic})
 	}
 	return fmt.Errorf("%w: %w", ErrDecode, cause)
+}
+
+// appendDeadLetterHeaders appends to hs the dead-letter headers of the
+// record being processed (t.origin) that failed with cause.
+func (t *task) appendDeadLetterHeaders(hs []Header, cause error) []Header {
+	msg := cause.Error()
+	if len(msg) > 1024 {
+		msg = strings.ToValidUTF8(msg[:1024], "")
+	}
+	return append(hs,
+		Header{Key: DeadLetterHeaderTopic, Value: []byte(t.origin.topic)},
+		Header{Key: DeadLetterHeaderPartition, Value: strconv.AppendInt(nil, int64(t.origin.partition), 10)},
+		Header{Key: DeadLetterHeaderOffset, Value: strconv.AppendInt(nil, t.origin.offset, 10)},
+		Header{Key: DeadLetterHeaderError, Value: []byte(msg)},
+	)
 }

@@ -1,51 +1,8 @@
-// Command processor is the Weir binary: one replica of a Weir job. It owns the
-// process lifecycle, sub-commands and HTTP endpoints; everything else lives in
-// the packages it wires together.
+// Command processor is the stock Weir binary: one replica of the YAML job
+// its configuration describes. The command line itself is package cli, which
+// a Go program calls with its own job instead (cli.Main(job)).
 package main
 
-import (
-	"fmt"
-	"io"
-	"os"
-	"runtime/debug"
+import "github.com/weir-stream/weir/cli"
 
-	"github.com/spf13/cobra"
-)
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
-func main() {
-	if err := newRootCmd(os.Stdout).Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
-	}
-}
-
-func newRootCmd(out io.Writer) *cobra.Command {
-	root := &cobra.Command{
-		Use:           "processor",
-		Short:         "Weir: a Kafka-native, exactly-once stream processor",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.SetOut(out)
-	root.AddCommand(newVersionCmd(), newValidateCmd(), newRunCmd(), newDevCmd(), newCheckpointsCmd(), newTransactionsCmd(), newResumeCmd())
-	return root
-}
-
-func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the processor's version and build information",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			goVersion := "unknown"
-			if bi, ok := debug.ReadBuildInfo(); ok {
-				goVersion = bi.GoVersion
-			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "processor %s (%s)\n", version, goVersion)
-			return err
-		},
-	}
-}
+func main() { cli.Main(nil) }

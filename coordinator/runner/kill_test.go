@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/internal/kafkatest"
-	"github.com/weir-stream/weir/kafkaio"
+	"github.com/weir-stream/weir/kafkaio/controltopic"
 )
 
 // TestCoordinatorProcessKilled runs the first coordinator in a child process
@@ -105,8 +105,8 @@ func runChildCoordinator(t *testing.T) {
 	c := &kafkatest.Cluster{Brokers: strings.Split(os.Getenv("RUNNER_BROKERS"), ",")}
 	prefix := os.Getenv("RUNNER_PREFIX")
 	e := newEnv(t, c)
-	e.topics = kafkaio.NewControlTopics(prefix)
-	e.txid = kafkaio.CoordinatorTransactionalID(prefix)
+	e.topics = controltopic.NewTopics(prefix)
+	e.txid = controltopic.CoordinatorTransactionalID(prefix)
 	e.opts = []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
 
 	r := e.runner(1)

@@ -20,6 +20,8 @@ type metrics struct {
 	gcObjects, gcBytes, gcFailures *prometheus.CounterVec
 	// gcBacklog counts the discards queued or running.
 	gcBacklog prometheus.Gauge
+	// Shuffle purges: partitions purged, failed purge requests.
+	purged, purgeErrors prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -57,6 +59,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		gcFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "weir", Subsystem: "checkpoint",
 			Name: "gc_failures_total", Help: "Failed garbage-collection steps (rebuild, register, release, discard, collect); registrations are retried, deletes are retried by later steps."},
 			[]string{"what"}),
+		purged: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "weir", Subsystem: "shuffle", Name: "purge_total",
+			Help: "Shuffle-topic partitions purged: records below the positions of every retained checkpoint deleted (DeleteRecords)."}),
+		purgeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "weir", Subsystem: "shuffle", Name: "purge_errors_total",
+			Help: "Failed shuffle purge requests; each is retried with the next purge."}),
 		gcBacklog: g("gc_backlog", "Discards queued or running: released checkpoints, and what aborted checkpoints and refused acks left; while it exceeds max_concurrent, no periodic checkpoint is triggered."),
 	}
 	for _, what := range []string{"released", "aborted", "collected"} {
@@ -72,7 +78,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, col := range []prometheus.Collector{m.triggered, m.completed, m.failed, m.aborted, m.restarts,
 		m.acks, m.generation, m.pending, m.lastCompleted, m.duration, m.alignment, m.stateBytes, m.uploadedBytes,
-		m.gcObjects, m.gcBytes, m.gcFailures, m.gcBacklog} {
+		m.gcObjects, m.gcBytes, m.gcFailures, m.gcBacklog, m.purged, m.purgeErrors} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

@@ -14,8 +14,14 @@
 // the retained count, and collects unreferenced leftovers after each
 // generation it starts (gc.go).
 //
+// It also purges the job's shuffle topics: the core asks for DeleteRecords
+// below the positions of the retained checkpoints (Ready.Purges), and a
+// Purger (KafkaPurger by default) carries it out (purge.go).
+//
 // Goroutines: Run's goroutine owns the core and every Kafka writer; one
-// goroutine reads the ack topic and hands records to Run over a channel; one
+// goroutine reads the ack topic and hands records to Run over a channel;
+// one goroutine (purgeLoop) owns the Purger and deletes shuffle records
+// from a queue that keeps only the highest offset per partition; one
 // goroutine (gcLoop) owns the Discarder and carries out registrations,
 // discards and collections in order, from an unbounded queue, so that slow
 // deletes never hold up the core's loop. The queue stays short all the same:
@@ -40,7 +46,7 @@ import (
 
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator"
-	"github.com/weir-stream/weir/kafkaio"
+	"github.com/weir-stream/weir/kafkaio/controltopic"
 )
 
 // MetadataStore writes checkpoint metadata objects.
@@ -51,6 +57,15 @@ type MetadataStore interface {
 	WriteMetadata(ctx context.Context, m control.Metadata) (string, error)
 }
 
+// MetadataReader reads a _metadata object back. A MetadataStore that also
+// implements it (ObjectStoreMetadata does) tells a new coordinator the
+// shuffle positions of the checkpoints it retains (coordinator.MetadataRead);
+// without it, shuffle topics are purged only once every checkpoint retained
+// at the start of the term is released.
+type MetadataReader interface {
+	ReadMetadata(ctx context.Context, location string) (control.Metadata, error)
+}
+
 // Options configure a Runner.
 type Options struct {
 	// Core is the coordinator's configuration. Its Random may be nil: the
@@ -59,9 +74,9 @@ type Options struct {
 	// Kafka are the client options (seed brokers, TLS, SASL, ...).
 	Kafka []kgo.Opt
 	// Topics are the job's control topics; they must exist.
-	Topics kafkaio.ControlTopics
+	Topics controltopic.Topics
 	// TransactionalID is the coordinator's transactional ID,
-	// kafkaio.CoordinatorTransactionalID(prefix).
+	// controltopic.CoordinatorTransactionalID(prefix).
 	TransactionalID string
 	// Metadata writes _metadata objects. Required.
 	Metadata MetadataStore
@@ -69,6 +84,9 @@ type Options struct {
 	// (NewObjectStoreGC). The product always sets it; nil keeps every
 	// object and only logs what would go (tests of the protocol alone).
 	Discarder Discarder
+	// Purger deletes shuffle records below the retained checkpoints'
+	// positions; nil: a KafkaPurger on a client of the Kafka options.
+	Purger Purger
 	// OnNotification, if set, is called from Run's goroutine for every
 	// completed or aborted checkpoint, after its records are durable.
 	OnNotification func(coordinator.Notification)
@@ -143,13 +161,13 @@ func (r *Runner) Submit(ctx context.Context, ev coordinator.Event) error {
 }
 
 // Run holds the coordinator role until ctx ends (it returns nil then) or a
-// step fails. An error wrapping kafkaio.ErrFenced means a newer coordinator
+// step fails. An error wrapping controltopic.ErrFenced means a newer coordinator
 // took over: the caller must not run another one unless it is elected again.
 // Any other error means the role was given up: a new Run rebuilds everything
 // from the durable records.
 func (r *Runner) Run(ctx context.Context) error {
 	log := r.opts.Logger.With("component", "coordinator")
-	w, err := kafkaio.NewControlWriter(ctx, r.opts.Kafka, r.opts.Topics, r.opts.TransactionalID)
+	w, err := controltopic.NewWriter(ctx, r.opts.Kafka, r.opts.Topics, r.opts.TransactionalID)
 	if err != nil {
 		return fmt.Errorf("take the coordinator role: %w", err)
 	}
@@ -159,6 +177,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.readRetained(ctx, log, core)
 	st := core.Status()
 	log.Info("coordinator elected", "generation", st.Gen, "last_checkpoint_id", st.LastID,
 		"last_completed_id", st.LastCompleted, "retained", len(st.Completed))
@@ -168,7 +187,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// anything: it starts a new generation, which aborts whatever was
 	// pending, so older acks cannot matter, and every ack of its own
 	// generation comes after that end.
-	tail, err := kafkaio.NewControlTail(r.opts.Kafka, r.opts.Topics,
+	tail, err := controltopic.NewTail(r.opts.Kafka, r.opts.Topics,
 		map[control.Topic]kgo.Offset{control.TopicAck: kgo.NewOffset().At(ackEnd)}, log)
 	if err != nil {
 		return err
@@ -217,6 +236,24 @@ func (r *Runner) Run(ctx context.Context) error {
 		}()
 	}
 
+	purger := r.opts.Purger
+	if purger == nil {
+		p, closeClient, err := newKafkaPurger(r.opts.Kafka)
+		if err != nil {
+			return err
+		}
+		defer closeClient()
+		purger = p
+	}
+	purges := newPurgeQueue()
+	purgeCtx, stopPurging := context.WithCancel(ctx)
+	purgeDone := make(chan struct{})
+	go func() {
+		defer close(purgeDone)
+		r.purgeLoop(purgeCtx, log, purger, purges)
+	}()
+	defer func() { stopPurging(); <-purgeDone }()
+
 	ticker := time.NewTicker(r.opts.TickInterval)
 	defer ticker.Stop()
 	for {
@@ -247,7 +284,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		for core.HasReady() {
 			rd := core.Ready()
-			if err := r.carryOut(ctx, log, core, w, rd, gc); err != nil {
+			if err := r.carryOut(ctx, log, core, w, rd, gc, purges); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -263,24 +300,24 @@ func (r *Runner) Run(ctx context.Context) error {
 // starts, and the records replayed. The three reads are independent and run
 // in parallel; they follow the fencing, so no zombie writes behind them.
 func (r *Runner) restore(ctx context.Context) (*coordinator.Core, int64, []control.Message, error) {
-	var commits, triggers kafkaio.ControlHistory
+	var commits, triggers controltopic.History
 	var ackEnd int64
 	var errs [3]error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		commits, errs[0] = kafkaio.ReadControlHistory(ctx, r.opts.Kafka, r.opts.Topics, control.TopicCommit)
+		commits, errs[0] = controltopic.ReadHistory(ctx, r.opts.Kafka, r.opts.Topics, control.TopicCommit)
 		if errs[0] != nil {
 			errs[0] = fmt.Errorf("read the commit topic: %w", errs[0])
 		}
 	})
 	wg.Go(func() {
-		triggers, errs[1] = kafkaio.ReadControlHistory(ctx, r.opts.Kafka, r.opts.Topics, control.TopicTrigger)
+		triggers, errs[1] = controltopic.ReadHistory(ctx, r.opts.Kafka, r.opts.Topics, control.TopicTrigger)
 		if errs[1] != nil {
 			errs[1] = fmt.Errorf("read the trigger topic: %w", errs[1])
 		}
 	})
 	wg.Go(func() {
-		ackEnd, errs[2] = kafkaio.StableEnd(ctx, r.opts.Kafka, r.opts.Topics, control.TopicAck)
+		ackEnd, errs[2] = controltopic.StableEnd(ctx, r.opts.Kafka, r.opts.Topics, control.TopicAck)
 		if errs[2] != nil {
 			errs[2] = fmt.Errorf("read the ack topic's end: %w", errs[2])
 		}
@@ -301,6 +338,40 @@ func (r *Runner) restore(ctx context.Context) (*coordinator.Core, int64, []contr
 		return nil, 0, nil, fmt.Errorf("rebuild the coordinator from %d records: %w", len(history), err)
 	}
 	return core, ackEnd, history, nil
+}
+
+// readRetainedTimeout bounds the reads of the retained checkpoints'
+// _metadata at the start of a term: an unreachable store only delays
+// purging.
+const readRetainedTimeout = 30 * time.Second
+
+// readRetained gives the core the _metadata of each retained periodic
+// checkpoint (their shuffle positions), if the MetadataStore can read. One
+// that cannot be read is logged; its checkpoint holds the purge back until
+// it is released.
+func (r *Runner) readRetained(ctx context.Context, log *slog.Logger, core *coordinator.Core) {
+	mr, ok := r.opts.Metadata.(MetadataReader)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, readRetainedTimeout)
+	defer cancel()
+	for _, k := range core.Status().Completed {
+		if k.Kind != control.KindCheckpoint || k.ShuffleKnown {
+			continue
+		}
+		md, err := mr.ReadMetadata(ctx, k.Metadata)
+		if err == nil && md.ID != k.ID {
+			err = fmt.Errorf("%s is the metadata of checkpoint %d", k.Metadata, md.ID)
+		}
+		if err == nil {
+			err = core.Step(coordinator.MetadataRead{Metadata: md})
+		}
+		if err != nil {
+			log.Warn("retained checkpoint's metadata not read: shuffle topics are not purged until it is released",
+				"checkpoint_id", k.ID, "metadata", k.Metadata, "err", err)
+		}
+	}
 }
 
 func (r *Runner) stepAck(core *coordinator.Core, m control.Message) {
@@ -324,7 +395,8 @@ func (r *Runner) stepAck(core *coordinator.Core, m control.Message) {
 }
 
 // carryOut does what rd says, in the documented order.
-func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinator.Core, w *kafkaio.ControlWriter, rd coordinator.Ready, gc *gcQueue) error {
+func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinator.Core, w *controltopic.Writer,
+	rd coordinator.Ready, gc *gcQueue, purges *purgeQueue) error {
 	// 0. Before a new generation: the object store's clock and the highest
 	// checkpoint ID so far. Everything written before that time, and
 	// everything under chk-<n>/ up to that ID, that is not registered is
@@ -418,11 +490,16 @@ func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinat
 	if !collectBefore.IsZero() {
 		gc.push(gcWork{kind: gcCollect, olderThan: collectBefore, deadUpTo: deadUpTo})
 	}
-	// 5. Restart: the Generation record is already written.
+	// 5. Purges: the Complete that moved the oldest retained checkpoint is
+	// durable (step 1).
+	if len(rd.Purges) > 0 {
+		purges.add(rd.Purges, true)
+	}
+	// 6. Restart: the Generation record is already written.
 	if rd.Restart != nil {
 		log.Error("job restarts from the last completed checkpoint", "reason", rd.Restart.Reason, "failures", rd.Restart.Failures)
 	}
-	// 6. Metrics.
+	// 7. Metrics.
 	r.metrics.observe(rd.Metrics)
 	return nil
 }

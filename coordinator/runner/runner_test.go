@@ -22,7 +22,7 @@ import (
 	"github.com/weir-stream/weir/coordinator"
 	"github.com/weir-stream/weir/coordinator/runner"
 	"github.com/weir-stream/weir/internal/kafkatest"
-	"github.com/weir-stream/weir/kafkaio"
+	"github.com/weir-stream/weir/kafkaio/controltopic"
 	"github.com/weir-stream/weir/state/objstore"
 )
 
@@ -32,7 +32,7 @@ type env struct {
 	t      *testing.T
 	c      *kafkatest.Cluster
 	opts   []kgo.Opt
-	topics kafkaio.ControlTopics
+	topics controltopic.Topics
 	txid   string
 	store  *objstore.Store
 	log    *slog.Logger
@@ -45,14 +45,14 @@ func newEnv(t *testing.T, c *kafkatest.Cluster) *env {
 	e := &env{
 		t: t, c: c,
 		opts:   []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
-		topics: kafkaio.NewControlTopics(prefix),
-		txid:   kafkaio.CoordinatorTransactionalID(prefix),
+		topics: controltopic.NewTopics(prefix),
+		txid:   controltopic.CoordinatorTransactionalID(prefix),
 		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if testing.Verbose() {
 		e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	if err := kafkaio.EnsureControlTopics(ctx, c.Admin(t), e.topics, -1); err != nil {
+	if err := controltopic.EnsureTopics(ctx, c.Admin(t), e.topics, -1); err != nil {
 		t.Fatal(err)
 	}
 	store, err := objstore.Open(ctx, "mem://", "job", objstore.Options{})
@@ -68,8 +68,11 @@ type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
 
-func (e *env) runner(seed uint64) *runner.Runner {
-	r, err := runner.New(runner.Options{
+func (e *env) runner(seed uint64) *runner.Runner { return e.runnerWith(seed, nil) }
+
+// runnerWith is runner with options changed by mod.
+func (e *env) runnerWith(seed uint64, mod func(*runner.Options)) *runner.Runner {
+	opts := runner.Options{
 		Core: coordinator.Config{
 			Interval: 150 * time.Millisecond, Timeout: 20 * time.Second, MaxConcurrent: 1,
 			Retained: 2, Random: rand.New(rand.NewPCG(seed, seed)),
@@ -78,7 +81,11 @@ func (e *env) runner(seed uint64) *runner.Runner {
 		Metadata:     runner.ObjectStoreMetadata{Store: e.store},
 		TickInterval: 20 * time.Millisecond,
 		Logger:       e.log, Registerer: prometheus.NewRegistry(),
-	})
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	r, err := runner.New(opts)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -99,12 +106,14 @@ type fakeTasks struct {
 	// unacknowledged because acking was off: a checkpoint that cannot
 	// complete.
 	skipped atomic.Uint64
+	// shuffle, if set, gives each ack's shuffle positions.
+	shuffle func(id uint64, task control.TaskID) []control.Position
 }
 
 func (f *fakeTasks) setRunner(r *runner.Runner) { f.mu.Lock(); f.current = r; f.mu.Unlock() }
 
 func (f *fakeTasks) run(ctx context.Context) error {
-	tail, err := kafkaio.NewControlTail(f.e.opts, f.e.topics, map[control.Topic]kgo.Offset{
+	tail, err := controltopic.NewTail(f.e.opts, f.e.topics, map[control.Topic]kgo.Offset{
 		control.TopicCommit:  kgo.NewOffset().AtStart(),
 		control.TopicTrigger: kgo.NewOffset().AtStart(),
 	}, f.e.log)
@@ -112,7 +121,7 @@ func (f *fakeTasks) run(ctx context.Context) error {
 		return err
 	}
 	defer tail.Close()
-	acks, err := kafkaio.NewAckWriter(f.e.opts, f.e.topics)
+	acks, err := controltopic.NewAckWriter(f.e.opts, f.e.topics)
 	if err != nil {
 		return err
 	}
@@ -146,6 +155,9 @@ func (f *fakeTasks) run(ctx context.Context) error {
 			}
 			for _, task := range tasks {
 				a := control.Ack{ID: m.ID, Gen: m.Gen, Task: task, Handle: fmt.Sprintf("chk-%d/%s.manifest", m.ID, task)}
+				if f.shuffle != nil {
+					a.Shuffle = f.shuffle(m.ID, task)
+				}
 				if err := acks.Send(ctx, a); err != nil {
 					return err
 				}
@@ -158,7 +170,7 @@ func (f *fakeTasks) run(ctx context.Context) error {
 func (e *env) history(ctx context.Context) (triggers, completes []uint64, gens []uint64) {
 	e.t.Helper()
 	for _, topic := range []control.Topic{control.TopicTrigger, control.TopicCommit} {
-		h, err := kafkaio.ReadControlHistory(ctx, e.opts, e.topics, topic)
+		h, err := controltopic.ReadHistory(ctx, e.opts, e.topics, topic)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -304,7 +316,7 @@ func TestZombieCoordinatorFenced(t *testing.T) {
 
 		// The successor takes the transactional ID, without running its loop
 		// yet: the zombie still ticks, and its next trigger must fail.
-		w, err := kafkaio.NewControlWriter(ctx, e.opts, e.topics, e.txid)
+		w, err := controltopic.NewWriter(ctx, e.opts, e.topics, e.txid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,7 +334,7 @@ func TestZombieCoordinatorFenced(t *testing.T) {
 			// rehearsal); Kafka 4.4 also once answered
 			// UNKNOWN_SERVER_ERROR. Whatever the error, the zombie
 			// must stop without writing: that is checked below.
-			if !errors.Is(err, kafkaio.ErrFenced) && !errors.Is(err, kerr.InvalidTxnState) && !errors.Is(err, kerr.UnknownServerError) {
+			if !errors.Is(err, controltopic.ErrFenced) && !errors.Is(err, kerr.InvalidTxnState) && !errors.Is(err, kerr.UnknownServerError) {
 				t.Fatalf("zombie stopped with %v, want a fencing error", err)
 			}
 			t.Logf("zombie stopped: %v", err)

@@ -33,3 +33,16 @@ func (s ObjectStoreMetadata) WriteMetadata(ctx context.Context, m control.Metada
 	}
 	return key, nil
 }
+
+// ReadMetadata implements MetadataReader.
+func (s ObjectStoreMetadata) ReadMetadata(ctx context.Context, location string) (control.Metadata, error) {
+	b, err := s.Store.Get(ctx, location)
+	if err != nil {
+		return control.Metadata{}, fmt.Errorf("read %s: %w", location, err)
+	}
+	md, err := control.DecodeMetadata(b)
+	if err != nil {
+		return control.Metadata{}, fmt.Errorf("decode %s: %w", location, err)
+	}
+	return md, nil
+}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,6 +118,9 @@ func newScenario(t *testing.T, c *kafkatest.Cluster, name string, opts scenarioO
 		if t.Failed() {
 			s.dumpLogs()
 			t.Logf("replica logs and state of the failed scenario kept in %s", s.dir)
+			// Last, so that the tail of a CI log, which is often all one
+			// sees, tells what happened when.
+			s.dumpTimeline()
 			return
 		}
 		if os.Getenv("WEIR_FAULTS_KEEP") != "1" {
@@ -146,6 +150,20 @@ func (s *scenario) dumpLogs() {
 		}
 		s.t.Logf("--- last lines of %s:\n%s", filepath.Base(m), b)
 	}
+}
+
+// dumpTimeline prints the commit topic's records other than triggers,
+// with when the test saw each, and the committed output's progress.
+func (s *scenario) dumpTimeline() {
+	var b strings.Builder
+	for _, r := range s.commits.Records("") {
+		if r.Type == "trigger" {
+			continue
+		}
+		fmt.Fprintf(&b, "  %s +%5.1fs %-10s id=%d gen=%d\n", r.Arrived.Format("15:04:05.000"), r.Arrived.Sub(s.started).Seconds(), r.Type, r.ID, r.Gen)
+	}
+	s.t.Logf("timeline of the failed scenario (started %s): commit topic records (triggers left out):\n%s  committed output records seen by the verifier: %d",
+		s.started.Format("15:04:05.000"), b.String(), s.ver.Seen())
 }
 
 // startReplicas starts n replicas and the input flow, and waits until

@@ -23,19 +23,31 @@ func ModuleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// BuildProcessor builds cmd/processor into dir and returns the binary's path.
+// BuildProcessor builds the stock binary, cmd/processor, into dir and
+// returns its path.
 func BuildProcessor(dir string) (string, error) {
+	return build(dir, "processor", "./cmd/processor")
+}
+
+// BuildExample builds the Go program examples/<name> (a job defined in Go,
+// whose main calls cli.Main) into dir and returns its path.
+func BuildExample(dir, name string) (string, error) {
+	return build(dir, name, "./examples/"+name)
+}
+
+// build builds the package pkg of Weir's module into dir/name.
+func build(dir, name, pkg string) (string, error) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "processor")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/processor")
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build processor: %v\n%s", err, stderr.Bytes())
+		return "", fmt.Errorf("build %s: %v\n%s", pkg, err, stderr.Bytes())
 	}
 	return bin, nil
 }

@@ -15,10 +15,11 @@ import (
 // Input produces a test's input records with an idempotent producer (so
 // that retries across a broker restart neither lose nor repeat a record)
 // and counts, per key, the records the broker acknowledged that the job
-// must count.
+// must count: per record key, or for clicks (NewClicks) per page.
 type Input struct {
-	cl   *kgo.Client
-	keys int
+	cl    *kgo.Client
+	keys  int
+	pages int // clicks: the number of pages; 0: records count per record key
 
 	mu     sync.Mutex
 	next   int            // index of the next good record
@@ -42,11 +43,35 @@ func NewInput(t testing.TB, brokers []string, topic string, keys int, opts ...kg
 	return &Input{cl: cl, keys: keys, perKey: map[string]int{}}
 }
 
+// NewClicks returns a producer of click records to topic, for a job that
+// counts per page what is keyed by user: record i is keyed by its user
+// Key(i, users) and its value {"i": i, "user": user, "page": Page(i, pages)}
+// names a page independent of the user, so that counting per page needs a
+// shuffle. Counts are per page.
+func NewClicks(t testing.TB, brokers []string, topic string, users, pages int, opts ...kgo.Opt) *Input {
+	t.Helper()
+	in := NewInput(t, brokers, topic, users, opts...)
+	in.pages = pages
+	return in
+}
+
 // Key is the key of good record i.
 func Key(i, keys int) string { return fmt.Sprintf("user-%04d", i%keys) }
 
+// Page is the page of click i among pages: spread over the pages by a hash
+// of i (SplitMix64's finalizer), so that every user's clicks reach many
+// pages.
+func Page(i, pages int) string {
+	z := uint64(i) + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return fmt.Sprintf("page-%04d", z%uint64(pages))
+}
+
 // Good produces n more good records: record i has key Key(i) and value
-// {"i": i, "user": key}. It does not wait for them (Flush does).
+// {"i": i, "user": key}, or for clicks also "page": Page(i). It does not
+// wait for them (Flush does).
 func (in *Input) Good(ctx context.Context, n int) {
 	for range n {
 		in.mu.Lock()
@@ -54,8 +79,14 @@ func (in *Input) Good(ctx context.Context, n int) {
 		in.next++
 		in.mu.Unlock()
 		k := Key(i, in.keys)
-		v, _ := json.Marshal(map[string]any{"i": i, "user": k})
-		in.Record(ctx, &kgo.Record{Key: []byte(k), Value: v}, true, nil)
+		if in.pages == 0 {
+			v, _ := json.Marshal(map[string]any{"i": i, "user": k})
+			in.Record(ctx, &kgo.Record{Key: []byte(k), Value: v}, true, nil)
+			continue
+		}
+		page := Page(i, in.pages)
+		v, _ := json.Marshal(map[string]any{"i": i, "user": k, "page": page})
+		in.produce(ctx, &kgo.Record{Key: []byte(k), Value: v}, page, true, nil)
 	}
 }
 
@@ -63,13 +94,19 @@ func (in *Input) Good(ctx context.Context, n int) {
 // when the broker acknowledges it. done, if set, is called with the
 // produced record and its error.
 func (in *Input) Record(ctx context.Context, r *kgo.Record, counted bool, done func(*kgo.Record, error)) {
+	in.produce(ctx, r, string(r.Key), counted, done)
+}
+
+// produce produces r; if counted, the job must count it once under
+// countKey.
+func (in *Input) produce(ctx context.Context, r *kgo.Record, countKey string, counted bool, done func(*kgo.Record, error)) {
 	in.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 		in.mu.Lock()
 		if err != nil && in.err == nil {
 			in.err = fmt.Errorf("produce input: %w", err)
 		}
 		if err == nil && counted {
-			in.perKey[string(r.Key)]++
+			in.perKey[countKey]++
 			in.total++
 		}
 		in.mu.Unlock()
@@ -115,7 +152,8 @@ func (in *Input) Flush(ctx context.Context) error {
 	return errors.Join(err, in.err)
 }
 
-// Counts returns the acknowledged counted records per key, and their sum.
+// Counts returns the acknowledged counted records per key (per page for
+// clicks), and their sum.
 // Call it after Flush.
 func (in *Input) Counts() (map[string]int, int) {
 	in.mu.Lock()

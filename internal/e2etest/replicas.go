@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -163,6 +164,26 @@ func childEnv() []string {
 		}
 	}
 	return env
+}
+
+// Exited returns an error naming the replicas that exited by themselves
+// (neither killed nor stopped by the test) with the end of their logs, or
+// nil if every replica started is still running.
+func (r *Replicas) Exited() error {
+	var errs []error
+	for _, id := range r.IDs() {
+		p := r.Proc(id)
+		select {
+		case <-p.done:
+			log := strings.TrimRight(p.Log(), "\n")
+			if lines := strings.Split(log, "\n"); len(lines) > 20 {
+				log = strings.Join(lines[len(lines)-20:], "\n")
+			}
+			errs = append(errs, fmt.Errorf("replica %s exited by itself: %v; its log ends:\n%s", id, p.err, log))
+		default:
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Proc returns the current run of replica id, or nil.

@@ -15,3 +15,12 @@ func Result(t testing.TB, name string, d time.Duration) {
 	fmt.Println(line)
 	t.Log(line)
 }
+
+// ResultMS is Result in milliseconds, `result: <name> = <ms> ms`, for
+// durations well under a second.
+func ResultMS(t testing.TB, name string, d time.Duration) {
+	t.Helper()
+	line := fmt.Sprintf("result: %s = %d ms", name, d.Milliseconds())
+	fmt.Println(line)
+	t.Log(line)
+}

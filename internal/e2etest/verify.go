@@ -137,6 +137,22 @@ func (v *Verifier) WaitSeen(n int, timeout time.Duration) error {
 	return nil
 }
 
+// WaitSeenWhile is WaitSeen that gives up as soon as alive returns an
+// error (Replicas.Exited: a replica crashed), returning it.
+func (v *Verifier) WaitSeenWhile(n int, timeout time.Duration, alive func() error) error {
+	deadline := time.Now().Add(timeout)
+	for v.Seen() < n {
+		if err := alive(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("output %s: %d committed records after %v, want at least %d", v.topic, v.Seen(), timeout, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
 // ArrivedBetween reports how many times committed output arrived after from
 // and before to.
 func (v *Verifier) ArrivedBetween(from, to time.Time) int {

@@ -199,12 +199,36 @@ func (c *Cluster) CreateTopic(t testing.TB, topic string, partitions int32, conf
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := c.Admin(t).CreateTopic(ctx, partitions, 1, configs, topic)
+	adm := c.Admin(t)
+	resp, err := adm.CreateTopic(ctx, partitions, 1, configs, topic)
 	if err == nil {
 		err = resp.Err
 	}
 	if err != nil {
 		t.Fatalf("kafkatest: create topic %s: %v", topic, err)
+	}
+	// Apache Kafka answers CreateTopics before its brokers' metadata has
+	// the topic (seconds on a loaded machine): wait until a metadata
+	// request names every partition with a leader, so that a client the
+	// test starts next finds the topic.
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			if d, ok := md.Topics[topic]; ok && d.Err == nil && len(d.Partitions) == int(partitions) {
+				led := true
+				for _, p := range d.Partitions {
+					led = led && p.Err == nil && p.Leader >= 0
+				}
+				if led {
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("kafkatest: topic %s created but not in the metadata after 30s (last error: %v)", topic, err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 

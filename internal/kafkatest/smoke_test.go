@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/weir-stream/weir/internal/kafkatest"
-	"github.com/weir-stream/weir/kafkaio"
+	"github.com/weir-stream/weir/internal/txnwatch"
 )
 
 // These smoke tests prove that both brokers do what Weir relies on. Each runs
@@ -74,8 +74,8 @@ func TestSmokeTransactionsCommitAndAbort(t *testing.T) {
 				t.Fatalf("flush: %v", err)
 			}
 			// franz-go can abort the first commit to a topic and say
-			// nothing (kafkaio/txnwatch.go).
-			kafkaio.AwaitPartitionsPublished(ctx, prod, topic)
+			// nothing (internal/txnwatch).
+			txnwatch.AwaitPartitionsPublished(ctx, prod, topic)
 			if err := prod.EndTransaction(ctx, commit); err != nil {
 				t.Fatalf("end transaction (%v): %v", commit, err)
 			}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/kafkatest"
-	"github.com/weir-stream/weir/kafkaio"
+	"github.com/weir-stream/weir/kafkaio/controltopic"
 	"github.com/weir-stream/weir/runtime/membership"
 )
 
@@ -69,8 +69,8 @@ func TestDuplicateReplicaRefused(t *testing.T) {
 // generations counts the generation records in the job's commit topic.
 func generations(ctx context.Context, t *testing.T, c *kafkatest.Cluster, job string) int {
 	t.Helper()
-	h, err := kafkaio.ReadControlHistory(ctx, []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
-		kafkaio.NewControlTopics("_weir."+job+"."), control.TopicCommit)
+	h, err := controltopic.ReadHistory(ctx, []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
+		controltopic.NewTopics("_weir."+job+"."), control.TopicCommit)
 	if err != nil {
 		t.Fatal(err)
 	}

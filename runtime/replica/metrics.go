@@ -17,7 +17,7 @@ type metrics struct {
 }
 
 // failureCauses are the values of weir_replica_job_failed's cause label.
-var failureCauses = [...]control.FailureCause{control.CauseRecord, control.CauseStorage, control.CauseKafka}
+var failureCauses = [...]control.FailureCause{control.CauseRecord, control.CauseStorage, control.CauseKafka, control.CauseJob}
 
 // setFailed sets weir_replica_job_failed: 1 for cause, 0 for the others
 // (every cause 0 when cause is empty).

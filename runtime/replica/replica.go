@@ -37,8 +37,11 @@ import (
 	"github.com/weir-stream/weir/coordinator"
 	"github.com/weir-stream/weir/coordinator/runner"
 	retrypolicy "github.com/weir-stream/weir/internal/retry"
-	"github.com/weir-stream/weir/kafkaio"
+	"github.com/weir-stream/weir/kafkaio/controltopic"
 	"github.com/weir-stream/weir/kafkaio/kafkaconn"
+	"github.com/weir-stream/weir/kafkaio/shuffle"
+	kafkasink "github.com/weir-stream/weir/kafkaio/sink"
+	"github.com/weir-stream/weir/plan"
 	"github.com/weir-stream/weir/runtime/membership"
 	"github.com/weir-stream/weir/runtime/task"
 	"github.com/weir-stream/weir/state/objstore"
@@ -66,15 +69,17 @@ type Replica struct {
 	log     *slog.Logger
 	conn    *kafkaconn.Conn // every Kafka client's settings, and their permanent failures
 	kopts   []kgo.Opt       // conn.Opts() and the client ID
-	topics  kafkaio.ControlTopics
+	topics  controltopic.Topics
 	store   *objstore.Store
 	cache   *pebble.Cache
-	acks    *kafkaio.AckWriter
-	sinkMet *kafkaio.SinkMetrics
+	acks    *controltopic.AckWriter
+	sinkMet *kafkasink.Metrics
 	met     *metrics
 	runner  *runner.Runner // created once; Run once per coordinator term
 
-	taskIDs []control.TaskID   // every task of the job, fixed at start
+	plan    *plan.Plan       // the job's stages, tasks and shuffles, fixed at start
+	taskIDs []control.TaskID // every task of the job (plan.Tasks)
+	taskMet *task.Metrics
 	sinks   []stream.KafkaSink // the job's sinks with their defaults (sinkSpecs)
 
 	// Owned by Run's goroutine.
@@ -137,7 +142,7 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 	r := &Replica{
 		opts: opts, cfg: cfg,
 		log:    opts.Logger.With("replica_id", opts.ReplicaID, "job", cfg.Job.Name),
-		topics: kafkaio.NewControlTopics(cfg.Kafka.TopicPrefix),
+		topics: controltopic.NewTopics(cfg.Kafka.TopicPrefix),
 		tasks:  map[control.TaskID]*task.Task{},
 
 		loggedAt: -1,
@@ -155,11 +160,16 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 		return nil, err
 	}
 	r.met = met
-	sm, err := kafkaio.NewSinkMetrics(opts.Registerer)
+	sm, err := kafkasink.NewMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	r.sinkMet = sm
+	tm, err := task.NewMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	r.taskMet = tm
 	return r, nil
 }
 
@@ -191,7 +201,7 @@ func (r *Replica) prepare(ctx context.Context) error {
 	var parts int
 	err = all(
 		func() error {
-			if err := kafkaio.EnsureControlTopics(ctx, adm, r.topics, int16(r.cfg.Kafka.ReplicationFactor)); err != nil {
+			if err := controltopic.EnsureTopics(ctx, adm, r.topics, int16(r.cfg.Kafka.ReplicationFactor)); err != nil {
 				return err
 			}
 			return r.awaitControlTopics(ctx, adm)
@@ -206,10 +216,30 @@ func (r *Replica) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.taskIDs = r.taskIDs[:0]
-	for i := range parts {
-		r.taskIDs = append(r.taskIDs, control.TaskID{Stage: stageName, Index: i})
+	p, err := plan.Build(r.opts.Job, plan.Inputs{
+		SourcePartitions: parts, Parallelism: r.cfg.Job.Parallelism, MaxParallelism: r.cfg.Job.MaxParallelism,
+		TopicPrefix: r.cfg.Kafka.TopicPrefix,
+	})
+	if err != nil {
+		return permanent{err} // the job and its configuration disagree
 	}
+	if len(p.Shuffles) > 0 {
+		topics := make(map[string]int, len(p.Shuffles))
+		for _, sh := range p.Shuffles {
+			topics[sh.Topic] = sh.Partitions
+		}
+		err := shuffle.EnsureTopics(ctx, adm, topics, int16(r.cfg.Kafka.ReplicationFactor))
+		var ke *kerr.Error
+		if errors.Is(err, shuffle.ErrTopicMismatch) || (errors.As(err, &ke) && !ke.Retriable) {
+			// A wrong partition count, or one the brokers refuse (more
+			// than they allow, a policy, authorization): fix the settings.
+			return permanent{err}
+		}
+		if err != nil {
+			return fmt.Errorf("shuffle topics: %w", err)
+		}
+	}
+	r.plan, r.taskIDs = p, p.Tasks()
 	if r.store == nil {
 		st, err := objstore.Open(ctx, r.cfg.Checkpoint.Storage, r.cfg.Job.Name, objstore.Options{Logger: r.log})
 		if errors.Is(err, objstore.ErrPermanent) {
@@ -221,7 +251,7 @@ func (r *Replica) prepare(ctx context.Context) error {
 		r.store = st
 	}
 	if r.acks == nil {
-		a, err := kafkaio.NewAckWriter(r.kopts, r.topics)
+		a, err := controltopic.NewAckWriter(r.kopts, r.topics)
 		if err != nil {
 			return err
 		}
@@ -233,12 +263,20 @@ func (r *Replica) prepare(ctx context.Context) error {
 	return nil
 }
 
-// inputPartitions returns the partition count of the job's input topics,
-// which must all have the same (co-partitioning).
+// inputPartitions returns the partition count of the job's input topics
+// (InputPartitions).
 func (r *Replica) inputPartitions(ctx context.Context, adm *kadm.Client) (int, error) {
-	srcs := r.opts.Job.Sources()
+	return InputPartitions(ctx, adm, r.opts.Job)
+}
+
+// InputPartitions returns the partition count of job's input topics, which
+// must all have the same (co-partitioning): the parallelism of the job's
+// source stage. A topic missing (after a moment to settle) or that the
+// client may not use is a permanent error; `processor plan` asks it too.
+func InputPartitions(ctx context.Context, adm *kadm.Client, job *stream.Job) (int, error) {
+	srcs := job.Sources()
 	if len(srcs) != 1 {
-		return 0, fmt.Errorf("job %s has %d sources; one is supported", r.opts.Job.Name(), len(srcs))
+		return 0, fmt.Errorf("job %s has %d sources; one is supported", job.Name(), len(srcs))
 	}
 	details, err := listTopicsSettled(ctx, adm, srcs[0].Topics...)
 	if err != nil {
@@ -371,13 +409,13 @@ func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
 		if sink.Delivery == stream.DeliveryAtLeastOnce {
 			continue
 		}
-		if err := kafkaio.SinkCheckTimeouts(ctx, adm, kafkaio.SinkTimeouts{
+		if err := kafkasink.CheckTimeouts(ctx, adm, kafkasink.Timeouts{
 			TransactionTimeout: sink.TransactionTimeout,
 			CheckpointInterval: r.cfg.Checkpoint.Interval,
 			CheckpointTimeout:  r.cfg.Checkpoint.Timeout,
 		}); err != nil {
 			err = fmt.Errorf("sink %s: %w", sink.Topic, err)
-			if errors.Is(err, kafkaio.ErrSinkTimeoutConfig) {
+			if errors.Is(err, kafkasink.ErrTimeoutConfig) {
 				return permanent{err} // fix the configuration
 			}
 			return err // the brokers could not be asked: retried
@@ -452,11 +490,8 @@ func all(fns ...func() error) error {
 	return errors.Join(errs...)
 }
 
-// stageName names the job's only stage (task IDs are "<stage>/<index>").
-const stageName = "main"
-
 // Run runs the replica until ctx ends (it returns nil then) or a fatal
-// error: lost output (kafkaio.ErrSinkTxnAborted), or another process in the
+// error: lost output (sink.ErrTxnAborted), or another process in the
 // group with this replica's ID (membership.ErrDuplicateReplicaID), refused
 // for longer than two session timeouts (a crashed run of this replica can
 // hold its place in the group until its session times out). It prepares (retrying with backoff while Kafka or the object store
@@ -505,7 +540,7 @@ func (r *Replica) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, kafkaio.ErrSinkTxnAborted) {
+		if errors.Is(err, kafkasink.ErrTxnAborted) {
 			return err
 		}
 		if cerr := r.conn.Err(); cerr != nil {
@@ -553,17 +588,17 @@ func (r *Replica) session(ctx context.Context) error {
 	// must arrive on the tail, so the tail's start is fixed first; and a
 	// replica that cannot follow the control topics must not join (each
 	// join and leave would restart every replica's tasks).
-	var hist kafkaio.ControlHistory
+	var hist controltopic.History
 	var triggerEnd int64
 	err := all(
 		func() error {
 			var err error
-			hist, err = kafkaio.ReadControlHistory(ctx, r.kopts, r.topics, control.TopicCommit)
+			hist, err = controltopic.ReadHistory(ctx, r.kopts, r.topics, control.TopicCommit)
 			return err
 		},
 		func() error {
 			var err error
-			triggerEnd, err = kafkaio.StableEnd(ctx, r.kopts, r.topics, control.TopicTrigger)
+			triggerEnd, err = controltopic.StableEnd(ctx, r.kopts, r.topics, control.TopicTrigger)
 			return err
 		},
 	)
@@ -583,7 +618,7 @@ func (r *Replica) session(ctx context.Context) error {
 	if failed != nil {
 		r.enterFailed(ctx, *failed, failedAt)
 	}
-	tail, err := kafkaio.NewControlTail(r.kopts, r.topics, map[control.Topic]kgo.Offset{
+	tail, err := controltopic.NewTail(r.kopts, r.topics, map[control.Topic]kgo.Offset{
 		control.TopicCommit:  kgo.NewOffset().At(hist.End),
 		control.TopicTrigger: kgo.NewOffset().At(triggerEnd),
 	}, r.log)
@@ -593,7 +628,7 @@ func (r *Replica) session(ctx context.Context) error {
 	defer tail.Close()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	recs := make(chan kafkaio.ControlRecord, 256)
+	recs := make(chan controltopic.Record, 256)
 	tailErr := make(chan error, 1)
 	go func() {
 		for {
@@ -664,7 +699,7 @@ func (r *Replica) session(ctx context.Context) error {
 				return nil
 			}
 			r.log.Warn("coordinator role given up", "err", err)
-			if !errors.Is(err, kafkaio.ErrFenced) && r.lastView.IsCoordinator() {
+			if !errors.Is(err, controltopic.ErrFenced) && r.lastView.IsCoordinator() {
 				// Still the coordinator by the last view: take the role
 				// again after a pause, without stopping the dispatch.
 				coordRetry = time.After(coordBackoff.NextBackOff())
@@ -714,20 +749,25 @@ func (r *Replica) onView(ctx context.Context, v membership.View) {
 			}
 		}
 	}
-	names := make([]string, len(r.taskIDs))
-	for i, t := range r.taskIDs {
-		names[i] = t.String()
-	}
-	placed := membership.Place(names, v.Members, previous)
+	// Each stage is placed on its own, so that every stage's tasks spread
+	// over the replicas (a downstream stage's load is not a source's).
 	a := control.Assignment{}
-	for rep, ts := range placed {
-		for _, name := range ts {
-			id, err := control.ParseTaskID(name)
-			if err != nil {
-				r.log.Error("placement produced a bad task ID", "task", name, "err", err)
-				return
+	for _, st := range r.plan.Stages {
+		var names []string
+		for _, t := range r.taskIDs {
+			if t.Stage == st.Name {
+				names = append(names, t.String())
 			}
-			a[rep] = append(a[rep], id)
+		}
+		for rep, ts := range membership.Place(names, v.Members, previous) {
+			for _, name := range ts {
+				id, err := control.ParseTaskID(name)
+				if err != nil {
+					r.log.Error("placement produced a bad task ID", "task", name, "err", err)
+					return
+				}
+				a[rep] = append(a[rep], id)
+			}
 		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -746,7 +786,7 @@ func (r *Replica) startCoordinator(ctx context.Context) error {
 				MaxConcurrent: cp.MaxConcurrent, TolerableFailures: cp.TolerableFailures, Retained: cp.Retained,
 			},
 			Kafka: r.kopts, Topics: r.topics,
-			TransactionalID: kafkaio.CoordinatorTransactionalID(r.cfg.Kafka.TopicPrefix),
+			TransactionalID: controltopic.CoordinatorTransactionalID(r.cfg.Kafka.TopicPrefix),
 			Metadata:        runner.ObjectStoreMetadata{Store: r.store},
 			Discarder:       runner.NewObjectStoreGC(r.store, r.log),
 			Logger:          r.log,
@@ -778,7 +818,7 @@ func (r *Replica) stopCoordinator() {
 }
 
 // onRecord dispatches one control record.
-func (r *Replica) onRecord(ctx context.Context, rec kafkaio.ControlRecord) error {
+func (r *Replica) onRecord(ctx context.Context, rec controltopic.Record) error {
 	switch m := rec.Msg.(type) {
 	case control.Generation:
 		g := m
@@ -859,7 +899,7 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 			err := retry(ctx, r.log, r.met, nil, "start_task", func() error {
 				var err error
 				t, err = task.Open(ctx, r.taskConfig(id, g))
-				if errors.Is(err, kafkaio.ErrSinkTxnAborted) || task.Permanent(err) != nil {
+				if errors.Is(err, kafkasink.ErrTxnAborted) || task.Permanent(err) != nil {
 					// Output of a completed checkpoint is lost: never go on
 					// silently (DESIGN.md invariant 5). Or the task can
 					// never start: reported below.
@@ -884,7 +924,7 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 		return nil
 	}
 	if err := errors.Join(errs...); err != nil {
-		if errors.Is(err, kafkaio.ErrSinkTxnAborted) {
+		if errors.Is(err, kafkasink.ErrTxnAborted) {
 			return err
 		}
 		var reported bool
@@ -935,7 +975,8 @@ func (r *Replica) taskConfig(id control.TaskID, g control.Generation) task.Confi
 		Sinks:                    r.sinks,
 		MaxConcurrentCheckpoints: r.cfg.Checkpoint.MaxConcurrent,
 		SinkMetrics:              r.sinkMet,
-		Logger:                   r.log, Registerer: r.opts.Registerer,
+		Plan:                     r.plan, Metrics: r.taskMet,
+		Logger: r.log, Registerer: r.opts.Registerer,
 	}
 }
 
@@ -1001,7 +1042,7 @@ func (r *Replica) reportFailure(ctx context.Context, gen uint64, f control.Failu
 // JobFailure returns the job's permanent failure and its offset, given the
 // commit topic's records in order: the newest failed record, unless a
 // generation or resumed record follows it; nil if the job is not failed.
-func JobFailure(commit []kafkaio.ControlRecord) (*control.Failed, int64) {
+func JobFailure(commit []controltopic.Record) (*control.Failed, int64) {
 	var failed *control.Failed
 	var at int64 = -1
 	for _, rec := range commit {
@@ -1075,11 +1116,10 @@ func (r *Replica) localTaskNames() []string {
 	}
 	var out []string
 	for _, e := range entries {
-		stage, idx, ok := strings.Cut(e.Name(), "-")
-		if !e.IsDir() || !ok {
+		if !e.IsDir() {
 			continue
 		}
-		if id, err := control.ParseTaskID(stage + "/" + idx); err == nil {
+		if id, ok := task.ParseStateName(e.Name()); ok {
 			out = append(out, id.String())
 		}
 	}

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +27,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/control"
-	"github.com/weir-stream/weir/kafkaio"
+	"github.com/weir-stream/weir/eventtime"
+	"github.com/weir-stream/weir/kafkaio/controltopic"
+	"github.com/weir-stream/weir/kafkaio/shuffle"
+	"github.com/weir-stream/weir/kafkaio/sink"
+	"github.com/weir-stream/weir/kafkaio/source"
+	"github.com/weir-stream/weir/plan"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/state/objstore"
 	"github.com/weir-stream/weir/stream"
@@ -61,7 +65,11 @@ type Config struct {
 	// 0 means the default, negative turns it off.
 	RecordCacheBytes int64
 	// Acks appends the task's acks and declines.
-	Acks *kafkaio.AckWriter
+	Acks *controltopic.AckWriter
+	// Plan is the job's plan: the task runs stage ID.Stage of it.
+	Plan *plan.Plan
+	// Metrics are shared by the replica's tasks; nil leaves them out.
+	Metrics *Metrics
 	// Sinks are the job's sinks (Job.Sinks, same order) with the runtime's
 	// defaults filled in (a transaction timeout for each exactly-once sink):
 	// the replica's sinkSpecs.
@@ -72,7 +80,7 @@ type Config struct {
 	// the input is idle; default 100ms.
 	TimerInterval time.Duration
 	// SinkMetrics are shared by the replica's sinks; nil leaves them out.
-	SinkMetrics *kafkaio.SinkMetrics
+	SinkMetrics *sink.Metrics
 	// Logger is required; Registerer receives the source's and state's
 	// metrics (shared by the replica's tasks).
 	Logger     *slog.Logger
@@ -85,19 +93,38 @@ type Config struct {
 // "<stage>-<index>" (a TaskID's "/" is not allowed in object names).
 func StateName(id control.TaskID) string { return fmt.Sprintf("%s-%d", id.Stage, id.Index) }
 
+// ParseStateName is the inverse of StateName. It cuts at the last '-', so
+// that stage names may contain '-' ("by-page-3" is task by-page/3).
+func ParseStateName(name string) (control.TaskID, bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 {
+		return control.TaskID{}, false
+	}
+	id, err := control.ParseTaskID(name[:i] + "/" + name[i+1:])
+	if err != nil {
+		return control.TaskID{}, false
+	}
+	return id, true
+}
+
 // operatorState is what a task keeps in its manifest besides Pebble files:
 // its source offsets and, per sink (by index in Job.Sinks), the handles of
 // the transactions pre-committed at the barrier.
 type operatorState struct {
-	Offsets kafkaio.SourceOffsets     `json:"offsets"`
-	Sinks   [][]kafkaio.SinkTxnHandle `json:"sinks,omitempty"`
+	Offsets source.Offsets `json:"offsets,omitempty"`
+	// Shuffle are a downstream task's restart positions in the shuffle
+	// partitions it reads.
+	Shuffle []control.Position `json:"shuffle,omitempty"`
+	Sinks   [][]sink.TxnHandle `json:"sinks,omitempty"`
+	// Watermark is the task's event time, if the job uses it.
+	Watermark *watermarkState `json:"watermark,omitempty"`
 }
 
 // RecordedTxns returns the sink transactions a task's manifest records as
 // pre-committed: what the recovery from that checkpoint commits. Tools use
 // it to tell whether a lingering transaction belongs to a completed
 // checkpoint (processor transactions).
-func RecordedTxns(m *state.Manifest) ([]kafkaio.SinkTxnHandle, error) {
+func RecordedTxns(m *state.Manifest) ([]sink.TxnHandle, error) {
 	if len(m.OperatorState) == 0 {
 		return nil, nil
 	}
@@ -105,7 +132,7 @@ func RecordedTxns(m *state.Manifest) ([]kafkaio.SinkTxnHandle, error) {
 	if err := json.Unmarshal(m.OperatorState, &op); err != nil {
 		return nil, fmt.Errorf("operator state: %w", err)
 	}
-	var hs []kafkaio.SinkTxnHandle
+	var hs []sink.TxnHandle
 	for _, sink := range op.Sinks {
 		hs = append(hs, sink...)
 	}
@@ -117,9 +144,13 @@ type Task struct {
 	cfg     Config
 	log     *slog.Logger
 	backend *state.Backend
-	source  *kafkaio.Source
-	sinks   []*kafkaio.Sink // by index in Job.Sinks
-	chain   stream.Task
+	in      taskInput
+	// outs are the task's outputs: its sinks, by index in Job.Sinks.
+	outs  []output
+	chain stream.Task
+	// wm is the task's event time; nil if the job does not use it.
+	wm  *watermarks
+	met *taskMetrics
 
 	ctx     context.Context // the task's life; cancelled by Stop
 	cancel  context.CancelFunc
@@ -164,6 +195,13 @@ func (t *Task) open(ctx context.Context, name string) error {
 		Logger: t.log, Registerer: cfg.Registerer, Now: cfg.Now,
 		RecordCacheBytes: cfg.RecordCacheBytes,
 	}
+	if st := cfg.Plan.Stage(cfg.ID.Stage); st != nil && !st.Kafka {
+		// A downstream stage's keyed state carries its key groups, so that
+		// a later change of the stage's parallelism only moves ranges.
+		// Stage main keeps the layout of the checkpoints it always wrote.
+		lo, hi := cfg.Plan.KeyGroups(cfg.ID)
+		scfg.MaxParallelism, scfg.KeyGroups = cfg.Plan.MaxParallelism, [2]int{lo, hi}
+	}
 	var opState operatorState
 	if cfg.RestoreFrom > 0 {
 		handle, err := t.manifestHandle(ctx, name)
@@ -190,9 +228,19 @@ func (t *Task) open(ctx context.Context, name string) error {
 		t.backend = b
 	}
 
-	chain, err := cfg.Job.NewTask(stream.TaskContext{
-		Backend: t.backend, Task: cfg.ID.String(), Index: cfg.ID.Index, Now: cfg.Now, Logger: t.log,
-	})
+	st := cfg.Plan.Stage(cfg.ID.Stage)
+	if st == nil {
+		return fmt.Errorf("the job's plan has no stage %s", cfg.ID.Stage)
+	}
+	t.met = cfg.Metrics.forTask(cfg.ID.String(), cfg.Gen)
+	tc := stream.TaskContext{
+		Backend: t.backend, Stage: st.Name, Task: cfg.ID.String(), Index: cfg.ID.Index, Now: cfg.Now, Logger: t.log,
+	}
+	if t.met != nil {
+		tc.OnLate = t.met.onLate
+		tc.OnRecordError = t.met.onRecordError
+	}
+	chain, err := cfg.Job.NewTask(tc)
 	if err != nil {
 		return fmt.Errorf("operator chain: %w", err)
 	}
@@ -204,92 +252,86 @@ func (t *Task) open(ctx context.Context, name string) error {
 	if n := len(opState.Sinks); n > 0 && n != len(cfg.Sinks) {
 		return fmt.Errorf("checkpoint %d has transactions of %d sinks; the job has %d", cfg.RestoreFrom, n, len(cfg.Sinks))
 	}
-	sources := cfg.Job.Sources()
-	if len(sources) != 1 {
-		return fmt.Errorf("job %s has %d sources; this runtime runs exactly one", cfg.Job.Name(), len(sources))
-	}
-	srcCfg, err := sourceConfig(sources[0])
-	if err != nil {
-		return err
-	}
-	if srcCfg.DecodeErrors == kafkaio.DecodeDeadLetter {
-		// The records the source's format check rejects go to the job's
-		// exactly-once sink of the dead-letter topic, as those its codec
-		// rejects do (stream.KafkaSource.DeadLetterTopic): they commit with
-		// the checkpoint of their epoch, so a restore never writes one twice.
-		idx := slices.IndexFunc(cfg.Sinks, func(k stream.KafkaSink) bool { return k.Topic == srcCfg.DeadLetterTopic })
-		if idx < 0 {
-			return fmt.Errorf("source: the job has no sink for the dead-letter topic %s", srcCfg.DeadLetterTopic)
+
+	if cfg.Job.EventTime() {
+		if err := t.openWatermarks(st, opState.Watermark); err != nil {
+			return err
 		}
-		srcCfg.DeadLetter = sinkDeadLetters{t: t, sink: idx}
 	}
-	srcCfg.ClientOpts = cfg.Kafka
-	srcCfg.Partition = int32(cfg.ID.Index)
-	srcCfg.Restored = opState.Offsets
-	srcCfg.Skip = cfg.Skip
-	srcCfg.Group = cfg.Prefix + "source"
-	srcCfg.Name = cfg.ID.String()
-	srcCfg.Logger = t.log
-	srcCfg.Registerer = cfg.Registerer
 
 	// The sinks' recovery (commit what the checkpoint pre-committed, fence
-	// the rest of each pool) and the source's start are independent round
-	// trips to the broker: they run in parallel. No record is read before
-	// open returns, so nothing is written before every sink has recovered
-	// (DESIGN.md section 6).
+	// the rest of each pool), the shuffle writers' and the input's start
+	// are independent round trips to the broker: they run in parallel. No
+	// record is read before open returns, so nothing is written before
+	// every sink has recovered (DESIGN.md section 6). A task opens only its
+	// stage's sinks and shuffles: outs[i] is sink i, outs[len(Sinks)+e]
+	// shuffle edge e, nil where the stage writes none.
 	specs := cfg.Sinks
-	t.sinks = make([]*kafkaio.Sink, len(specs))
-	errs := make([]error, len(specs)+1)
+	t.outs = make([]output, len(specs)+len(cfg.Plan.Shuffles))
+	errs := make([]error, len(t.outs)+1)
 	var wg sync.WaitGroup
-	for i, spec := range specs {
-		var handles []kafkaio.SinkTxnHandle
+	for _, i := range st.Sinks {
+		spec := specs[i]
+		var handles []sink.TxnHandle
 		if i < len(opState.Sinks) {
 			handles = opState.Sinks[i]
 		}
-		wg.Go(func() { t.sinks[i], errs[i] = t.openSink(ctx, i, spec, handles) })
+		wg.Go(func() {
+			sink, err := t.openSink(ctx, i, spec, handles)
+			if sink != nil {
+				t.outs[i] = sinkOutput{sink}
+			}
+			errs[i] = err
+		})
+	}
+	for _, sh := range st.Outputs {
+		i := len(specs) + sh.Edge
+		w, err := shuffle.NewWriter(shuffle.WriterConfig{
+			ClientOpts: cfg.Kafka, Topic: sh.Topic, Partitions: sh.Partitions,
+			Task: cfg.ID, Gen: cfg.Gen, Logger: t.log, Metrics: cfg.Metrics.shuffleMetrics(),
+		})
+		if err != nil {
+			errs[i] = fmt.Errorf("shuffle %s: %w", sh.Topic, err)
+			continue
+		}
+		t.outs[i] = shuffleOutput{w}
 	}
 	wg.Go(func() {
-		src, err := kafkaio.NewSource(ctx, srcCfg)
-		if err != nil {
-			errs[len(specs)] = fmt.Errorf("source: %w", err)
-			return
+		if st.Kafka {
+			t.in, errs[len(t.outs)] = t.openSource(ctx, opState.Offsets)
+		} else {
+			t.in, errs[len(t.outs)] = t.openShuffleInput(ctx, opState.Shuffle)
 		}
-		t.source = src
 	})
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// openSink creates sink i and recovers it from the checkpoint's handles.
-func (t *Task) openSink(ctx context.Context, i int, spec stream.KafkaSink, handles []kafkaio.SinkTxnHandle) (*kafkaio.Sink, error) {
+// openWatermarks sets up the task's event time, restored from the
+// checkpoint's state (nil: none).
+func (t *Task) openWatermarks(st *plan.Stage, restored *watermarkState) error {
 	cfg := t.cfg
-	mode := kafkaio.SinkExactlyOnce
-	if spec.Delivery == stream.DeliveryAtLeastOnce {
-		mode = kafkaio.SinkAtLeastOnce
+	sources := cfg.Job.Sources()
+	if len(sources) != 1 {
+		return fmt.Errorf("job %s has %d sources; this runtime runs exactly one", cfg.Job.Name(), len(sources))
 	}
-	opts := append(append([]kgo.Opt{}, cfg.Kafka...), kgo.DefaultProduceTopic(spec.Topic))
-	if spec.MaxRecordBytes > 0 {
-		opts = append(opts, kgo.ProducerBatchMaxBytes(spec.MaxRecordBytes))
+	spec := sources[0].Watermark
+	if st.Kafka {
+		w, err := newSourceWatermarks(spec, sources[0].Topics, int32(cfg.ID.Index), cfg.Now())
+		if err != nil {
+			return err
+		}
+		t.wm = w
+	} else {
+		lo, hi := cfg.Plan.KeyGroups(cfg.ID)
+		t.wm = newShuffleWatermarks(spec, int32(lo), int32(hi), st.Input.Writers)
 	}
-	sink, err := kafkaio.NewSink(kafkaio.SinkConfig{
-		ClientOpts:               opts,
-		TransactionalIDPrefix:    cfg.Prefix,
-		Stage:                    sinkStage(cfg.ID.Stage, i),
-		Partition:                int32(cfg.ID.Index),
-		Mode:                     mode,
-		MaxConcurrentCheckpoints: cfg.MaxConcurrentCheckpoints,
-		TransactionTimeout:       spec.TransactionTimeout,
-		Logger:                   t.log.With("sink", spec.Topic),
-		Metrics:                  cfg.SinkMetrics,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("sink %s: %w", spec.Topic, err)
+	if restored != nil {
+		if err := t.wm.restore(restored); err != nil {
+			return fmt.Errorf("checkpoint %d: watermarks of %s: %w", cfg.RestoreFrom, cfg.ID, err)
+		}
 	}
-	if err := sink.Recover(ctx, handles); err != nil {
-		// Returned, so that closeParts closes it with the others.
-		return sink, fmt.Errorf("recover sink %s from checkpoint %d: %w", spec.Topic, cfg.RestoreFrom, err)
-	}
-	return sink, nil
+	return nil
 }
 
 // manifestHandle reads checkpoint RestoreFrom's _metadata and returns this
@@ -304,113 +346,32 @@ func (t *Task) manifestHandle(ctx context.Context, name string) (string, error) 
 	if err != nil {
 		return "", fmt.Errorf("decode %s: %w", key, err)
 	}
+	var handle string
+	var found, inStage int
 	for _, ts := range md.Tasks {
+		if ts.Task.Stage == t.cfg.ID.Stage {
+			inStage++
+		}
 		if ts.Task == t.cfg.ID {
-			return ts.Handle, nil
+			handle = ts.Handle
+			found++
 		}
 	}
-	return "", fmt.Errorf("checkpoint %d has no state for task %s (task %s)", t.cfg.RestoreFrom, t.cfg.ID, name)
-}
-
-// sinkStage names sink i of a stage in transactional IDs: the first sink
-// keeps the stage's name, others get ".s<i>".
-func sinkStage(stage string, i int) string {
-	if i == 0 {
-		return stage
+	st := t.cfg.Plan.Stage(t.cfg.ID.Stage)
+	if found == 0 || st == nil || inStage != st.Parallelism {
+		// The plan changed since the checkpoint: its tasks' state cannot be
+		// placed (rescaling a stage with its state is not supported yet).
+		// No restart fixes it: the job stops, saying so.
+		want := 0
+		if st != nil {
+			want = st.Parallelism
+		}
+		return "", &PermanentError{Cause: control.CauseJob, Err: fmt.Errorf(
+			"checkpoint %d has state for %d tasks of stage %s, the job's plan has %d (task %s): a stage's parallelism or name changed since the checkpoint (job.parallelism, a key_by's parallelism, kafka partitions of the input); restore the settings it was taken with",
+			t.cfg.RestoreFrom, inStage, t.cfg.ID.Stage, want, name)}
 	}
-	return fmt.Sprintf("%s.s%d", stage, i)
+	return handle, nil
 }
-
-// sourceConfig translates the job's source into the source's settings.
-func sourceConfig(s stream.KafkaSource) (kafkaio.SourceConfig, error) {
-	var start kafkaio.SourceStart
-	switch s.Start.Kind {
-	case stream.StartEarliest:
-		start.Kind = kafkaio.SourceStartEarliest
-	case stream.StartLatest:
-		start.Kind = kafkaio.SourceStartLatest
-	case stream.StartTimestamp:
-		start = kafkaio.SourceStart{Kind: kafkaio.SourceStartTimestamp, Time: s.Start.Time}
-	default:
-		return kafkaio.SourceConfig{}, fmt.Errorf("source start %v: unknown kind", s.Start)
-	}
-	policy, err := kafkaio.ParseDecodePolicy(string(s.OnError))
-	if err != nil {
-		return kafkaio.SourceConfig{}, err
-	}
-	dec, err := kafkaio.DecoderForFormat(s.Format)
-	if err != nil {
-		return kafkaio.SourceConfig{}, err
-	}
-	return kafkaio.SourceConfig{
-		Topics: s.Topics, Start: start, Decoder: dec,
-		DecodeErrors: policy, DeadLetterTopic: s.DeadLetterTopic,
-	}, nil
-}
-
-// PermanentError is a task failure that no retry or restart can fix: a
-// record that does not decode under on_error: fail, an object store that
-// refuses the job. The replica reports it to the coordinator (a
-// control.Failure), which stops the job (DESIGN.md section 11).
-type PermanentError struct {
-	Cause control.FailureCause
-	// Record is the input record that caused it, if one did.
-	Record control.Position
-	Err    error
-}
-
-func (e *PermanentError) Error() string { return e.Err.Error() }
-
-// Unwrap returns the underlying error.
-func (e *PermanentError) Unwrap() error { return e.Err }
-
-// Failure is the report of e for the coordinator.
-func (e *PermanentError) Failure(gen uint64, id control.TaskID) control.Failure {
-	reason := e.Err.Error()
-	if len(reason) > 2048 {
-		reason = strings.ToValidUTF8(reason[:2048], "") + "…"
-	}
-	return control.Failure{Gen: gen, Task: id, Cause: e.Cause, Reason: reason, Record: e.Record}
-}
-
-// Permanent returns err as a *PermanentError if no retry or restart can fix
-// it, and nil otherwise.
-func Permanent(err error) *PermanentError {
-	var pe *PermanentError
-	var dec *kafkaio.SourceDecodeError
-	var rec *stream.RecordError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &pe):
-		return pe
-	case errors.As(err, &dec):
-		return &PermanentError{Cause: control.CauseRecord, Err: err,
-			Record: control.Position{Topic: dec.Topic, Partition: dec.Partition, Offset: dec.Offset}}
-	case errors.As(err, &rec) && errors.Is(err, stream.ErrDecode):
-		return &PermanentError{Cause: control.CauseRecord, Err: err,
-			Record: control.Position{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}}
-	case errors.Is(err, objstore.ErrPermanent):
-		return &PermanentError{Cause: control.CauseStorage, Err: err}
-	}
-	return nil
-}
-
-// sinkDeadLetters is the source's DeadLetterWriter of a task: it adds each
-// dead letter to the task's sink of the dead-letter topic, on the task
-// goroutine (the source calls it from Next), so that the record belongs to
-// the open epoch's transaction. It needs no flush of its own: the barrier
-// that follows pre-commits every sink, and the checkpoint commits it.
-type sinkDeadLetters struct {
-	t    *Task
-	sink int // index in t.sinks
-}
-
-func (d sinkDeadLetters) WriteDeadLetter(ctx context.Context, r *kgo.Record) error {
-	return d.t.sinks[d.sink].Write(ctx, r)
-}
-
-func (sinkDeadLetters) FlushDeadLetters(context.Context) error { return nil }
 
 // run is the task goroutine.
 func (t *Task) run() {
@@ -438,12 +399,25 @@ func (t *Task) loop() error {
 	var batch []stream.Record
 	var headers []stream.Header // one slab per batch for the records' headers
 	nextTimers := t.cfg.Now().Add(t.cfg.TimerInterval)
+	var nextWatermark time.Time
+	if t.wm != nil {
+		// The restored watermark, at once: the chain's and the next
+		// stage's, before any record.
+		if err := t.advanceWatermark(out); err != nil {
+			return err
+		}
+		nextWatermark = t.cfg.Now().Add(t.wm.interval)
+	}
 	for {
 		if err := t.backend.Failed(); err != nil {
 			return err // the local disk failed: restore elsewhere or later
 		}
-		pollCtx, cancel := context.WithDeadline(ctx, nextTimers)
-		el, err := t.source.Next(pollCtx)
+		deadline := nextTimers
+		if t.wm != nil && nextWatermark.Before(deadline) {
+			deadline = nextWatermark
+		}
+		pollCtx, cancel := context.WithDeadline(ctx, deadline)
+		el, err := t.in.next(pollCtx)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -453,13 +427,13 @@ func (t *Task) loop() error {
 				return err
 			}
 		}
-		if el.Barrier != nil {
-			if err := t.barrier(el.Barrier); err != nil {
+		if el.barrier != nil {
+			if err := t.barrier(el.barrier); err != nil {
 				return err
 			}
-		} else if len(el.Records) > 0 {
+		} else if len(el.records) > 0 {
 			batch, headers = batch[:0], headers[:0]
-			for _, r := range el.Records {
+			for _, r := range el.records {
 				var hs []stream.Header
 				if len(r.Headers) > 0 {
 					start := len(headers)
@@ -489,182 +463,48 @@ func (t *Task) loop() error {
 			}
 			nextTimers = now.Add(t.cfg.TimerInterval)
 		}
+		if now := t.cfg.Now(); t.wm != nil && (t.wm.moved || !now.Before(nextWatermark)) {
+			if err := t.advanceWatermark(out); err != nil {
+				return err
+			}
+			nextWatermark = now.Add(t.wm.interval)
+		}
 	}
 }
 
-// emitter writes the chain's output to the sinks. A record handed to Emit
-// is valid only during the call (the chain reuses its buffers), and the
-// producer keeps what it is given until the broker acknowledges it, so the
-// emitter copies keys, values and headers into arenas, and records into a
-// slab: a chunk is allocated per many records, never per record, and is
-// never reused (the producer may still hold parts of it).
-type emitter struct {
-	t     *Task
-	err   error
-	arena []byte
-	recs  []kgo.Record
-}
-
-const (
-	emitArenaSize = 256 << 10
-	emitSlabSize  = 1024
-)
-
-func (e *emitter) bytes(b []byte) []byte {
-	if b == nil {
+// advanceWatermark computes the task's watermark from its inputs'. If it
+// advanced, the chain fires its event-time timers up to it, and then (so
+// that what they emitted precedes it) the task writes it to every shuffle
+// output; when the inputs have all become idle it writes that once, and
+// when one is active again the watermark once more.
+func (t *Task) advanceWatermark(out *emitter) error {
+	w := t.wm
+	now := t.cfg.Now()
+	w.moved = false
+	wm, idle := w.output(now)
+	if wm > w.current || (wm == w.current && !w.started && wm > eventtime.MinWatermark) {
+		if err := t.chain.AdvanceWatermark(time.UnixMilli(wm), out); err != nil {
+			return fmt.Errorf("event-time timers: %w", err)
+		}
+		if out.err != nil {
+			return out.err
+		}
+		w.current = wm
+	}
+	w.started = true
+	t.met.publish(w.current, w.idleInputs(), now)
+	if w.current == w.sent && idle == w.sentIdle {
 		return nil
 	}
-	n := len(b)
-	if cap(e.arena)-len(e.arena) < n {
-		e.arena = make([]byte, 0, max(emitArenaSize, n))
-	}
-	start := len(e.arena)
-	e.arena = append(e.arena, b...)
-	return e.arena[start : start+n : start+n]
-}
-
-func (e *emitter) record() *kgo.Record {
-	if len(e.recs) == cap(e.recs) {
-		e.recs = make([]kgo.Record, 0, emitSlabSize)
-	}
-	e.recs = e.recs[:len(e.recs)+1]
-	return &e.recs[len(e.recs)-1]
-}
-
-func (e *emitter) Emit(sink int, r stream.Record) error {
-	if e.err != nil {
-		return e.err
-	}
-	if sink < 0 || sink >= len(e.t.sinks) {
-		e.err = fmt.Errorf("emit to sink %d: the job has %d sinks", sink, len(e.t.sinks))
-		return e.err
-	}
-	rec := e.record()
-	rec.Key, rec.Value, rec.Timestamp = e.bytes(r.Key), e.bytes(r.Value), r.Timestamp
-	if len(r.Headers) > 0 {
-		rec.Headers = make([]kgo.RecordHeader, len(r.Headers))
-		for i, h := range r.Headers {
-			rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: e.bytes(h.Value)}
+	for _, o := range t.outs {
+		if sh, ok := o.(shuffleOutput); ok {
+			if err := sh.w.Watermark(t.ctx, w.current, idle); err != nil {
+				return fmt.Errorf("shuffle watermark: %w", err)
+			}
 		}
 	}
-	if err := e.t.sinks[sink].Write(e.t.ctx, rec); err != nil {
-		e.err = fmt.Errorf("sink %d: %w", sink, err)
-	}
-	return e.err
-}
-
-// barrier takes the synchronous part of snapshot n at the barrier and
-// starts its asynchronous part.
-func (t *Task) barrier(b *kafkaio.SourceBarrier) error {
-	n := b.Checkpoint
-	start := time.Now()
-	pres := make([]*kafkaio.SinkPreCommit, len(t.sinks))
-	for i, sink := range t.sinks {
-		pre, err := sink.PreCommit(t.ctx, n)
-		if err != nil {
-			t.decline(n, fmt.Sprintf("sink %d pre-commit: %v", i, err))
-			return err
-		}
-		pres[i] = pre
-	}
-	snap, err := t.backend.Snapshot(n, nil)
-	if err != nil {
-		t.decline(n, fmt.Sprintf("snapshot: %v", err))
-		return fmt.Errorf("snapshot %d: %w", n, err)
-	}
-	syncDur := time.Since(start)
-	offsets := b.Offsets
-	t.async.Go(func() { t.finishSnapshot(n, pres, snap, offsets, syncDur) })
+	w.sent, w.sentIdle = w.current, idle
 	return nil
-}
-
-// finishSnapshot is the asynchronous part of snapshot n.
-func (t *Task) finishSnapshot(n int64, pres []*kafkaio.SinkPreCommit, snap *state.Snapshot, offsets kafkaio.SourceOffsets, syncDur time.Duration) {
-	ctx := t.ctx
-	op := operatorState{Offsets: offsets, Sinks: make([][]kafkaio.SinkTxnHandle, len(pres))}
-	for i, pre := range pres {
-		handles, err := pre.Wait(ctx)
-		if err != nil {
-			t.dropSnapshot(n)
-			t.decline(n, fmt.Sprintf("sink %d flush: %v", i, err))
-			return
-		}
-		op.Sinks[i] = handles
-	}
-	b, err := json.Marshal(op)
-	if err != nil {
-		t.dropSnapshot(n)
-		t.decline(n, fmt.Sprintf("encode operator state: %v", err))
-		return
-	}
-	snap.SetOperatorState(b)
-	res, err := snap.Run(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			t.decline(n, fmt.Sprintf("upload: %v", err))
-		}
-		return
-	}
-	ack := control.Ack{ID: uint64(n), Gen: t.cfg.Gen, Task: t.cfg.ID, Handle: res.Handle, Metrics: control.AckMetrics{
-		SyncMS: syncDur.Milliseconds(), AsyncMS: res.AsyncDuration.Milliseconds(),
-		StateBytes: res.StateBytes, UploadedBytes: res.UploadedBytes,
-	}}
-	if err := t.cfg.Acks.Send(ctx, ack); err != nil && ctx.Err() == nil {
-		t.log.Warn("ack not sent; the checkpoint will expire", "checkpoint_id", n, "err", err)
-	}
-}
-
-// dropSnapshot discards snapshot n's local copy and anything it uploaded.
-func (t *Task) dropSnapshot(n int64) {
-	if err := t.backend.NotifyAborted(context.WithoutCancel(t.ctx), n); err != nil {
-		t.log.Warn("discarding a failed snapshot failed", "checkpoint_id", n, "err", err)
-	}
-}
-
-func (t *Task) decline(n int64, reason string) {
-	t.log.Warn("checkpoint declined", "checkpoint_id", n, "reason", reason)
-	d := control.Decline{ID: uint64(n), Gen: t.cfg.Gen, Task: t.cfg.ID, Reason: reason}
-	if err := t.cfg.Acks.Send(context.WithoutCancel(t.ctx), d); err != nil {
-		t.log.Warn("decline not sent", "checkpoint_id", n, "err", err)
-	}
-}
-
-// Trigger asks the source to inject barrier n.
-func (t *Task) Trigger(n uint64) error { return t.source.InjectBarrier(int64(n)) }
-
-// Complete is notifyCheckpointComplete: the sink commits every transaction
-// pre-committed at or before n, the source commits n's offsets to the job's
-// consumer group, and the state backend lets go of older snapshots.
-func (t *Task) Complete(ctx context.Context, n uint64) error {
-	for i, sink := range t.sinks {
-		if err := sink.NotifyComplete(ctx, int64(n)); err != nil {
-			return fmt.Errorf("task %s: commit sink %d's transactions of checkpoint %d: %w", t.cfg.ID, i, n, err)
-		}
-	}
-	var errs []error
-	if err := t.source.Complete(ctx, int64(n)); err != nil {
-		errs = append(errs, fmt.Errorf("commit source offsets of checkpoint %d: %w", n, err))
-	}
-	if err := t.backend.NotifyComplete(ctx, int64(n)); err != nil {
-		errs = append(errs, fmt.Errorf("state: %w", err))
-	}
-	if err := errors.Join(errs...); err != nil {
-		// Offsets for people and local snapshot clean-up: not correctness.
-		t.log.Warn("checkpoint completion bookkeeping failed", "checkpoint_id", n, "err", err)
-	}
-	return nil
-}
-
-// Abort is the abort of checkpoint n: the state backend discards its
-// partial uploads; the sink keeps its data for the next checkpoint.
-func (t *Task) Abort(ctx context.Context, n uint64) {
-	t.source.Abort(int64(n))
-	for _, sink := range t.sinks {
-		sink.Abort(int64(n))
-	}
-	if err := t.backend.NotifyAborted(ctx, int64(n)); err != nil {
-		t.log.Warn("discarding an aborted snapshot failed", "checkpoint_id", n, "err", err)
-	}
 }
 
 // Done is closed when the task's goroutine has ended; Err then says why.
@@ -675,7 +515,7 @@ func (t *Task) Done() <-chan struct{} { return t.done }
 func (t *Task) Err() error { return t.err }
 
 // CaughtUp reports whether the source has read everything committed so far.
-func (t *Task) CaughtUp() bool { return t.source.CaughtUp() }
+func (t *Task) CaughtUp() bool { return t.in.caughtUp() }
 
 // Stop stops the task: its goroutine ends, pending snapshots are abandoned,
 // the sink aborts its open transaction (pre-committed ones stay for the
@@ -685,17 +525,18 @@ func (t *Task) Stop(ctx context.Context) error {
 	t.started.Do(func() { close(t.done) }) // never ran
 	<-t.done
 	t.async.Wait()
+	t.met.remove()
 	return t.closeParts(ctx)
 }
 
 func (t *Task) closeParts(ctx context.Context) error {
 	var errs []error
-	if t.source != nil {
-		t.source.Close()
+	if t.in != nil {
+		t.in.close()
 	}
-	for _, sink := range t.sinks {
-		if sink != nil { // nil: its creation failed
-			errs = append(errs, sink.Close(ctx))
+	for _, o := range t.outs {
+		if o != nil { // nil: its creation failed
+			errs = append(errs, o.close(ctx))
 		}
 	}
 	if t.chain != nil {

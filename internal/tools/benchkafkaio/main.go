@@ -6,13 +6,14 @@
 //     consumer (read_committed, from the start) and one idempotent producer;
 //     each polled record is produced to the same partition of the output
 //     topic. A record is through when its produce is acknowledged.
-//   - weir: per input partition one task, a kafkaio.Source (read_committed)
-//     feeding a kafkaio.Sink in exactly-once mode. A simulated coordinator
-//     injects barrier n into every source each checkpoint interval; when the
-//     barrier comes out of Next the task calls PreCommit(n), and a background
-//     goroutine waits for the pre-commit's flush and then completes the
-//     checkpoint at once (Sink.NotifyComplete, Source.Complete). A record is
-//     through when its transaction is committed.
+//   - weir: per input partition one task, a source.Source (read_committed)
+//     feeding a sink.Sink in exactly-once mode. A simulated coordinator
+//     triggers checkpoint n in every task each checkpoint interval; between
+//     two batches the task places barrier n (Source.Barrier) and calls
+//     PreCommit(n), and a background goroutine waits for the pre-commit's
+//     flush and then completes the checkpoint at once (Sink.NotifyComplete,
+//     Source.Complete). A record is through when its transaction is
+//     committed.
 //
 // Both pipes run the same number of partitions concurrently, one goroutine
 // per partition, with the same producer options, a new output record per
@@ -67,7 +68,8 @@ import (
 
 	"github.com/weir-stream/weir/internal/benchutil"
 	"github.com/weir-stream/weir/internal/kafkatest"
-	"github.com/weir-stream/weir/kafkaio"
+	"github.com/weir-stream/weir/kafkaio/sink"
+	"github.com/weir-stream/weir/kafkaio/source"
 )
 
 type config struct {
@@ -539,49 +541,56 @@ func outRecord(r *kgo.Record, p int32) *kgo.Record {
 }
 
 // coordinator stands in for Weir's checkpoint coordinator: it owns the
-// checkpoint IDs and injects barrier n into every running task's source each
-// interval, and a last barrier into a task that has read all its input.
+// checkpoint IDs and triggers the next checkpoint in every running task each
+// interval, and a last one in a task that has read all its input. A task
+// takes its pending checkpoints between two batches and places their
+// barriers there. Its input is written before it starts, so its polls never
+// wait on an idle partition before its last barrier, and it needs no
+// wake-up on a trigger (runtime/task's trigger queue has one).
 type coordinator struct {
 	mu    sync.Mutex
 	last  int64
-	tasks map[int32]*kafkaio.Source // running tasks; a finished task leaves
+	tasks map[int32][]int64 // running tasks' pending checkpoints; a finished task leaves
 }
 
-// add registers a task's source for the periodic barriers.
-func (c *coordinator) add(p int32, src *kafkaio.Source) {
+// add registers a task for the periodic checkpoints.
+func (c *coordinator) add(p int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.tasks[p] = src
+	c.tasks[p] = nil
 }
 
-// trigger injects the next checkpoint into every running task.
-func (c *coordinator) trigger() error {
+// trigger queues the next checkpoint in every running task.
+func (c *coordinator) trigger() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.tasks) == 0 {
-		return nil
+		return
 	}
 	c.last++
-	for p, src := range c.tasks {
-		if err := src.InjectBarrier(c.last); err != nil {
-			return fmt.Errorf("partition %d: inject barrier %d: %w", p, c.last, err)
-		}
+	for p, pending := range c.tasks {
+		c.tasks[p] = append(pending, c.last)
 	}
-	return nil
 }
 
-// finish injects the task's last barrier, returns its checkpoint ID, and
-// stops the periodic barriers of the task.
-func (c *coordinator) finish(p int32) (int64, error) {
+// take appends task p's pending checkpoints to ids and forgets them.
+func (c *coordinator) take(p int32, ids []int64) []int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	src := c.tasks[p]
+	ids = append(ids, c.tasks[p]...)
+	c.tasks[p] = c.tasks[p][:0]
+	return ids
+}
+
+// finish stops the periodic checkpoints of task p, and appends to ids its
+// pending checkpoints and then its last one, whose ID it returns too.
+func (c *coordinator) finish(p int32, ids []int64) ([]int64, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids = append(ids, c.tasks[p]...)
 	delete(c.tasks, p)
 	c.last++
-	if err := src.InjectBarrier(c.last); err != nil {
-		return 0, fmt.Errorf("inject last barrier %d: %w", c.last, err)
-	}
-	return c.last, nil
+	return append(ids, c.last), c.last
 }
 
 // weirStats are counted by the tasks of the weir pipe.
@@ -596,7 +605,7 @@ type weirStats struct {
 // weirPipe is Weir's path: per partition a task with a source and an
 // exactly-once sink, and one coordinator.
 func (b *bench) weirPipe(ctx context.Context) (func(context.Context) (string, error), func(), error) {
-	sinks := make([]*kafkaio.Sink, b.c.partitions)
+	sinks := make([]*sink.Sink, b.c.partitions)
 	closeAll := func() {
 		for _, s := range sinks {
 			if s != nil {
@@ -607,7 +616,7 @@ func (b *bench) weirPipe(ctx context.Context) (func(context.Context) (string, er
 		}
 	}
 	reg := prometheus.NewRegistry()
-	met, err := kafkaio.NewSinkMetrics(reg)
+	met, err := sink.NewMetrics(reg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -616,7 +625,7 @@ func (b *bench) weirPipe(ctx context.Context) (func(context.Context) (string, er
 	errs := make([]error, b.c.partitions)
 	var wg sync.WaitGroup
 	for p := range sinks {
-		s, err := kafkaio.NewSink(kafkaio.SinkConfig{
+		s, err := sink.New(sink.Config{
 			ClientOpts:            b.producerOpts(b.eosOut),
 			TransactionalIDPrefix: b.txnPrefix,
 			Stage:                 "bench",
@@ -640,7 +649,7 @@ func (b *bench) weirPipe(ctx context.Context) (func(context.Context) (string, er
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		fe := &firstError{cancel: cancel}
-		coord := &coordinator{tasks: make(map[int32]*kafkaio.Source, b.c.partitions)}
+		coord := &coordinator{tasks: make(map[int32][]int64, b.c.partitions)}
 		var st weirStats
 		var tt taskTimes
 		start := time.Now()
@@ -654,10 +663,7 @@ func (b *bench) weirPipe(ctx context.Context) (func(context.Context) (string, er
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					if err := coord.trigger(); err != nil {
-						fe.set(err)
-						return
-					}
+					coord.trigger()
 				}
 			}
 		}()
@@ -714,7 +720,7 @@ func histogramSum(reg *prometheus.Registry, name string) time.Duration {
 
 // epoch is a barrier handed from the task goroutine to its completer.
 type epoch struct {
-	pc      *kafkaio.SinkPreCommit
+	pc      *sink.PreCommit
 	records int
 	at      time.Time
 }
@@ -723,13 +729,13 @@ type epoch struct {
 // sink, and handles barriers synchronously (PreCommit); its completer
 // goroutine does the asynchronous part and, standing in for the coordinator's
 // `complete n`, commits as soon as the flush is done.
-func (b *bench) weirTask(ctx context.Context, p int32, sink *kafkaio.Sink, coord *coordinator, st *weirStats, tt *taskTimes) error {
+func (b *bench) weirTask(ctx context.Context, p int32, sink *sink.Sink, coord *coordinator, st *weirStats, tt *taskTimes) error {
 	t := time.Now()
-	src, err := kafkaio.NewSource(ctx, kafkaio.SourceConfig{
+	src, err := source.New(ctx, source.Config{
 		ClientOpts:      []kgo.Opt{kgo.SeedBrokers(b.c.brokers...)},
 		Topics:          []string{b.in},
 		Partition:       p,
-		Start:           kafkaio.SourceStart{Kind: kafkaio.SourceStartEarliest},
+		Start:           source.Start{Kind: source.StartEarliest},
 		Group:           b.group,
 		MaxBatchRecords: b.c.srcBatch,
 		Name:            "bench-" + strconv.Itoa(int(p)),
@@ -738,7 +744,7 @@ func (b *bench) weirTask(ctx context.Context, p int32, sink *kafkaio.Sink, coord
 		return err
 	}
 	defer src.Close()
-	coord.add(p, src)
+	coord.add(p)
 	tt.start.Add(since(&t))
 
 	epochs := make(chan epoch, 64)
@@ -761,35 +767,43 @@ func (b *bench) weirTask(ctx context.Context, p int32, sink *kafkaio.Sink, coord
 	return err
 }
 
-func (b *bench) taskLoop(ctx context.Context, p int32, sink *kafkaio.Sink, src *kafkaio.Source, coord *coordinator, epochs chan<- epoch, tt *taskTimes) error {
+func (b *bench) taskLoop(ctx context.Context, p int32, sink *sink.Sink, src *source.Source, coord *coordinator, epochs chan<- epoch, tt *taskTimes) error {
 	var out []*kgo.Record
+	var ids []int64 // checkpoints to place before the next batch
 	got, inEpoch := 0, 0
 	var final int64 // the last barrier's checkpoint, once all input is read
 	t := time.Now()
 	for {
-		e, err := src.Next(ctx)
-		tt.read.Add(since(&t))
-		if err != nil {
-			return err
+		if got == b.want[p] && final == 0 {
+			ids, final = coord.finish(p, ids[:0])
+		} else {
+			ids = coord.take(p, ids[:0])
 		}
-		if br := e.Barrier; br != nil {
-			pc, err := sink.PreCommit(ctx, br.Checkpoint)
+		for _, n := range ids {
+			if _, err := src.Barrier(ctx, n); err != nil {
+				return err
+			}
+			pc, err := sink.PreCommit(ctx, n)
 			if err != nil {
 				return err
 			}
 			epochs <- epoch{pc: pc, records: inEpoch, at: time.Now()}
 			tt.barrier.Add(since(&t))
 			inEpoch = 0
-			if br.Checkpoint == final {
+			if n == final {
 				return nil
 			}
-			continue
 		}
-		if got += len(e.Records); got > b.want[p] {
+		recs, err := src.Next(ctx)
+		tt.read.Add(since(&t))
+		if err != nil {
+			return err
+		}
+		if got += len(recs); got > b.want[p] {
 			return fmt.Errorf("read %d records, the input partition has %d", got, b.want[p])
 		}
 		out = out[:0]
-		for _, r := range e.Records {
+		for _, r := range recs {
 			out = append(out, outRecord(r, p))
 		}
 		err = sink.WriteBatch(ctx, out)
@@ -798,16 +812,11 @@ func (b *bench) taskLoop(ctx context.Context, p int32, sink *kafkaio.Sink, src *
 			return err
 		}
 		inEpoch += len(out)
-		if got == b.want[p] && final == 0 {
-			if final, err = coord.finish(p); err != nil {
-				return err
-			}
-		}
 	}
 }
 
 // complete is the asynchronous part of a checkpoint and its completion.
-func (b *bench) complete(ctx context.Context, e epoch, sink *kafkaio.Sink, src *kafkaio.Source, st *weirStats) error {
+func (b *bench) complete(ctx context.Context, e epoch, sink *sink.Sink, src *source.Source, st *weirStats) error {
 	n := e.pc.Checkpoint()
 	if _, err := e.pc.Wait(ctx); err != nil {
 		return fmt.Errorf("pre-commit %d: %w", n, err)

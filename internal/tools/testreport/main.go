@@ -12,6 +12,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -34,6 +35,13 @@ type event struct {
 	Test       string
 	Output     string
 	ImportPath string
+	Elapsed    float64 // seconds, on pass and fail
+}
+
+// timed is a top-level test's duration, for the list of the slowest.
+type timed struct {
+	name    string
+	elapsed float64
 }
 
 type testState struct {
@@ -54,6 +62,8 @@ type report struct {
 	kafkaName, s3Name         string
 	pkgOutput                 map[string]*strings.Builder
 	failedPackages, buildFail []string
+	// durations of the top-level tests, to keep CI's time budget in view
+	durations []timed
 }
 
 func main() {
@@ -113,6 +123,7 @@ func (r *report) add(e event) {
 			st.markerText = strings.TrimSpace(e.Output[i+len(s3Marker):])
 		}
 	case "pass":
+		r.timed(e)
 		r.passed++
 		if st.realKafka {
 			r.kafkaPassed++
@@ -128,6 +139,7 @@ func (r *report) add(e event) {
 		r.skippedNames = append(r.skippedNames, e.Package+" "+e.Test+": "+skipReason(st.output.String()))
 		delete(r.tests, key)
 	case "fail":
+		r.timed(e)
 		r.failed++
 		if st.realKafka {
 			r.kafkaFailed++
@@ -200,8 +212,22 @@ func (r *report) finish(requireKafka, requireS3 bool) bool {
 		fmt.Fprintln(r.out, "testreport: -require-s3: no test passed against the real S3 server")
 		ok = false
 	}
+	slices.SortFunc(r.durations, func(a, b timed) int { return cmp.Compare(b.elapsed, a.elapsed) })
+	if n := min(len(r.durations), 12); n > 0 {
+		fmt.Fprintf(r.out, "slowest tests (each package's run in parallel with others'):\n")
+		for _, d := range r.durations[:n] {
+			fmt.Fprintf(r.out, "  %6.1fs %s\n", d.elapsed, d.name)
+		}
+	}
 	fmt.Fprintf(r.out, "tests: %d passed, %d failed, %d skipped\n", r.passed, r.failed, r.skipped)
 	return ok
+}
+
+// timed records the duration of a top-level test.
+func (r *report) timed(e event) {
+	if e.Test != "" && !strings.Contains(e.Test, "/") {
+		r.durations = append(r.durations, timed{name: e.Package + " " + e.Test, elapsed: e.Elapsed})
+	}
 }
 
 // nameOf keeps the broker or server description of a marker line, dropping

@@ -1,0 +1,538 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/kafkaio/controltopic"
+	"github.com/weir-stream/weir/pipeline"
+	"github.com/weir-stream/weir/stream"
+)
+
+// devExample is an example job `processor dev` runs, on the sample clicks
+// ({"user": ..., "page": ..., "ts": ...}, keyed by user) of the clicks topic.
+type devExample struct {
+	name   string // the job's name, the --example flag's value
+	what   string // what it does, for the banner
+	output string // its output topic
+	// topics are the other topics it writes (a window's late_topic),
+	// created with the input and the output.
+	topics []string
+	// pipeline is the job section, as in examples/<name>.yaml (a test
+	// keeps them the same).
+	pipeline string
+	// file is the job file of --job (then pipeline is empty), and
+	// sources its source topics (devJob); the examples read clicks.
+	file    string
+	sources []string
+}
+
+// inputs returns the topics the job reads.
+func (e devExample) inputs() []string {
+	if e.file != "" {
+		return e.sources
+	}
+	return []string{"clicks"}
+}
+
+// devJob describes the job of a --job file: its source topics, its output
+// (the last sink of job.pipeline, else the first sink) and its other sinks.
+func devJob(cfg *config.Config) (devExample, error) {
+	j, err := pipeline.Compile(cfg.Job)
+	if err != nil {
+		return devExample{}, cfg.Annotate(err)
+	}
+	ex := devExample{name: cfg.Job.Name, what: "the YAML job of the file"}
+	for _, s := range j.Sources() {
+		ex.sources = append(ex.sources, s.Topics...)
+	}
+	if steps := cfg.Job.Pipeline; len(steps) > 0 && steps[len(steps)-1].Sink != nil {
+		ex.output = steps[len(steps)-1].Sink.Topic
+	}
+	for _, k := range j.Sinks() {
+		if ex.output == "" {
+			ex.output = k.Topic
+		}
+		if k.Topic != ex.output && !slices.Contains(ex.topics, k.Topic) {
+			ex.topics = append(ex.topics, k.Topic)
+		}
+	}
+	if len(ex.sources) == 0 || ex.output == "" {
+		return devExample{}, errors.New("the job has no source or no sink")
+	}
+	return ex, nil
+}
+
+// devWriteInput writes the records of file (one a line: a value, or
+// key<TAB>value; empty lines skipped) to topic, and waits until Kafka has
+// them all.
+func devWriteInput(ctx context.Context, brokers []string, topic, file string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("--input: %w", err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for line := range strings.SplitSeq(string(b), "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		if line == "" {
+			continue
+		}
+		r := &kgo.Record{Value: []byte(line)}
+		if k, v, ok := strings.Cut(line, "\t"); ok {
+			r.Key, r.Value = []byte(k), []byte(v)
+		}
+		recs = append(recs, r)
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("--input: write to %s: %w", topic, err)
+	}
+	return nil
+}
+
+// devExamples returns the examples, the default first.
+func devExamples() []devExample {
+	return []devExample{{
+		name:   "clicks-per-user",
+		what:   "clicks → count per user → clicks-per-user",
+		output: "clicks-per-user",
+		pipeline: `
+job:
+  name: clicks-per-user
+  pipeline:
+    - source: {topics: [clicks], format: json, start: earliest}
+    - aggregate: {op: count}
+    - sink: {topic: clicks-per-user, format: json, delivery: exactly-once}
+`,
+	}, {
+		name:   "views-per-page",
+		what:   "clicks (keyed by user) → key_by page → count per page → views-per-page (two stages, joined by a shuffle topic)",
+		output: "views-per-page",
+		pipeline: `
+job:
+  name: views-per-page
+  pipeline:
+    - source: {topics: [clicks], format: json}
+    - key_by: {field: page}
+    - aggregate: {op: count}
+    - sink: {topic: views-per-page, format: json, delivery: exactly-once}
+`,
+	}, {
+		name:   "views-per-page-per-minute",
+		what:   "clicks → key_by page → tumbling one-minute windows in event time (the clicks' ts) → count per page and minute, once the watermark passes the minute's end + 10s → page-views-per-minute; later clicks → clicks-late",
+		output: "page-views-per-minute",
+		topics: []string{"clicks-late"},
+		pipeline: `
+job:
+  name: views-per-page-per-minute
+  pipeline:
+    - source: {topics: [clicks], format: json, timestamp: {field: ts, format: unix_ms}, watermark: {max_out_of_orderness: 5s, idle_timeout: 30s}}
+    - key_by: {field: page}
+    - window: {type: tumbling, size: 1m, allowed_lateness: 10s, late_topic: clicks-late}
+    - aggregate: {op: count}
+    - sink: {topic: page-views-per-minute, format: json, delivery: exactly-once}
+`,
+	}}
+}
+
+// devExampleNames returns the examples' names, "a, b or c".
+func devExampleNames() string {
+	var names []string
+	for _, e := range devExamples() {
+		names = append(names, e.name)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// devExampleNamed returns the example named name.
+func devExampleNamed(name string) (devExample, error) {
+	var names []string
+	for _, e := range devExamples() {
+		if e.name == name {
+			return e, nil
+		}
+		names = append(names, e.name)
+	}
+	return devExample{}, fmt.Errorf("--example %s: no such example (there are %s)", name, strings.Join(names, ", "))
+}
+
+// devSettings are the settings of every example job; the blanks are the
+// embedded broker, the state directory, the checkpoint storage and the HTTP
+// address.
+const devSettings = `
+kafka: {brokers: [%s]}
+checkpoint: {interval: 2s, storage: %q}
+state: {dir: %q}
+http: {address: %q}
+log: {level: warn}
+process: {replica_id: dev, grace_period: 10s}
+`
+
+func newDevCmd(job *stream.Job) *cobra.Command {
+	var (
+		dir        string
+		rate       int
+		users      int
+		partitions int32
+		httpAddr   string
+		quiet      bool
+		example    string
+		jobFile    string
+		inputFile  string
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run an example job on an embedded Kafka and a local object store",
+		Long: `dev runs everything in one process, for trying Weir out: an in-process Kafka
+(franz-go's kfake) persisted under --dir, a file:// object store under --dir,
+an example job, and a generator of sample clicks keyed by user. The
+example (--example) is clicks-per-user (count clicks per user, exactly
+once; examples/clicks-per-user.yaml), views-per-page (count views per
+page: a key_by page re-keys the clicks, which makes two stages joined by a
+shuffle topic; examples/views-per-page.yaml) or views-per-page-per-minute
+(count views per page in one-minute event-time windows, each result once
+after the minute's end plus 15s; examples/views-per-page-per-minute.yaml). It prints the job's output as it is committed —
+each line is one output record, visible to read_committed consumers — and
+serves metrics on --http.
+
+Stop it with Ctrl-C: it says which checkpoint completed last and how many
+output records are committed. Start it again: it resumes from that
+checkpoint, and no click is counted twice.
+
+With --job FILE, dev runs the YAML job of FILE instead (its job section;
+the embedded Kafka and the local stores replace its other settings): it
+creates the job's topics, writes the records of --input FILE to the job's
+first source topic (one record a line: a JSON value, or key<TAB>value),
+or without --input generates the sample clicks into it, and prints the
+committed output of every sink as "<time>  <topic>  [<key>  ]<value>".`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if job != nil {
+				return fmt.Errorf("dev runs Weir's example job, not the job %s defined in this program: run it with `%s run -c FILE`", job.Name(), cmd.Root().Name())
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			var ex devExample
+			switch {
+			case jobFile != "" && cmd.Flags().Changed("example"):
+				return errors.New("--job and --example: run one job")
+			case jobFile == "" && inputFile != "":
+				return errors.New("--input needs --job: the examples read the sample clicks")
+			case jobFile != "":
+				ex = devExample{file: jobFile}
+			default:
+				var err error
+				if ex, err = devExampleNamed(example); err != nil {
+					return err
+				}
+			}
+			return runDev(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), devOptions{
+				example: ex, dir: dir, rate: rate, users: users, partitions: partitions, http: httpAddr, quiet: quiet, input: inputFile,
+			})
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", ".weir-dev", "where the embedded Kafka, the state and the checkpoints live")
+	cmd.Flags().IntVar(&rate, "rate", 20, "sample clicks generated per second (0: none)")
+	cmd.Flags().IntVar(&users, "users", 10, "distinct users in the sample clicks")
+	cmd.Flags().Int32Var(&partitions, "partitions", 4, "partitions of the input topic (tasks of the job), on first start")
+	cmd.Flags().StringVar(&httpAddr, "http", "127.0.0.1:9464", "address of /metrics, /healthz, /livez, /readyz")
+	cmd.Flags().BoolVar(&quiet, "quiet", false, "do not print the output records")
+	cmd.Flags().StringVar(&example, "example", devExamples()[0].name, "the example job: "+devExampleNames())
+	cmd.Flags().StringVar(&jobFile, "job", "", "run the YAML job of this file instead of an example")
+	cmd.Flags().StringVar(&inputFile, "input", "", "with --job: write these records (one a line: a JSON value, or key<TAB>value) to the job's first source topic instead of sample clicks")
+	return cmd
+}
+
+type devOptions struct {
+	example    devExample
+	dir        string
+	rate       int
+	users      int
+	partitions int32
+	http       string
+	quiet      bool
+	input      string // a file of input records, with example.file
+}
+
+func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
+	dir, err := filepath.Abs(o.dir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DataDir(filepath.Join(dir, "kafka")))
+	if err != nil {
+		return fmt.Errorf("start the embedded Kafka: %w", err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+
+	settings := fmt.Sprintf(devSettings, brokers[0], "file://"+filepath.ToSlash(filepath.Join(dir, "checkpoints")),
+		filepath.Join(dir, "state"), o.http)
+	noEnv := func(string) (string, bool) { return "", false }
+	var cfg *config.Config
+	if o.example.file != "" {
+		// The file's job, and the dev settings over its others.
+		if cfg, err = config.Load(config.Source{File: o.example.file, YAML: []byte(settings), Env: noEnv}); err != nil {
+			return err
+		}
+		file := o.example.file
+		if o.example, err = devJob(cfg); err != nil {
+			return err
+		}
+		o.example.file = file
+	} else if cfg, err = config.Load(config.Source{YAML: []byte(o.example.pipeline + settings), Env: noEnv}); err != nil {
+		return fmt.Errorf("embedded job: %w", err)
+	}
+
+	if err := devTopics(ctx, brokers, o.partitions, o.example.inputs(), append([]string{o.example.output}, o.example.topics...)...); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "weir dev: Kafka (embedded) at %s, state and checkpoints in %s\n", brokers[0], dir)
+	fmt.Fprintf(out, "weir dev: job %s: %s (exactly once, checkpoint every %v)\n", o.example.name, o.example.what, cfg.Checkpoint.Interval)
+	if o.http != "" {
+		fmt.Fprintf(out, "weir dev: metrics on http://%s/metrics; Ctrl-C stops, running again resumes\n", o.http)
+	}
+
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	switch {
+	case o.input != "":
+		if err := devWriteInput(ctx, brokers, o.example.inputs()[0], o.input); err != nil {
+			return err
+		}
+	case o.rate > 0:
+		go devGenerate(gctx, brokers, o.example.inputs()[0], o.rate, o.users)
+	}
+	printed := make(chan struct{})
+	if o.quiet {
+		close(printed)
+	} else {
+		go func() {
+			defer close(printed)
+			if o.example.file != "" {
+				devPrintAll(gctx, out, brokers, append([]string{o.example.output}, o.example.topics...))
+				return
+			}
+			devPrint(gctx, out, brokers, o.example.output)
+		}()
+	}
+	if err := serve(ctx, cfg, nil, logOut, nil); err != nil {
+		return err
+	}
+	cancel()
+	<-printed
+	devSummary(out, cfg, brokers, o.dir, o.example)
+	return nil
+}
+
+// devSummary says, after Ctrl-C, what is committed and how to resume: the
+// newest completed checkpoint (from the commit topic) and the records
+// read_committed consumers see in the output topic.
+func devSummary(out io.Writer, cfg *config.Config, brokers []string, dir string, ex devExample) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	hist, err := controltopic.ReadHistory(ctx, opts, controltopic.NewTopics(cfg.Kafka.TopicPrefix), control.TopicCommit)
+	if err != nil {
+		fmt.Fprintf(out, "weir dev: stopped; could not read the checkpoints: %v\n", err)
+		return
+	}
+	var last uint64
+	for _, rec := range hist.Records {
+		if c, ok := rec.Msg.(control.Complete); ok {
+			last = max(last, c.ID)
+		}
+	}
+	again := "make run"
+	if dir != ".weir-dev" || ex.name != devExamples()[0].name || ex.file != "" {
+		again = "processor dev --dir " + dir
+	}
+	switch {
+	case ex.file != "":
+		again += " --job " + ex.file
+	case ex.name != devExamples()[0].name:
+		again += " --example " + ex.name
+	}
+	if last == 0 {
+		fmt.Fprintf(out, "weir dev: stopped before the first checkpoint completed: nothing is committed yet.\n")
+		fmt.Fprintf(out, "weir dev: run `%s` again to start over from the clicks already in the input.\n", again)
+		return
+	}
+	records := "?"
+	if n, err := devCommittedRecords(ctx, brokers, ex.output); err == nil {
+		records = strconv.FormatInt(n, 10)
+	}
+	fmt.Fprintf(out, "weir dev: stopped. Last completed checkpoint: %d; %s holds %s committed records (what read_committed consumers see). Output after checkpoint %d was not committed and will be produced again.\n",
+		last, ex.output, records, last)
+	fmt.Fprintf(out, "weir dev: run `%s` again to resume from checkpoint %d: no input record counts twice.\n", again, last)
+}
+
+// devCommittedRecords counts the records of topic that read_committed
+// consumers see: it reads up to each partition's last stable offset,
+// keeping transaction markers to know where it is.
+func devCommittedRecords(ctx context.Context, brokers []string, topic string) (int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	remaining := map[int32]int64{} // partition -> last stable offset not yet reached
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset > 0 {
+			remaining[o.Partition] = o.Offset
+		}
+	})
+	if len(remaining) == 0 {
+		return 0, ends.Error()
+	}
+	rd, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		return 0, err
+	}
+	defer rd.Close()
+	var n int64
+	for len(remaining) > 0 {
+		fs := rd.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := remaining[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				n++
+			}
+			if r.Offset+1 >= end {
+				delete(remaining, r.Partition)
+			}
+		})
+	}
+	return n, nil
+}
+
+// devTopics creates the input topics and the outputs, unless they exist.
+func devTopics(ctx context.Context, brokers []string, partitions int32, inputs []string, outputs ...string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for _, t := range append(slices.Clone(inputs), outputs...) {
+		resp, err := adm.CreateTopic(ctx, partitions, 1, nil, t)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", t, err)
+		}
+	}
+	return nil
+}
+
+// devGenerate produces sample clicks to topic, keyed by user.
+func devGenerate(ctx context.Context, brokers []string, topic string, rate, users int) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	pages := []string{"/", "/pricing", "/docs", "/blog", "/signup"}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		user := fmt.Sprintf("user-%d", rand.IntN(users))
+		v, _ := json.Marshal(map[string]any{"user": user, "page": pages[rand.IntN(len(pages))], "ts": time.Now().UnixMilli()})
+		cl.Produce(ctx, &kgo.Record{Key: []byte(user), Value: v}, nil)
+	}
+}
+
+// devPrintAll prints the committed records of topics, with their topic
+// and key.
+func devPrintAll(ctx context.Context, out io.Writer, brokers []string, topics []string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+		kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if len(r.Key) > 0 {
+				fmt.Fprintf(out, "%s  %s  %s  %s\n", r.Timestamp.Format("15:04:05"), r.Topic, r.Key, r.Value)
+				return
+			}
+			fmt.Fprintf(out, "%s  %s  %s\n", r.Timestamp.Format("15:04:05"), r.Topic, r.Value)
+		})
+	}
+}
+
+// devPrint prints the job's output, topic, as read_committed consumers see
+// it.
+func devPrint(ctx context.Context, out io.Writer, brokers []string, topic string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumerGroup("weir-dev-printer"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			fmt.Fprintf(out, "%s  %s\n", r.Timestamp.Format("15:04:05"), r.Value)
+		})
+	}
+}

@@ -1,0 +1,297 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/internal/e2etest"
+)
+
+// buildProcessor builds the stock binary, cmd/processor.
+func buildProcessor(t *testing.T) string {
+	t.Helper()
+	bin, err := e2etest.BuildProcessor(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+var (
+	devOutputLine = regexp.MustCompile(`^\d\d:\d\d:\d\d  \{"key":"user-\d+","count":\d+\}$`)
+	devStopped    = regexp.MustCompile(`weir dev: stopped\. Last completed checkpoint: (\d+); clicks-per-user holds (\d+) committed records`)
+	// The views-per-page example's, with the page and the count.
+	devViewsLine    = regexp.MustCompile(`^\d\d:\d\d:\d\d  \{"key":"(/[a-z]*)","count":(\d+)\}$`)
+	devViewsStopped = regexp.MustCompile(`weir dev: stopped\. Last completed checkpoint: (\d+); views-per-page holds (\d+) committed records`)
+)
+
+// runDevUntilOutput starts `processor dev` with args, waits for n committed
+// output records (lines that match line) and for checkpoint minCheckpoint
+// to be complete (its /metrics), sends SIGINT and returns its output once
+// it exited 0.
+func runDevUntilOutput(t *testing.T, bin, dir string, line *regexp.Regexp, n int, minCheckpoint float64, args ...string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, append([]string{"dev", "--dir", dir, "--http", addr, "--rate", "100"}, args...)...)
+	cmd.Env = append(os.Environ(), "WEIR_LOG_LEVEL=warn")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu  sync.Mutex
+		all bytes.Buffer
+	)
+	enough := make(chan struct{})
+	eof := make(chan struct{})
+	go func() {
+		defer close(eof)
+		sc := bufio.NewScanner(stdout)
+		seen := 0
+		for sc.Scan() {
+			mu.Lock()
+			all.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if line.MatchString(sc.Text()) {
+				if seen++; seen == n {
+					close(enough)
+				}
+			}
+		}
+	}()
+	timeout := time.After(60 * time.Second)
+	fail := func(what string) {
+		_ = cmd.Process.Kill()
+		<-eof
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("%s in 60s; stdout:\n%s\nstderr:\n%s", what, all.String(), stderr.String())
+	}
+	select {
+	case <-enough:
+	case <-timeout:
+		fail(fmt.Sprintf("no %d output records", n))
+	}
+	// Output printed at once may be what an earlier run's checkpoint left
+	// for this one's recovery to commit: wait for this run's own.
+	for metricSum(addr, "weir_checkpoint_last_completed_id") < minCheckpoint {
+		select {
+		case <-timeout:
+			fail(fmt.Sprintf("checkpoint %.0f not complete", minCheckpoint))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	<-eof
+	err = cmd.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		t.Fatalf("processor dev after SIGINT: %v (want exit 0); stdout:\n%s\nstderr:\n%s", err, all.String(), stderr.String())
+	}
+	return all.String()
+}
+
+// TestDevSaysWhatIsCommittedOnCtrlC runs `processor dev` (what `make run`
+// runs) as a user would, stops it with SIGINT once committed output was
+// printed, and checks that it exits 0 saying the last completed checkpoint,
+// how many output records are committed (at least as many as it printed)
+// and how to resume; then runs it again, which resumes from there: its
+// next stop names a later checkpoint.
+func TestDevSaysWhatIsCommittedOnCtrlC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildProcessor(t)
+	dir := filepath.Join(t.TempDir(), "dev")
+
+	check := func(out string) (checkpoint, committed int) {
+		t.Helper()
+		m := devStopped.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no 'stopped. Last completed checkpoint' line after SIGINT:\n%s", out)
+		}
+		resume := "run `processor dev --dir " + dir + "` again to resume from checkpoint " + m[1]
+		if !bytes.Contains([]byte(out), []byte(resume)) {
+			t.Fatalf("no %q after SIGINT:\n%s", resume, out)
+		}
+		checkpoint, _ = strconv.Atoi(m[1])
+		committed, _ = strconv.Atoi(m[2])
+		printed := 0
+		for _, line := range regexp.MustCompile("\n").Split(out, -1) {
+			if devOutputLine.MatchString(line) {
+				printed++
+			}
+		}
+		if checkpoint < 1 || committed < printed {
+			t.Fatalf("checkpoint %d, %d committed records, %d printed:\n%s", checkpoint, committed, printed, out)
+		}
+		return checkpoint, committed
+	}
+	first, committed1 := check(runDevUntilOutput(t, bin, dir, devOutputLine, 10, 1))
+	second, committed2 := check(runDevUntilOutput(t, bin, dir, devOutputLine, 10, float64(first+1)))
+	if second <= first || committed2 <= committed1 {
+		t.Fatalf("second run: checkpoint %d (first %d), %d committed records (first %d): did not resume", second, first, committed2, committed1)
+	}
+	t.Logf("first run: checkpoint %d, %d records; second: checkpoint %d, %d records", first, committed1, second, committed2)
+}
+
+// TestDevViewsPerPage runs `processor dev --example views-per-page`, the
+// two-stage example (key_by page), until committed output was printed and
+// a checkpoint completed, and stops it with SIGINT: each page's printed
+// counts are 1, 2, 3, … in order (the output of one run, exactly once),
+// and the stop line names the example's output topic and how to resume it.
+func TestDevViewsPerPage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildProcessor(t)
+	dir := filepath.Join(t.TempDir(), "dev")
+	out := runDevUntilOutput(t, bin, dir, devViewsLine, 30, 2, "--example", "views-per-page")
+	if !strings.Contains(out, "weir dev: job views-per-page: clicks (keyed by user) → key_by page") {
+		t.Errorf("no banner of the views-per-page job:\n%s", out)
+	}
+	m := devViewsStopped.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no 'stopped. Last completed checkpoint' line naming views-per-page:\n%s", out)
+	}
+	if resume := "run `processor dev --dir " + dir + " --example views-per-page` again to resume from checkpoint " + m[1]; !strings.Contains(out, resume) {
+		t.Errorf("no %q:\n%s", resume, out)
+	}
+	last := map[string]int{}
+	printed := 0
+	for _, l := range strings.Split(out, "\n") {
+		v := devViewsLine.FindStringSubmatch(l)
+		if v == nil {
+			continue
+		}
+		printed++
+		n, _ := strconv.Atoi(v[2])
+		if n != last[v[1]]+1 {
+			t.Errorf("page %s: count %d after %d", v[1], n, last[v[1]])
+		}
+		last[v[1]] = n
+	}
+	if committed, _ := strconv.Atoi(m[2]); len(last) < 2 || committed < printed {
+		t.Fatalf("%d pages, %d printed, %s committed:\n%s", len(last), printed, m[2], out)
+	}
+	t.Logf("counts per page: %v", last)
+}
+
+// TestDevExamplesAreTheExampleFiles: the jobs dev runs are those of
+// examples/<name>.yaml, and an unknown --example is refused with the
+// names of the known ones.
+func TestDevExamplesAreTheExampleFiles(t *testing.T) {
+	clearConfigEnv(t)
+	for _, ex := range devExamples() {
+		file, err := config.Load(config.Source{File: "../examples/" + ex.name + ".yaml"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev, err := config.Load(config.Source{YAML: []byte(ex.pipeline + "kafka: {brokers: [a:1]}\n")})
+		if err != nil {
+			t.Fatalf("%s: %v", ex.name, err)
+		}
+		if !reflect.DeepEqual(withoutPositions(file.Job), withoutPositions(dev.Job)) {
+			t.Errorf("%s: dev runs %+v, examples/%s.yaml is %+v", ex.name, dev.Job, ex.name, file.Job)
+		}
+		if last := dev.Job.Pipeline[len(dev.Job.Pipeline)-1].Sink; last == nil || last.Topic != ex.output {
+			t.Errorf("%s: output %s, the sink writes %+v", ex.name, ex.output, last)
+		}
+	}
+	var out bytes.Buffer
+	root := newRootCmd(&out, nil)
+	root.SetArgs([]string{"dev", "--example", "nope"})
+	if err := root.Execute(); err == nil || err.Error() != "--example nope: no such example (there are clicks-per-user, views-per-page, views-per-page-per-minute)" {
+		t.Fatalf("unknown example: %v", err)
+	}
+}
+
+// TestDevJobFile runs `processor dev --job FILE --input FILE` on a job with
+// a filter, a map with a key and a running aggregate (two stages), and
+// checks the committed output it prints: each expected record once, with
+// its topic and key, and nothing else.
+func TestDevJobFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildProcessor(t)
+	dir := t.TempDir()
+	job := filepath.Join(dir, "orders.yaml")
+	input := filepath.Join(dir, "orders.txt")
+	if err := os.WriteFile(job, []byte(`
+job:
+  name: orders
+  pipeline:
+    - source: {topics: [orders]}
+    - filter: {where: "value.amount > 0"}
+    - map:
+        key: value.customer
+        value: {customer: value.customer, amount: value.amount}
+    - aggregate: {op: sum, field: amount}
+    - sink: {topic: totals}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// One input partition (--partitions 1): the records reach the
+	// aggregate in input order, so ann's running sums are 10, then 15.
+	if err := os.WriteFile(input, []byte("o1\t{\"customer\":\"ann\",\"amount\":10}\n{\"customer\":\"bob\",\"amount\":-1}\n{\"customer\":\"bob\",\"amount\":2.5}\n{\"customer\":\"ann\",\"amount\":5}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	line := regexp.MustCompile(`^\d\d:\d\d:\d\d  totals  (\w+)  (\{.*\})$`)
+	out := runDevUntilOutput(t, bin, filepath.Join(dir, "dev"), line, 3, 1, "--job", job, "--input", input, "--partitions", "1")
+	var got []string
+	for _, l := range strings.Split(out, "\n") {
+		if m := line.FindStringSubmatch(l); m != nil {
+			got = append(got, m[1]+" "+m[2])
+		}
+	}
+	want := []string{`ann {"key":"ann","sum":10}`, `bob {"key":"bob","sum":2.5}`, `ann {"key":"ann","sum":15}`}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("output %q, want %q; stdout:\n%s", got, want, out)
+	}
+}
+
+// withoutPositions returns job without the positions of its aggregates
+// (where in which file they were written).
+func withoutPositions(job config.Job) config.Job {
+	for i, s := range job.Pipeline {
+		if s.Aggregate == nil {
+			continue
+		}
+		a := *s.Aggregate
+		a.Aggs = slices.Clone(a.Aggs)
+		for k := range a.Aggs {
+			a.Aggs[k].File, a.Aggs[k].Line, a.Aggs[k].Column = "", 0, 0
+			if e := a.Aggs[k].Arg; e != nil {
+				a.Aggs[k].Arg = &config.Expr{Src: e.Src}
+			}
+		}
+		job.Pipeline = slices.Clone(job.Pipeline)
+		job.Pipeline[i].Aggregate = &a
+	}
+	return job
+}

@@ -1,0 +1,189 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/kafkaio/kafkaconn"
+	"github.com/weir-stream/weir/runtime/replica"
+	"github.com/weir-stream/weir/stream"
+)
+
+func newRunCmd(job *stream.Job) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "run -c FILE",
+		Short: "Run one replica of a job",
+		Long: `run starts one replica of the job the configuration describes. Start as many
+replicas as you like, anywhere that reaches Kafka and the object store: they
+form a group, elect a checkpoint coordinator, share the tasks and take them
+over from each other.
+
+Configuration comes from defaults, the YAML file, WEIR_<SECTION>_<KEY>
+environment variables and flags named by key path (--checkpoint.interval=1s),
+in that order of precedence.
+
+SIGTERM or SIGINT stops the replica: it stops reading, aborts its open
+transactions, leaves the group and exits 0 within process.grace_period.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(file, cmd.Flags(), job)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return serve(ctx, cfg, job, cmd.ErrOrStderr(), nil)
+		},
+	}
+	addConfigFlags(cmd.Flags(), &file)
+	return cmd
+}
+
+// addConfigFlags adds the flags of every command that loads a job's
+// configuration (run, validate, checkpoints, transactions), so that each
+// accepts what the others do: -c FILE, and a flag for every scalar
+// configuration key, named by its key path.
+func addConfigFlags(fs *pflag.FlagSet, file *string) {
+	fs.StringVarP(file, "config", "c", "", "the job's YAML configuration file")
+	for _, k := range config.Keys() {
+		fs.String(k, "", "overrides "+k+" (environment: "+config.EnvName(k)+")")
+	}
+}
+
+// newLogger builds the process logger from the log section. Every
+// time.Duration is written as Go's duration string ("1.5s", "250ms"), in
+// JSON as in text: slog's JSON handler would write integer nanoseconds,
+// which read as a count to a person and to a log pipeline.
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationString is the handlers' ReplaceAttr: a duration becomes its
+// string form.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
+}
+
+// serve runs one replica of job (nil: the configuration's YAML job) and its
+// HTTP endpoints until ctx ends. onCommitted, if set, is called for every
+// completed checkpoint.
+func serve(ctx context.Context, cfg *config.Config, job *stream.Job, logOut io.Writer, onCommitted func(uint64)) error {
+	reg := prometheus.NewRegistry()
+	return serveWith(ctx, cfg, job, logOut, onCommitted, reg, reg)
+}
+
+// serveWith is serve with the registry /metrics serves (gatherer) and the
+// registerer the replica registers its metrics with, normally the same
+// registry; a test wraps the registerer to see every metric registered.
+func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOut io.Writer, onCommitted func(uint64), gatherer prometheus.Gatherer, reg prometheus.Registerer) error {
+	log := newLogger(cfg, logOut)
+	job, err := jobOf(cfg, goJob)
+	if err != nil {
+		return err
+	}
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	rep, err := replica.New(ctx, replica.Options{
+		Config: cfg, Job: job, ReplicaID: cfg.Process.ReplicaID,
+		Logger: log, Registerer: reg, OnCommitted: onCommitted,
+	})
+	if err != nil {
+		return err
+	}
+
+	var srv *http.Server
+	if cfg.HTTP.Address != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{Registry: reg}))
+		if cfg.HTTP.Pprof {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("/livez", livez(rep.Heartbeat(), cfg.Process.LivenessTimeout))
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if f := rep.Failure(); f != nil {
+				http.Error(w, "not ready: "+f.String()+"; to resume: "+f.Resume(), http.StatusServiceUnavailable)
+				return
+			}
+			if !rep.Ready() {
+				http.Error(w, "not ready: tasks not running (starting, restoring, or waiting for Kafka, the object store or a full local state disk)", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ready")
+		})
+		ln, err := net.Listen("tcp", cfg.HTTP.Address)
+		if err != nil {
+			return fmt.Errorf("http.address %s: %w", cfg.HTTP.Address, err)
+		}
+		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server", "err", err)
+			}
+		}()
+		log.Info("serving /metrics, /healthz, /livez and /readyz", "address", ln.Addr().String())
+	}
+
+	log.Info("replica starting", "job", cfg.Job.Name, "replica_id", cfg.Process.ReplicaID,
+		"brokers", strings.Join(cfg.Kafka.Brokers, ","), "kafka_security", kafkaconn.Describe(cfg.Kafka), "storage", cfg.Checkpoint.Storage)
+	runErr := rep.Run(ctx)
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	log.Info("replica stopped")
+	return nil
+}
+
+// livez answers the liveness probe: 503 once the replica's main loop has
+// made no progress for longer than timeout (process.liveness_timeout), so
+// that a stuck replica is restarted; waits for Kafka or the object store
+// and restores do not count (replica.Heartbeat).
+func livez(h *replica.Heartbeat, timeout time.Duration) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if d := h.Stalled(time.Now()); d > timeout {
+			http.Error(w, fmt.Sprintf("stalled: the replica's main loop has made no progress for %v (process.liveness_timeout %v)",
+				d.Round(time.Second), timeout), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
+}

@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/expression"
+	"github.com/weir-stream/weir/pipeline"
+	"github.com/weir-stream/weir/stream"
+)
+
+func newValidateCmd(job *stream.Job) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "validate -c FILE",
+		Short: "Check a configuration (YAML, environment, flags) without starting anything",
+		Long: `validate loads the configuration exactly as "run" would — defaults, the YAML
+file, WEIR_<SECTION>_<KEY> environment variables and the same flags as
+"run" — reports every problem, one per line, each with where the value came
+from (file:line:column, variable or flag) and its key path, and compiles
+the pipeline (or, in a program built around a job defined in Go, builds that
+job). It exits 1 if there is any problem. It connects to nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if job != nil {
+				if err := job.Build(); err != nil {
+					return goJobError(job, err)
+				}
+			}
+			cfg, err := config.Check(configSource(file, cmd.Flags(), job))
+			if err != nil {
+				out := cmd.ErrOrStderr()
+				problems := unjoin(err)
+				if cfg != nil && job == nil {
+					problems = append(problems, exprProblems(cfg, problems)...)
+				}
+				for _, p := range problems {
+					fmt.Fprintln(out, p)
+				}
+				return fmt.Errorf("%s: %d problem(s)", file, len(problems))
+			}
+			if job == nil {
+				if _, err := pipeline.Compile(cfg.Job); err != nil {
+					for _, p := range unjoin(cfg.Annotate(err)) {
+						fmt.Fprintln(cmd.ErrOrStderr(), p)
+					}
+					return fmt.Errorf("%s: the pipeline does not compile", file)
+				}
+			}
+			for _, w := range cfg.Warnings() {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
+			if job != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (job %s, defined in Go)\n", file, cfg.Job.Name)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (job %s, %d steps)\n", file, cfg.Job.Name, len(cfg.Job.Pipeline))
+			return nil
+		},
+	}
+	addConfigFlags(cmd.Flags(), &file)
+	_ = cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+// exprProblems compiles each expression of a job that has other problems
+// (so that pipeline.Compile cannot run) for its syntax alone, so that
+// validate reports every problem at once; with no other problem,
+// pipeline.Compile checks them, types included. An expression whose
+// setting already has a problem is left out.
+func exprProblems(cfg *config.Config, have []error) []error {
+	reported := map[string]bool{}
+	for _, p := range have {
+		var fe *config.FieldError
+		if errors.As(p, &fe) {
+			reported[fe.Path] = true
+		}
+	}
+	var out []error
+	for _, pe := range cfg.Job.Exprs() {
+		if reported[pe.Path] {
+			continue
+		}
+		_, err := expression.Compile(pe.Expr.Src, expression.Any)
+		var xe *expression.Error
+		if errors.As(err, &xe) {
+			out = append(out, &config.FieldError{Path: pe.Path, Msg: xe.Msg, Origin: pe.Expr.Pos(xe.Offset)})
+		}
+	}
+	return out
+}
+
+// unjoin flattens errors.Join trees into their leaves.
+func unjoin(err error) []error {
+	var j interface{ Unwrap() []error }
+	if errors.As(err, &j) && len(j.Unwrap()) > 0 {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, unjoin(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}

@@ -1,0 +1,791 @@
+package pipeline
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/weir-stream/weir/state"
+)
+
+// This file is the pure part of the aggregate step: the accumulator that
+// holds every named aggregate of one key (or of one window of a key), how
+// a record's evaluated arguments fold into it, its binary codec and its
+// result. It does no I/O and keeps no state of its own.
+
+// aggOp is the operation of one named aggregate.
+type aggOp uint8
+
+const (
+	opCount aggOp = iota + 1
+	opSum
+	opMin
+	opMax
+	opAvg
+	opCountDistinct
+	opFirst
+	opLast
+	opCollect
+)
+
+// aggOps maps the YAML names of the operations to them.
+var aggOps = map[string]aggOp{
+	"count": opCount, "sum": opSum, "min": opMin, "max": opMax, "avg": opAvg,
+	"count_distinct": opCountDistinct, "first": opFirst, "last": opLast, "collect": opCollect,
+}
+
+// aggOpNames lists the operations for messages, in the documented order.
+const aggOpNames = "count, sum, min, max, avg, count_distinct, first, last or collect"
+
+// defaultCollectLimit is collect's limit when the step sets none.
+const defaultCollectLimit = 100
+
+// aggDef is one compiled named aggregate (its argument's program is the
+// step's, evaluated before the fold: see aggArgs).
+type aggDef struct {
+	name  string
+	op    aggOp
+	limit int // collect
+	// strict: a null argument is an error rather than skipped (the legacy
+	// `{op: sum, field: f}` form, whose field must be a number).
+	strict bool
+	// inMap: count_distinct keeps its distinct values in keyed map state,
+	// not in the accumulator (the running form; see distinctSet).
+	inMap bool
+}
+
+// slot is the state of one aggregate in an accumulator.
+//
+//   - count: n records.
+//   - sum: n values; their sum i while every value is an int64 and the sum
+//     fits, else f (float64 from the first float or overflow on).
+//   - avg: n values, their float64 sum f.
+//   - min, max: n values, the extreme v (int64, float64 or string).
+//   - first, last: v, set once n > 0.
+//   - count_distinct: n distinct values; in a window also set, the sorted
+//     canonical encodings of the values (appendCanonical).
+//   - collect: list, the last limit values, oldest first; n values seen.
+type slot struct {
+	n     int64
+	i     int64
+	f     float64
+	float bool
+	v     any
+	list  []any
+	set   []string
+}
+
+// aggAcc is the accumulator of one key, or of one window of one key: one
+// slot per aggregate, in the step's order.
+type aggAcc struct {
+	slots []slot
+}
+
+// aggSet is the compiled list of aggregates of one step.
+type aggSet struct {
+	defs []aggDef
+}
+
+func (s *aggSet) newAcc() aggAcc { return aggAcc{slots: make([]slot, len(s.defs))} }
+
+// checkArg checks an evaluated argument of aggregate d before anything is
+// folded, so that a record is either folded whole or rejected whole (under
+// the step's on_error): sum and avg take numbers, min and max numbers or
+// strings; a null is skipped, except in the strict (legacy) form.
+func (d *aggDef) checkArg(v any) (any, error) {
+	v = normalize(v)
+	switch d.op {
+	case opCount:
+		return nil, nil
+	case opSum, opAvg:
+		switch x := v.(type) {
+		case int64:
+			return v, nil
+		case float64:
+			if math.IsInf(x, 0) || math.IsNaN(x) {
+				return nil, fmt.Errorf("aggregate %s: %s of %v: not a finite number", d.name, d.opName(), x)
+			}
+			return v, nil
+		case nil:
+			if !d.strict {
+				return nil, nil
+			}
+		}
+		return nil, fmt.Errorf("aggregate %s: %s of %s: not a number", d.name, d.opName(), describe(v))
+	case opMin, opMax:
+		switch x := v.(type) {
+		case int64, string:
+			return v, nil
+		case float64:
+			if math.IsNaN(x) {
+				return nil, fmt.Errorf("aggregate %s: %s of NaN", d.name, d.opName())
+			}
+			return v, nil
+		case nil:
+			if !d.strict {
+				return nil, nil
+			}
+		}
+		return nil, fmt.Errorf("aggregate %s: %s of %s: not a number or a string", d.name, d.opName(), describe(v))
+	}
+	return v, nil
+}
+
+func (d *aggDef) opName() string {
+	for name, op := range aggOps {
+		if op == d.op {
+			return name
+		}
+	}
+	return "?"
+}
+
+// normalize turns the integer types an expression may return into int64.
+func normalize(v any) any {
+	switch x := v.(type) {
+	case int:
+		return int64(x)
+	case int32:
+		return int64(x)
+	case int8:
+		return int64(x)
+	case int16:
+		return int64(x)
+	case uint8:
+		return int64(x)
+	case uint16:
+		return int64(x)
+	case uint32:
+		return int64(x)
+	case uint:
+		if x <= math.MaxInt64 {
+			return int64(x)
+		}
+		return float64(x)
+	case uint64:
+		if x <= math.MaxInt64 {
+			return int64(x)
+		}
+		return float64(x)
+	case float32:
+		return float64(x)
+	}
+	return v
+}
+
+// describe names a value's JSON type for errors.
+func describe(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "an object"
+	case int64, float64:
+		return "a number"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// fold adds one record's checked arguments (args[i] for aggregate i, from
+// checkArg) to acc. distinctNew[i] says, for a count_distinct kept in map
+// state, whether the value is new to the key (the caller looked it up).
+func (s *aggSet) fold(acc *aggAcc, args []any, distinctNew []bool) {
+	for i := range s.defs {
+		d, sl, v := &s.defs[i], &acc.slots[i], args[i]
+		if d.op == opCount {
+			sl.n++
+			continue
+		}
+		if v == nil {
+			continue // SQL: aggregates skip nulls
+		}
+		switch d.op {
+		case opSum:
+			sl.n++
+			sumAdd(sl, v)
+		case opAvg:
+			sl.n++
+			sl.f += toFloat(v)
+		case opMin, opMax:
+			if sl.n == 0 {
+				sl.v = v
+			} else if c := compareOrdered(v, sl.v); (d.op == opMin && c < 0) || (d.op == opMax && c > 0) {
+				sl.v = v
+			}
+			sl.n++
+		case opFirst:
+			if sl.n == 0 {
+				sl.v = v
+			}
+			sl.n++
+		case opLast:
+			sl.v = v
+			sl.n++
+		case opCollect:
+			if len(sl.list) >= d.limit {
+				copy(sl.list, sl.list[1:])
+				sl.list = sl.list[:d.limit-1]
+			}
+			sl.list = append(sl.list, v)
+			sl.n++
+		case opCountDistinct:
+			if d.inMap {
+				if distinctNew[i] {
+					sl.n++
+				}
+				continue
+			}
+			k := string(appendCanonical(nil, v))
+			if j, found := slices.BinarySearch(sl.set, k); !found {
+				sl.set = slices.Insert(sl.set, j, k)
+				sl.n++
+			}
+		}
+	}
+}
+
+// sumAdd adds v (int64 or float64) to a sum: int64 while every value is
+// one and the sum does not overflow, float64 from then on.
+func sumAdd(sl *slot, v any) {
+	if x, ok := v.(int64); ok && !sl.float {
+		if s := sl.i + x; (x >= 0) == (s >= sl.i) {
+			sl.i = s
+			return
+		}
+		// Overflow: continue in float64.
+	}
+	if !sl.float {
+		sl.float, sl.f = true, float64(sl.i)
+	}
+	sl.f += toFloat(v)
+}
+
+func toFloat(v any) float64 {
+	switch x := v.(type) {
+	case int64:
+		return float64(x)
+	case float64:
+		return x
+	}
+	return 0
+}
+
+// compareOrdered orders min and max's values: numbers by value (an int64
+// and a float64 exactly), before every string; strings by their bytes (as
+// MongoDB orders mixed types).
+func compareOrdered(a, b any) int {
+	as, aStr := a.(string)
+	bs, bStr := b.(string)
+	switch {
+	case aStr && bStr:
+		return strings.Compare(as, bs)
+	case aStr:
+		return 1
+	case bStr:
+		return -1
+	}
+	return compareNumbers(a, b)
+}
+
+func compareNumbers(a, b any) int {
+	ai, aInt := a.(int64)
+	bi, bInt := b.(int64)
+	switch {
+	case aInt && bInt:
+		return cmp.Compare(ai, bi)
+	case aInt:
+		return -compareFloatInt(b.(float64), ai)
+	case bInt:
+		return compareFloatInt(a.(float64), bi)
+	}
+	return cmp.Compare(a.(float64), b.(float64))
+}
+
+// compareFloatInt compares f and i exactly.
+func compareFloatInt(f float64, i int64) int {
+	switch {
+	case f < -(1 << 63):
+		return -1
+	case f >= 1<<63:
+		return 1
+	}
+	t := math.Trunc(f)
+	if c := cmp.Compare(int64(t), i); c != 0 {
+		return c
+	}
+	return cmp.Compare(f, t) // the fraction decides
+}
+
+// merge folds b into a (session windows that merge): a is the earlier
+// window, so first comes from a and last from b where both have one.
+func (s *aggSet) merge(a, b aggAcc) aggAcc {
+	for i := range s.defs {
+		d, x, y := &s.defs[i], &a.slots[i], &b.slots[i]
+		if y.n == 0 {
+			continue
+		}
+		if x.n == 0 {
+			*x = *y
+			continue
+		}
+		switch d.op {
+		case opCount:
+			x.n += y.n
+		case opSum:
+			x.n += y.n
+			if y.float {
+				sumAdd(x, y.f)
+			} else {
+				sumAdd(x, y.i)
+			}
+		case opAvg:
+			x.n += y.n
+			x.f += y.f
+		case opMin, opMax:
+			if c := compareOrdered(y.v, x.v); (d.op == opMin && c < 0) || (d.op == opMax && c > 0) {
+				x.v = y.v
+			}
+			x.n += y.n
+		case opFirst:
+			x.n += y.n
+		case opLast:
+			x.v = y.v
+			x.n += y.n
+		case opCollect:
+			x.list = append(x.list, y.list...)
+			if over := len(x.list) - d.limit; over > 0 {
+				x.list = x.list[over:]
+			}
+			x.n += y.n
+		case opCountDistinct:
+			x.set = mergeSorted(x.set, y.set)
+			x.n = int64(len(x.set))
+		}
+	}
+	return a
+}
+
+// mergeSorted returns the sorted union of two sorted sets.
+func mergeSorted(a, b []string) []string {
+	out := make([]string, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch c := strings.Compare(a[i], b[j]); {
+		case c < 0:
+			out = append(out, a[i])
+			i++
+		case c > 0:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, a[i])
+			i, j = i+1, j+1
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+// result returns aggregate i's result: count and count_distinct an int64,
+// sum an int64 or a float64 (null if it had no value), avg a float64
+// (null if none), min, max, first and last the value (null if none),
+// collect the list ([] if none).
+func (s *aggSet) result(acc *aggAcc, i int) any {
+	d, sl := &s.defs[i], &acc.slots[i]
+	switch d.op {
+	case opCount, opCountDistinct:
+		return sl.n
+	case opSum:
+		switch {
+		case sl.n == 0:
+			return nil
+		case sl.float:
+			return sl.f
+		}
+		return sl.i
+	case opAvg:
+		if sl.n == 0 {
+			return nil
+		}
+		return sl.f / float64(sl.n)
+	case opCollect:
+		// A copy: the accumulator's list is reused by the next record's
+		// decode, and the result may outlive it.
+		return append([]any{}, sl.list...)
+	}
+	return sl.v
+}
+
+// The binary codec of an accumulator (aggCodec): per slot, in the step's
+// order, uvarint(n), then what the op keeps:
+//
+//	sum:            a flag byte (0 int64, 1 float64), then varint(i) or the 8 bytes of f
+//	avg:            the 8 bytes of f
+//	min, max,
+//	first, last:    the value (appendValue), if n > 0
+//	collect:        uvarint(len(list)), the values
+//	count_distinct: (in a window) the set: uvarint(len) per string, then it
+//
+// Values are encoded by appendValue: a tag byte, then the value.
+const (
+	tagNull byte = iota
+	tagFalse
+	tagTrue
+	tagInt
+	tagFloat
+	tagString
+	tagList
+	tagObject
+)
+
+// aggCodec encodes the accumulators of one aggregate step. Decode reuses
+// its scratch slots: the result is valid until the next Decode (a state
+// handle decodes, the caller folds and writes back before the next).
+// For a window's state, where the stream keeps several accumulators of a
+// key at once, reuse is off.
+type aggCodec struct {
+	set     *aggSet
+	reuse   bool
+	scratch []slot
+}
+
+var _ state.Codec[aggAcc] = (*aggCodec)(nil)
+
+func (c *aggCodec) Append(dst []byte, acc aggAcc) ([]byte, error) {
+	for i := range c.set.defs {
+		d, sl := &c.set.defs[i], &acc.slots[i]
+		dst = binary.AppendUvarint(dst, uint64(sl.n))
+		switch d.op {
+		case opSum:
+			if sl.float {
+				dst = append(dst, 1)
+				dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(sl.f))
+			} else {
+				dst = append(dst, 0)
+				dst = binary.AppendVarint(dst, sl.i)
+			}
+		case opAvg:
+			dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(sl.f))
+		case opMin, opMax, opFirst, opLast:
+			if sl.n > 0 {
+				dst = appendValue(dst, sl.v)
+			}
+		case opCollect:
+			dst = binary.AppendUvarint(dst, uint64(len(sl.list)))
+			for _, v := range sl.list {
+				dst = appendValue(dst, v)
+			}
+		case opCountDistinct:
+			if !d.inMap {
+				dst = binary.AppendUvarint(dst, uint64(len(sl.set)))
+				for _, s := range sl.set {
+					dst = binary.AppendUvarint(dst, uint64(len(s)))
+					dst = append(dst, s...)
+				}
+			}
+		}
+	}
+	return dst, nil
+}
+
+func (c *aggCodec) Decode(src []byte) (aggAcc, error) {
+	var slots []slot
+	if c.reuse {
+		slots = c.scratch[:0]
+	}
+	r := valueReader{src: src}
+	for i := range c.set.defs {
+		d := &c.set.defs[i]
+		var sl slot
+		if c.reuse && i < cap(c.scratch) {
+			// Keep the collect list's array.
+			sl.list = c.scratch[:cap(c.scratch)][i].list[:0]
+		}
+		sl.n = int64(r.uvarint())
+		switch d.op {
+		case opSum:
+			if r.byte() == 1 {
+				sl.float, sl.f = true, r.float()
+			} else {
+				sl.i = r.varint()
+			}
+		case opAvg:
+			sl.f = r.float()
+		case opMin, opMax, opFirst, opLast:
+			if sl.n > 0 {
+				sl.v = r.value(0)
+			}
+		case opCollect:
+			n := r.uvarint()
+			if n > uint64(len(r.src)) {
+				r.fail("collect list")
+				break
+			}
+			for range n {
+				sl.list = append(sl.list, r.value(0))
+			}
+		case opCountDistinct:
+			if !d.inMap {
+				n := r.uvarint()
+				if n > uint64(len(r.src)) {
+					r.fail("distinct set")
+					break
+				}
+				sl.set = make([]string, 0, n)
+				for range n {
+					sl.set = append(sl.set, r.string())
+				}
+			}
+		}
+		slots = append(slots, sl)
+	}
+	if r.err == nil && len(r.src) != 0 {
+		r.fail("trailing bytes")
+	}
+	if r.err != nil {
+		return aggAcc{}, r.err
+	}
+	if c.reuse {
+		c.scratch = slots
+	}
+	return aggAcc{slots: slots}, nil
+}
+
+// appendValue appends v (a decoded JSON value: nil, bool, int64, float64,
+// string, []any, map[string]any) as a tag and its bytes; an object's
+// fields sorted by name.
+func appendValue(dst []byte, v any) []byte { return appendEncoded(dst, v, false) }
+
+// appendCanonical appends v as appendValue does, but with a float64 that
+// is a whole number in the range of an int64 as that int64: the distinct
+// values of count_distinct are compared by these bytes, so 1 and 1.0 are
+// one value.
+func appendCanonical(dst []byte, v any) []byte { return appendEncoded(dst, v, true) }
+
+// appendEncoded is appendValue, canonical or not.
+func appendEncoded(dst []byte, v any, canonical bool) []byte {
+	switch x := normalize(v).(type) {
+	case nil:
+		return append(dst, tagNull)
+	case bool:
+		if x {
+			return append(dst, tagTrue)
+		}
+		return append(dst, tagFalse)
+	case int64:
+		return binary.AppendVarint(append(dst, tagInt), x)
+	case float64:
+		if t := math.Trunc(x); canonical && t == x && x >= -(1<<63) && x < 1<<63 {
+			return binary.AppendVarint(append(dst, tagInt), int64(x))
+		}
+		return binary.BigEndian.AppendUint64(append(dst, tagFloat), math.Float64bits(x))
+	case string:
+		dst = binary.AppendUvarint(append(dst, tagString), uint64(len(x)))
+		return append(dst, x...)
+	case []any:
+		dst = binary.AppendUvarint(append(dst, tagList), uint64(len(x)))
+		for _, e := range x {
+			dst = appendEncoded(dst, e, canonical)
+		}
+		return dst
+	case map[string]any:
+		dst = binary.AppendUvarint(append(dst, tagObject), uint64(len(x)))
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			dst = binary.AppendUvarint(dst, uint64(len(k)))
+			dst = append(dst, k...)
+			dst = appendEncoded(dst, x[k], canonical)
+		}
+		return dst
+	}
+	// Not a JSON value (an expression's own type): its text.
+	s := fmt.Sprint(v)
+	dst = binary.AppendUvarint(append(dst, tagString), uint64(len(s)))
+	return append(dst, s...)
+}
+
+// valueReader reads what the codec wrote; the first problem sticks in err
+// (a state.ErrCorruptValue) and later reads return zero values.
+type valueReader struct {
+	src []byte
+	err error
+}
+
+func (r *valueReader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: aggregate accumulator: %s", state.ErrCorruptValue, what)
+	}
+	r.src = nil
+}
+
+func (r *valueReader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.src)
+	if n <= 0 {
+		r.fail("bad uvarint")
+		return 0
+	}
+	r.src = r.src[n:]
+	return v
+}
+
+func (r *valueReader) varint() int64 {
+	v, n := binary.Varint(r.src)
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.src = r.src[n:]
+	return v
+}
+
+func (r *valueReader) byte() byte {
+	if len(r.src) < 1 {
+		r.fail("truncated")
+		return 0
+	}
+	b := r.src[0]
+	r.src = r.src[1:]
+	return b
+}
+
+func (r *valueReader) float() float64 {
+	if len(r.src) < 8 {
+		r.fail("truncated float")
+		return 0
+	}
+	f := math.Float64frombits(binary.BigEndian.Uint64(r.src))
+	r.src = r.src[8:]
+	return f
+}
+
+func (r *valueReader) string() string {
+	n := r.uvarint()
+	if n > uint64(len(r.src)) {
+		r.fail("truncated string")
+		return ""
+	}
+	s := string(r.src[:n])
+	r.src = r.src[n:]
+	return s
+}
+
+// maxValueDepth bounds the nesting a decoded value may have (a corrupt
+// value must not overflow the stack).
+const maxValueDepth = 1000
+
+func (r *valueReader) value(depth int) any {
+	if depth > maxValueDepth {
+		r.fail("value nested too deep")
+		return nil
+	}
+	switch r.byte() {
+	case tagNull:
+		return nil
+	case tagFalse:
+		return false
+	case tagTrue:
+		return true
+	case tagInt:
+		return r.varint()
+	case tagFloat:
+		return r.float()
+	case tagString:
+		return r.string()
+	case tagList:
+		n := r.uvarint()
+		if n > uint64(len(r.src)) {
+			r.fail("truncated list")
+			return nil
+		}
+		l := make([]any, 0, n)
+		for range n {
+			l = append(l, r.value(depth+1))
+		}
+		return l
+	case tagObject:
+		n := r.uvarint()
+		if n > uint64(len(r.src)) {
+			r.fail("truncated object")
+			return nil
+		}
+		m := make(map[string]any, n)
+		for range n {
+			k := r.string()
+			m[k] = r.value(depth + 1)
+		}
+		return m
+	}
+	r.fail("unknown value tag")
+	return nil
+}
+
+// legacyCodec encodes the accumulator of the one-aggregate form
+// (`{op: count}`, `{op: sum, field: f}`...) as that form stored it before
+// named aggregates, so that a job's checkpoints stay readable: count as
+// state.Int64Codec (8 bytes), sum, min, max and avg as stream.NumAccCodec
+// (the number of values, and their float64 sum, minimum or maximum). A
+// sum decoded from it continues in float64, as it was.
+type legacyCodec struct{ op aggOp }
+
+var _ state.Codec[aggAcc] = legacyCodec{}
+
+func (c legacyCodec) Append(dst []byte, acc aggAcc) ([]byte, error) {
+	sl := &acc.slots[0]
+	if c.op == opCount {
+		return state.Int64Codec{}.Append(dst, sl.n)
+	}
+	var v float64
+	switch c.op {
+	case opSum:
+		v = sl.f
+		if !sl.float {
+			v = float64(sl.i)
+		}
+	case opAvg:
+		v = sl.f
+	default:
+		v = toFloat(sl.v)
+	}
+	dst = binary.BigEndian.AppendUint64(dst, uint64(sl.n))
+	return binary.BigEndian.AppendUint64(dst, math.Float64bits(v)), nil
+}
+
+func (c legacyCodec) Decode(src []byte) (aggAcc, error) {
+	acc := aggAcc{slots: make([]slot, 1)}
+	sl := &acc.slots[0]
+	if c.op == opCount {
+		n, err := state.Int64Codec{}.Decode(src)
+		sl.n = n
+		return acc, err
+	}
+	if len(src) != 16 {
+		return acc, fmt.Errorf("%w: numeric accumulator of %d bytes", state.ErrCorruptValue, len(src))
+	}
+	sl.n = int64(binary.BigEndian.Uint64(src))
+	v := math.Float64frombits(binary.BigEndian.Uint64(src[8:]))
+	switch c.op {
+	case opSum:
+		sl.float, sl.f = true, v
+	case opAvg:
+		sl.f = v
+	default:
+		if sl.n > 0 {
+			sl.v = v
+		}
+	}
+	return acc, nil
+}

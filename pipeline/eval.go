@@ -1,0 +1,102 @@
+package pipeline
+
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/expression"
+	"github.com/weir-stream/weir/stream"
+)
+
+// stepFunc is a stateless step's function for one task: for each Rec it
+// emits 0..n Recs; an error of its own follows the step's on_error. ev is
+// the task's Evaluator and vars a Vars it may fill (elemVars) and reuse.
+type stepFunc func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error
+
+// evalTask is what a step function reuses from one record to the next in
+// one task: an Evaluator (not safe for concurrent use) and a Vars.
+type evalTask struct {
+	ev   *expression.Evaluator
+	vars expression.Vars
+	buf  []byte
+}
+
+// transform defines the stateless operator of a step: a stream.Transform
+// named by opName(kind) whose function is fn, with the step's on_error
+// (onError, deadLetterTopic at path+".on_error"). Each call gets an
+// evalTask that no other goroutine uses meanwhile: Transform's function is
+// shared by the job's tasks, so evalTasks are pooled (one per task in
+// practice: a task takes one, runs fn, gives it back).
+func (c *compiler) transform(path, kind, onError, deadLetterTopic string, fn stepFunc) {
+	opts := c.onError(path, onError, deadLetterTopic)
+	if len(c.problems) > 0 || c.cur == nil {
+		return
+	}
+	pool := &sync.Pool{New: func() any { return &evalTask{ev: expression.NewEvaluator()} }}
+	c.cur = stream.Transform(c.cur, c.opName(kind), func(e stream.Elem, r Rec, emit func(Rec) error) error {
+		t := pool.Get().(*evalTask)
+		defer pool.Put(t)
+		return fn(t, e, r, emit)
+	}, opts...)
+	if err := c.job.Err(); err != nil {
+		c.addJob(path, err)
+	}
+}
+
+// onError returns the Transform options of a step's on_error and
+// dead_letter_topic (path is the step's).
+func (c *compiler) onError(path, onError, deadLetterTopic string) []stream.TransformOption {
+	var p stream.OnError
+	switch onError {
+	case "", config.OnErrorFail:
+		p = stream.OnErrorFail
+	case config.OnErrorSkip:
+		p = stream.OnErrorSkip
+	case config.OnErrorDeadLetter:
+		p = stream.OnErrorDeadLetter
+		if deadLetterTopic == "" {
+			c.add(path+".dead_letter_topic", "required when on_error is dead-letter")
+			return nil
+		}
+		return []stream.TransformOption{stream.OnErrorPolicy[Rec](p, deadLetterTopic, JSONCodec{})}
+	default:
+		c.add(path+".on_error", "%q: must be fail, skip or dead-letter", onError)
+		return nil
+	}
+	if deadLetterTopic != "" {
+		c.add(path+".dead_letter_topic", "set, but on_error is %q: set on_error to dead-letter or remove it", onError)
+		return nil
+	}
+	return []stream.TransformOption{stream.OnErrorPolicy[Rec](p, "", nil)}
+}
+
+// elemVars fills v with what an expression sees of r in a stateless
+// operator: its value, the element's key, timestamp and headers, and r's
+// origin (the element's if r has none yet).
+func elemVars(v *expression.Vars, e stream.Elem, r Rec) *expression.Vars {
+	*v = expression.Vars{Value: r.V, Key: e.Key(), Timestamp: e.Timestamp(), Headers: headers(e.Headers()),
+		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	if r.Topic == "" {
+		v.Topic, v.Partition, v.Offset = e.Topic(), e.Partition(), e.Offset()
+	}
+	return v
+}
+
+// withOrigin returns r with its origin set from e if it has none: before a
+// shuffle, which replaces the element's origin with the shuffle topic's.
+func withOrigin(e stream.Elem, r Rec) Rec {
+	if r.Topic == "" {
+		r.Topic, r.Partition, r.Offset = e.Topic(), e.Partition(), e.Offset()
+	}
+	return r
+}
+
+// headers views stream headers as expression headers: the two types have
+// the same layout (expression.Header's doc), so no copy is made.
+func headers(h []stream.Header) []expression.Header {
+	if len(h) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*expression.Header)(unsafe.Pointer(unsafe.SliceData(h))), len(h))
+}

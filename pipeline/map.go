@@ -1,0 +1,92 @@
+package pipeline
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/expression"
+	"github.com/weir-stream/weir/stream"
+)
+
+// mapStep compiles `map: {value: ..., key: ...}`: an operator "map" that
+// computes each record's new value (one expression, or an object of
+// named fields, written in their order) and, with key, its new key. Both
+// read the input record. A key is a key change, as key_by: it shuffles
+// exactly when a keyed step follows before the next key change (see
+// keyBy).
+func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
+	c.flush()
+	var (
+		value  *expression.Program
+		names  []string
+		fields []*expression.Program
+		key    *expression.Program
+	)
+	switch {
+	case m.Value == nil && m.Key == nil:
+		c.add(path, "needs value, key or both: what the map computes")
+	case m.Value == nil:
+	case m.Value.Expr != nil:
+		value = c.compileExpr(path+".value", *m.Value.Expr, expression.Any)
+	case len(m.Value.Fields) == 0:
+		c.add(path+".value", "an object with no fields: write at least one field, or an expression")
+	default:
+		for _, f := range m.Value.Fields {
+			if slices.Contains(names, f.Name) {
+				c.addAt(f.Expr, 0, path+".value."+f.Name, "field %q written twice", f.Name)
+			}
+			names = append(names, f.Name)
+			fields = append(fields, c.compileExpr(path+".value."+f.Name, f.Expr, expression.Any))
+		}
+	}
+	if m.Key != nil {
+		key = c.compileExpr(path+".key", *m.Key, expression.Any)
+	}
+	if len(c.problems) > 0 {
+		return
+	}
+	c.transform(path, "map", m.OnError, m.DeadLetterTopic, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
+		vars := elemVars(&t.vars, e, r)
+		out := r
+		switch {
+		case value != nil:
+			v, err := t.ev.Eval(value, vars)
+			if err != nil {
+				return fmt.Errorf("value: %w", err)
+			}
+			out.V, out.Fields = v, nil
+		case fields != nil:
+			o := make(map[string]any, len(fields))
+			for i, p := range fields {
+				v, err := t.ev.Eval(p, vars)
+				if err != nil {
+					return fmt.Errorf("value.%s: %w", names[i], err)
+				}
+				o[names[i]] = v
+			}
+			out.V, out.Fields = o, names
+		}
+		if key != nil {
+			k, err := t.ev.Key(key, vars, t.buf[:0])
+			if err != nil {
+				return fmt.Errorf("key: %w", err)
+			}
+			t.buf = k
+			out = withOrigin(e, out)
+			out.key = k
+		}
+		return emit(out)
+	})
+	switch {
+	case value != nil:
+		c.fields, c.numbers = nil, nil
+	case fields != nil:
+		c.fields, c.numbers = names, nil
+	}
+	c.raw = c.raw && value == nil && fields == nil
+	if key != nil {
+		c.pending = &pendingKey{path: path + ".key"}
+		c.checkLegacy(path+".key", rest)
+	}
+}

@@ -1,0 +1,86 @@
+package pipeline
+
+import (
+	"time"
+
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/stream"
+)
+
+// source compiles the source step: its records are decoded into Recs in
+// the source stage. A json source's values are decoded as JSON (the
+// source's on_error applies to a record that does not decode); a raw
+// source's value is its text, a string.
+func (c *compiler) source(path string, s *config.SourceStep) {
+	src := stream.KafkaSource{Topics: s.Topics, DeadLetterTopic: s.DeadLetterTopic}
+	if len(s.Topics) == 0 {
+		c.add(path+".topics", "required: at least one topic")
+	}
+	var codec stream.Codec[Rec] = JSONCodec{}
+	switch s.Format {
+	case "", config.FormatJSON:
+		src.Format = stream.FormatJSON
+	case config.FormatRaw:
+		src.Format = stream.FormatRaw
+		codec, c.raw = textCodec{}, true
+	default:
+		c.add(path+".format", "%q: must be json or raw", s.Format)
+	}
+	switch s.Start {
+	case "", config.StartEarliest:
+		src.Start = stream.Start{Kind: stream.StartEarliest}
+	case config.StartLatest:
+		src.Start = stream.Start{Kind: stream.StartLatest}
+	default:
+		t, err := time.Parse(time.RFC3339Nano, s.Start)
+		if err != nil {
+			c.add(path+".start", "%q: must be earliest, latest or an RFC 3339 time", s.Start)
+		}
+		src.Start = stream.StartAt(t)
+	}
+	switch s.OnError {
+	case "", config.OnErrorFail:
+		src.OnError = stream.OnErrorFail
+	case config.OnErrorSkip:
+		src.OnError = stream.OnErrorSkip
+	case config.OnErrorDeadLetter:
+		src.OnError = stream.OnErrorDeadLetter
+		if s.DeadLetterTopic == "" {
+			c.add(path+".dead_letter_topic", "required when on_error is dead-letter")
+		}
+	default:
+		c.add(path+".on_error", "%q: must be fail, skip or dead-letter", s.OnError)
+	}
+	if s.DeadLetterTopic != "" && src.OnError != stream.OnErrorDeadLetter {
+		c.add(path+".dead_letter_topic", "set, but on_error is %q: set on_error to dead-letter or remove it", s.OnError)
+	}
+	if ts := s.Timestamp; ts != nil {
+		src.Timestamp = stream.TimestampSpec{Field: ts.Field, Format: ts.Format}
+		switch {
+		case ts.Field == "":
+			c.add(path+".timestamp.field", "required: the top-level JSON field that holds the event time")
+		case c.raw:
+			c.add(path+".timestamp", "reads a JSON field, but the source's format is raw: use format json")
+		}
+		switch ts.Format {
+		case "", config.TimeUnixMs:
+			src.Timestamp.Format = stream.TimestampUnixMs
+		case config.TimeUnixS:
+			src.Timestamp.Format = stream.TimestampUnixS
+		case config.TimeRFC3339:
+			src.Timestamp.Format = stream.TimestampRFC3339
+		default:
+			c.add(path+".timestamp.format", "%q: must be unix_ms, unix_s or rfc3339", ts.Format)
+		}
+	}
+	if wm := s.Watermark; wm != nil {
+		src.Watermark = stream.WatermarkSpec{MaxOutOfOrderness: wm.MaxOutOfOrderness, IdleTimeout: wm.IdleTimeout, Interval: wm.Interval}
+	}
+	if len(c.problems) > 0 {
+		return
+	}
+	c.cur = stream.From(c.job, src, codec)
+	if err := c.job.Err(); err != nil {
+		c.addJob(path, err)
+	}
+}

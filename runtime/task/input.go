@@ -1,0 +1,227 @@
+package task
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/kafkaio/source"
+	"github.com/weir-stream/weir/stream"
+)
+
+// A taskInput is where a task's records come from, and where its barriers
+// are: the job's Kafka source partitions (sourceInput), or the partitions
+// of a shuffle topic written by the upstream stage (shuffleInput). The
+// input decides where in its stream a barrier goes: a source where the
+// coordinator's trigger arrives, a shuffle input where barrier n has
+// arrived from every upstream task (alignment). The task goroutine is the
+// only caller of next; trigger, abort, complete and caughtUp may be called
+// from the replica's control dispatcher.
+type taskInput interface {
+	// next returns the next batch of records, or a barrier. It blocks until
+	// there is one or ctx ends.
+	next(ctx context.Context) (element, error)
+	// trigger is `trigger n` for this task: a source input queues barrier n;
+	// a shuffle input ignores it (its barriers come through the topic).
+	trigger(n uint64) error
+	// abort forgets checkpoint n.
+	abort(n uint64)
+	// complete is `complete n`: bookkeeping for people (committed offsets).
+	complete(ctx context.Context, n uint64) error
+	// caughtUp reports whether the input has read everything there is.
+	caughtUp() bool
+	close()
+}
+
+// element is a batch of records or a barrier.
+type element struct {
+	records []*kgo.Record
+	barrier *mark
+}
+
+// mark is a barrier as an input delivers it: the checkpoint and the
+// input's part of the snapshot.
+type mark struct {
+	id int64
+	// offsets are a source's next offsets at the barrier.
+	offsets source.Offsets
+	// shuffle are a shuffle input's restart positions at the barrier.
+	shuffle []control.Position
+	// align is how long the barrier took to arrive from every upstream
+	// task (0 for a source).
+	align time.Duration
+}
+
+// sourceInput reads the job's Kafka source partitions of the task, and
+// places the coordinator's barriers in their stream: trigger queues
+// checkpoint n (from the control dispatcher), and next returns barrier n
+// between two batches, waking a poll that waits on idle partitions (see
+// triggers). The source reads; the input decides where barriers go.
+type sourceInput struct {
+	src      *source.Source
+	triggers triggers
+	// wm, if the job uses event time, observes each batch's timestamps.
+	wm  *watermarks
+	now func() time.Time
+}
+
+func newSourceInput(src *source.Source, wm *watermarks, now func() time.Time) *sourceInput {
+	return &sourceInput{src: src, wm: wm, now: now}
+}
+
+// next returns barrier n when trigger n is pending, else the next batch.
+// A trigger that arrives while the source waits for records wakes it: the
+// poll's context is cancelled, and next places the barrier at once.
+func (s *sourceInput) next(ctx context.Context) (element, error) {
+	for {
+		n, pollCtx, cancel := s.triggers.poll(ctx)
+		if n > 0 {
+			// On an error of ctx's, n stays pending: the next call
+			// places it.
+			offsets, err := s.src.Barrier(ctx, n)
+			if err != nil {
+				return element{}, err
+			}
+			if !s.triggers.placed(n) {
+				s.src.Abort(n) // aborted meanwhile: forget its offsets again
+				continue
+			}
+			return element{barrier: &mark{id: n, offsets: offsets}}, nil
+		}
+		recs, err := s.src.Next(pollCtx)
+		// Whether the poll was interrupted (a trigger, or ctx), asked
+		// before cancel, which would say yes to every error.
+		interrupted := pollCtx.Err() != nil
+		cancel()
+		if err != nil && interrupted {
+			if ctx.Err() != nil {
+				// ctx's own error, even if a trigger cancelled the poll
+				// as well: the task loop tells a timer deadline from a
+				// stop by it.
+				return element{}, ctx.Err()
+			}
+			continue // a trigger woke the poll
+		}
+		if s.wm != nil && len(recs) > 0 {
+			s.wm.observe(recs, s.now())
+		}
+		return element{records: recs}, err
+	}
+}
+
+func (s *sourceInput) trigger(n uint64) error { return s.triggers.add(int64(n)) }
+
+func (s *sourceInput) abort(n uint64) {
+	s.triggers.drop(int64(n))
+	s.src.Abort(int64(n))
+}
+
+func (s *sourceInput) caughtUp() bool { return s.src.CaughtUp() }
+
+func (s *sourceInput) close() {
+	s.triggers.close()
+	s.src.Close()
+}
+
+func (s *sourceInput) complete(ctx context.Context, n uint64) error {
+	return s.src.Complete(ctx, int64(n))
+}
+
+// openSource creates the task's source input, restored to offsets.
+func (t *Task) openSource(ctx context.Context, offsets source.Offsets) (taskInput, error) {
+	cfg := t.cfg
+	sources := cfg.Job.Sources()
+	if len(sources) != 1 {
+		return nil, fmt.Errorf("job %s has %d sources; this runtime runs exactly one", cfg.Job.Name(), len(sources))
+	}
+	srcCfg, err := sourceConfig(sources[0])
+	if err != nil {
+		return nil, err
+	}
+	if srcCfg.DecodeErrors == source.DecodeDeadLetter {
+		// The records the source's format check rejects go to the job's
+		// exactly-once sink of the dead-letter topic, as those its codec
+		// rejects do (stream.KafkaSource.DeadLetterTopic): they commit with
+		// the checkpoint of their epoch, so a restore never writes one twice.
+		idx := slices.IndexFunc(cfg.Sinks, func(k stream.KafkaSink) bool { return k.Topic == srcCfg.DeadLetterTopic })
+		if idx < 0 {
+			return nil, fmt.Errorf("source: the job has no sink for the dead-letter topic %s", srcCfg.DeadLetterTopic)
+		}
+		srcCfg.DeadLetter = sinkDeadLetters{t: t, sink: idx}
+	}
+	srcCfg.ClientOpts = cfg.Kafka
+	srcCfg.Partition = int32(cfg.ID.Index)
+	srcCfg.Restored = offsets
+	srcCfg.Skip = cfg.Skip
+	srcCfg.Group = cfg.Prefix + "source"
+	srcCfg.Name = cfg.ID.String()
+	srcCfg.Logger = t.log
+	srcCfg.Registerer = cfg.Registerer
+	src, err := source.New(ctx, srcCfg)
+	if err != nil {
+		return nil, fmt.Errorf("source: %w", err)
+	}
+	return newSourceInput(src, t.wm, cfg.Now), nil
+}
+
+// sourceConfig translates the job's source into the source's settings.
+func sourceConfig(s stream.KafkaSource) (source.Config, error) {
+	var start source.Start
+	switch s.Start.Kind {
+	case stream.StartEarliest:
+		start.Kind = source.StartEarliest
+	case stream.StartLatest:
+		start.Kind = source.StartLatest
+	case stream.StartTimestamp:
+		start = source.Start{Kind: source.StartTimestamp, Time: s.Start.Time}
+	default:
+		return source.Config{}, fmt.Errorf("source start %v: unknown kind", s.Start)
+	}
+	policy, err := source.ParseDecodePolicy(string(s.OnError))
+	if err != nil {
+		return source.Config{}, err
+	}
+	dec, err := source.DecoderForFormat(s.Format)
+	if err != nil {
+		return source.Config{}, err
+	}
+	if ts := s.Timestamp; ts.Field != "" {
+		// The event time from a JSON field, read by the decoder step, so
+		// that a record without one follows OnError like any undecodable
+		// record.
+		if s.Format != stream.FormatJSON {
+			return source.Config{}, fmt.Errorf("source: timestamp field %q needs format json, not %q", ts.Field, s.Format)
+		}
+		format := ts.Format
+		if format == "" {
+			format = stream.TimestampUnixMs
+		}
+		if dec, err = source.NewDecodeTimestamp(dec, ts.Field, source.TimestampFormat(format)); err != nil {
+			return source.Config{}, err
+		}
+	}
+	return source.Config{
+		Topics: s.Topics, Start: start, Decoder: dec,
+		DecodeErrors: policy, DeadLetterTopic: s.DeadLetterTopic,
+	}, nil
+}
+
+// sinkDeadLetters is the source's DeadLetterWriter of a task: it adds each
+// dead letter to the task's sink of the dead-letter topic, on the task
+// goroutine (the source calls it from Next), so that the record belongs to
+// the open epoch's transaction. It needs no flush of its own: the barrier
+// that follows pre-commits every sink, and the checkpoint commits it.
+type sinkDeadLetters struct {
+	t    *Task
+	sink int // index in t.sinks
+}
+
+func (d sinkDeadLetters) WriteDeadLetter(ctx context.Context, r *kgo.Record) error {
+	return d.t.outs[d.sink].write(ctx, r)
+}
+
+func (sinkDeadLetters) FlushDeadLetters(context.Context) error { return nil }

@@ -1,0 +1,214 @@
+package task
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weir-stream/weir/eventtime"
+	"github.com/weir-stream/weir/kafkaio/shuffle"
+	"github.com/weir-stream/weir/runtime/input"
+	"github.com/weir-stream/weir/stream"
+)
+
+// Metrics are the metrics of a replica's tasks beyond their sources, sinks
+// and state: shuffles and alignment. One value is shared by the replica's
+// tasks; a nil *Metrics records nothing.
+type Metrics struct {
+	Shuffle   *shuffle.Metrics
+	alignment *prometheus.HistogramVec
+	dropped   *prometheus.CounterVec
+
+	watermark, watermarkLag, idleInputs *prometheus.GaugeVec   // task
+	late                                *prometheus.CounterVec // operator
+	recordErrors                        *prometheus.CounterVec // operator, policy
+
+	mu sync.Mutex
+	// owner is the generation whose task holds a task's series: a task's
+	// Stop removes them only if no newer generation's task has them.
+	owner map[string]uint64
+}
+
+// NewMetrics registers the task metrics on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	sm, err := shuffle.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	m := &Metrics{
+		Shuffle: sm,
+		alignment: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "weir_task_alignment_duration_seconds",
+			Help:    "Time from the first barrier of a checkpoint to the last one, in a downstream task that aligns barriers from its upstream tasks.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"stage"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_shuffle_dropped_records_total",
+			Help: "Shuffle records a downstream task read and dropped, by reason: stale (an older generation's), replayed (read again after a seek back, already processed), skipped (of an input held by alignment: read again later).",
+		}, []string{"stage", "reason"}),
+		watermark: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weir_task_watermark_seconds",
+			Help: "The task's current watermark, Unix seconds: no more records with an event time at or before it are expected. 0 until the task knows one, and for the tasks of a job without event time.",
+		}, []string{"task"}),
+		watermarkLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weir_task_watermark_lag_seconds",
+			Help: "Wall clock minus the task's watermark, in seconds, updated every watermark interval. 0 until the task knows a watermark, and for the tasks of a job without event time.",
+		}, []string{"task"}),
+		idleInputs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weir_task_idle_inputs",
+			Help: "The task's inputs that are idle (a source partition without records for its idle timeout, a shuffle partition's upstream task whose inputs are all idle): they do not hold the watermark back.",
+		}, []string{"task"}),
+		late: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_late_records_total",
+			Help: "Records an event-time operator (a window) dropped or sent to its late topic because every window they belong to had fired, by operator.",
+		}, []string{"operator"}),
+		recordErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_record_errors_total",
+			Help: "Elements whose operator function failed and that the operator's error policy skipped (policy skip) or wrote to its dead-letter topic (policy dead-letter), by operator and policy. A failure under policy fail fails the task instead.",
+		}, []string{"operator", "policy"}),
+		owner: map[string]uint64{},
+	}
+	for _, c := range []prometheus.Collector{m.alignment, m.dropped, m.watermark, m.watermarkLag, m.idleInputs, m.late, m.recordErrors} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) shuffleMetrics() *shuffle.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m.Shuffle
+}
+
+// stageMetrics are the metrics of one downstream task, bound to its stage.
+type stageMetrics struct {
+	alignment                prometheus.Observer
+	stale, replayed, skipped prometheus.Counter
+	last                     input.Stats
+}
+
+func (m *Metrics) forStage(stage string) *stageMetrics {
+	if m == nil {
+		return nil
+	}
+	return &stageMetrics{
+		alignment: m.alignment.WithLabelValues(stage),
+		stale:     m.dropped.WithLabelValues(stage, "stale"),
+		replayed:  m.dropped.WithLabelValues(stage, "replayed"),
+		skipped:   m.dropped.WithLabelValues(stage, "skipped"),
+	}
+}
+
+func (m *stageMetrics) observeAlignment(d time.Duration) {
+	if m != nil {
+		m.alignment.Observe(d.Seconds())
+	}
+}
+
+// publish adds the core's counts since the last call (once per poll).
+func (m *stageMetrics) publish(s input.Stats) {
+	if m == nil {
+		return
+	}
+	m.stale.Add(float64(s.Stale - m.last.Stale))
+	m.replayed.Add(float64(s.Replayed - m.last.Replayed))
+	m.skipped.Add(float64(s.Skipped - m.last.Skipped))
+	m.last = s
+}
+
+// taskMetrics are the event-time metrics of one task.
+type taskMetrics struct {
+	m                    *Metrics
+	task                 string
+	gen                  uint64
+	watermark, lag, idle prometheus.Gauge
+	lastLate             string
+	lastLateCounter      prometheus.Counter
+	// The counter of the last record error's operator and policy.
+	lastErrOp      string
+	lastErrPolicy  stream.OnError
+	lastErrCounter prometheus.Counter
+}
+
+// forTask returns task's event-time metrics, every series present (at 0)
+// from now on, whether or not the job uses event time, so that a dashboard
+// has them from the start.
+func (m *Metrics) forTask(task string, gen uint64) *taskMetrics {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	m.owner[task] = max(m.owner[task], gen)
+	m.mu.Unlock()
+	tm := &taskMetrics{
+		m: m, task: task, gen: gen,
+		watermark: m.watermark.WithLabelValues(task),
+		lag:       m.watermarkLag.WithLabelValues(task),
+		idle:      m.idleInputs.WithLabelValues(task),
+	}
+	tm.watermark.Set(0)
+	tm.lag.Set(0)
+	tm.idle.Set(0)
+	return tm
+}
+
+// publish sets the watermark gauges: wm in Unix ms (MinWatermark: none
+// known), idle inputs, and the lag behind now.
+func (tm *taskMetrics) publish(wm int64, idle int, now time.Time) {
+	if tm == nil {
+		return
+	}
+	tm.idle.Set(float64(idle))
+	if wm == eventtime.MinWatermark {
+		return
+	}
+	tm.watermark.Set(float64(wm) / 1000)
+	tm.lag.Set(float64(now.UnixMilli()-wm) / 1000)
+}
+
+// onLate counts a late record of operator: stream.TaskContext.OnLate.
+func (tm *taskMetrics) onLate(operator string) {
+	if tm == nil {
+		return
+	}
+	if operator != tm.lastLate || tm.lastLateCounter == nil {
+		tm.lastLate, tm.lastLateCounter = operator, tm.m.late.WithLabelValues(operator)
+	}
+	tm.lastLateCounter.Inc()
+}
+
+// onRecordError counts an element that operator's policy skipped or sent
+// to its dead-letter topic: stream.TaskContext.OnRecordError.
+func (tm *taskMetrics) onRecordError(operator string, policy stream.OnError) {
+	if tm == nil {
+		return
+	}
+	if operator != tm.lastErrOp || policy != tm.lastErrPolicy || tm.lastErrCounter == nil {
+		tm.lastErrOp, tm.lastErrPolicy = operator, policy
+		tm.lastErrCounter = tm.m.recordErrors.WithLabelValues(operator, string(policy))
+	}
+	tm.lastErrCounter.Inc()
+}
+
+// remove deletes the task's series, unless a newer generation's task of
+// the same ID has taken them over (a replica may open it before the old
+// one has stopped).
+func (tm *taskMetrics) remove() {
+	if tm == nil {
+		return
+	}
+	m := tm.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.owner[tm.task] != tm.gen {
+		return
+	}
+	delete(m.owner, tm.task)
+	for _, v := range []*prometheus.GaugeVec{m.watermark, m.watermarkLag, m.idleInputs} {
+		v.DeleteLabelValues(tm.task)
+	}
+}

@@ -1,0 +1,196 @@
+package task
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/kafkaio/shuffle"
+	"github.com/weir-stream/weir/kafkaio/sink"
+	"github.com/weir-stream/weir/stream"
+)
+
+// An output is where a task's records go: a Kafka sink (sinkOutput, a
+// two-phase commit per checkpoint), or a shuffle topic read by the next
+// stage (shuffleOutput, which writes barrier records at pre-commit). The
+// task goroutine writes and pre-commits; complete and abort come from the
+// replica's control dispatcher.
+type output interface {
+	// write adds r to the open epoch. The output keeps r until the broker
+	// acknowledges it.
+	write(ctx context.Context, r *kgo.Record) error
+	// preCommit ends epoch n at the barrier: what was written is flushed by
+	// the returned pending's wait.
+	preCommit(ctx context.Context, n int64) (pending, error)
+	// complete is notifyCheckpointComplete(n).
+	complete(ctx context.Context, n int64) error
+	// abort forgets checkpoint n.
+	abort(n int64)
+	close(ctx context.Context) error
+}
+
+// pending is a pre-commit in flight: wait returns the transactions to
+// record in the snapshot (none for a shuffle) once everything before the
+// barrier is acknowledged.
+type pending interface {
+	wait(ctx context.Context) ([]sink.TxnHandle, error)
+}
+
+// sinkOutput is a Kafka sink.
+type sinkOutput struct{ s *sink.Sink }
+
+func (o sinkOutput) write(ctx context.Context, r *kgo.Record) error { return o.s.Write(ctx, r) }
+func (o sinkOutput) complete(ctx context.Context, n int64) error    { return o.s.NotifyComplete(ctx, n) }
+func (o sinkOutput) abort(n int64)                                  { o.s.Abort(n) }
+func (o sinkOutput) close(ctx context.Context) error                { return o.s.Close(ctx) }
+
+func (o sinkOutput) preCommit(ctx context.Context, n int64) (pending, error) {
+	pre, err := o.s.PreCommit(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	return sinkPending{pre}, nil
+}
+
+type sinkPending struct{ p *sink.PreCommit }
+
+func (p sinkPending) wait(ctx context.Context) ([]sink.TxnHandle, error) {
+	return p.p.Wait(ctx)
+}
+
+// openSink creates sink i and recovers it from the checkpoint's handles.
+func (t *Task) openSink(ctx context.Context, i int, spec stream.KafkaSink, handles []sink.TxnHandle) (*sink.Sink, error) {
+	cfg := t.cfg
+	mode := sink.ExactlyOnce
+	if spec.Delivery == stream.DeliveryAtLeastOnce {
+		mode = sink.AtLeastOnce
+	}
+	opts := append(append([]kgo.Opt{}, cfg.Kafka...), kgo.DefaultProduceTopic(spec.Topic))
+	if spec.MaxRecordBytes > 0 {
+		opts = append(opts, kgo.ProducerBatchMaxBytes(spec.MaxRecordBytes))
+	}
+	sink, err := sink.New(sink.Config{
+		ClientOpts:               opts,
+		TransactionalIDPrefix:    cfg.Prefix,
+		Stage:                    sinkStage(cfg.ID.Stage, i),
+		Partition:                int32(cfg.ID.Index),
+		Mode:                     mode,
+		MaxConcurrentCheckpoints: cfg.MaxConcurrentCheckpoints,
+		TransactionTimeout:       spec.TransactionTimeout,
+		Logger:                   t.log.With("sink", spec.Topic),
+		Metrics:                  cfg.SinkMetrics,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sink %s: %w", spec.Topic, err)
+	}
+	if err := sink.Recover(ctx, handles); err != nil {
+		// Returned, so that closeParts closes it with the others.
+		return sink, fmt.Errorf("recover sink %s from checkpoint %d: %w", spec.Topic, cfg.RestoreFrom, err)
+	}
+	return sink, nil
+}
+
+// sinkStage names sink i of a stage in transactional IDs: the first sink
+// keeps the stage's name, others get ".s<i>".
+func sinkStage(stage string, i int) string {
+	if i == 0 {
+		return stage
+	}
+	return fmt.Sprintf("%s.s%d", stage, i)
+}
+
+// emitter writes the chain's output to the sinks. A record handed to Emit
+// is valid only during the call (the chain reuses its buffers), and the
+// producer keeps what it is given until the broker acknowledges it, so the
+// emitter copies keys, values and headers into arenas, and records into a
+// slab: a chunk is allocated per many records, never per record, and is
+// never reused (the producer may still hold parts of it).
+type emitter struct {
+	t     *Task
+	err   error
+	arena []byte
+	recs  []kgo.Record
+	hdrs  []kgo.RecordHeader
+}
+
+const (
+	emitArenaSize = 256 << 10
+	emitSlabSize  = 1024
+)
+
+func (e *emitter) bytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	n := len(b)
+	if cap(e.arena)-len(e.arena) < n {
+		e.arena = make([]byte, 0, max(emitArenaSize, n))
+	}
+	start := len(e.arena)
+	e.arena = append(e.arena, b...)
+	return e.arena[start : start+n : start+n]
+}
+
+func (e *emitter) record() *kgo.Record {
+	if len(e.recs) == cap(e.recs) {
+		e.recs = make([]kgo.Record, 0, emitSlabSize)
+	}
+	e.recs = e.recs[:len(e.recs)+1]
+	return &e.recs[len(e.recs)-1]
+}
+
+func (e *emitter) Emit(sink int, r stream.Record) error {
+	if e.err != nil {
+		return e.err
+	}
+	if sink < 0 || sink >= len(e.t.outs) || e.t.outs[sink] == nil {
+		e.err = fmt.Errorf("emit to sink %d: the task's stage has no such sink", sink)
+		return e.err
+	}
+	rec := e.record()
+	rec.Key, rec.Value, rec.Timestamp = e.bytes(r.Key), e.bytes(r.Value), r.Timestamp
+	if len(r.Headers) > 0 {
+		rec.Headers = make([]kgo.RecordHeader, len(r.Headers))
+		for i, h := range r.Headers {
+			rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: e.bytes(h.Value)}
+		}
+	}
+	if err := e.t.outs[sink].write(e.t.ctx, rec); err != nil {
+		e.err = fmt.Errorf("sink %d: %w", sink, err)
+	}
+	return e.err
+}
+
+// Shuffle implements stream.Emitter: r goes to shuffle edge's topic.
+func (e *emitter) Shuffle(edge int, r stream.Record) error {
+	if e.err != nil {
+		return e.err
+	}
+	out := len(e.t.cfg.Sinks) + edge
+	if edge < 0 || out >= len(e.t.outs) || e.t.outs[out] == nil {
+		e.err = fmt.Errorf("emit to shuffle %d: the task's stage writes no such shuffle", edge)
+		return e.err
+	}
+	rec := e.record()
+	rec.Key, rec.Value, rec.Timestamp = e.bytes(r.Key), e.bytes(r.Value), r.Timestamp
+	// Room for the writer's headers, so that its append does not allocate.
+	rec.Headers = e.headers(len(r.Headers) + shuffle.MetaHeaders)
+	for _, h := range r.Headers {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: e.bytes(h.Value)})
+	}
+	if err := e.t.outs[out].write(e.t.ctx, rec); err != nil {
+		e.err = fmt.Errorf("shuffle %d: %w", edge, err)
+	}
+	return e.err
+}
+
+// headers returns an empty header slice of capacity n, cut from a slab.
+func (e *emitter) headers(n int) []kgo.RecordHeader {
+	if cap(e.hdrs)-len(e.hdrs) < n {
+		e.hdrs = make([]kgo.RecordHeader, 0, max(emitSlabSize, n))
+	}
+	start := len(e.hdrs)
+	e.hdrs = e.hdrs[:start+n]
+	return e.hdrs[start : start : start+n]
+}
