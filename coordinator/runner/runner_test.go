@@ -22,6 +22,7 @@ import (
 	"github.com/weir-stream/weir/coordinator"
 	"github.com/weir-stream/weir/coordinator/runner"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/internal/testlog"
 	"github.com/weir-stream/weir/kafkaio/controltopic"
 	"github.com/weir-stream/weir/state/objstore"
 )
@@ -50,7 +51,7 @@ func newEnv(t *testing.T, c *kafkatest.Cluster) *env {
 		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if testing.Verbose() {
-		e.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		e.log = slog.New(slog.NewTextHandler(testlog.New(t, ""), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	if err := controltopic.EnsureTopics(ctx, c.Admin(t), e.topics, -1); err != nil {
 		t.Fatal(err)
@@ -63,10 +64,6 @@ func newEnv(t *testing.T, c *kafkatest.Cluster) *env {
 	e.store = store
 	return e
 }
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
 
 func (e *env) runner(seed uint64) *runner.Runner { return e.runnerWith(seed, nil) }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/internal/testlog"
 	"github.com/weir-stream/weir/kafkaio/source"
 )
 
@@ -34,7 +35,7 @@ func srcOpen(t *testing.T, ctx context.Context, c *kafkatest.Cluster, cfg source
 	t.Helper()
 	cfg.ClientOpts = append([]kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, cfg.ClientOpts...)
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+		cfg.Logger = slog.New(slog.NewTextHandler(testlog.New(t, ""), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	src, err := source.New(ctx, cfg)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/internal/testlog"
 	"github.com/weir-stream/weir/pipeline"
 	"github.com/weir-stream/weir/runtime/replica"
 )
@@ -115,7 +116,7 @@ func startReplica(ctx context.Context, t *testing.T, id, yaml string) *testRepli
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(testLog{t, id}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		log = slog.New(slog.NewTextHandler(testlog.New(t, id), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	tr := &testReplica{reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	tr.Replica, err = replica.New(ctx, replica.Options{Config: cfg, Job: j, ReplicaID: id, Logger: log, Registerer: tr.reg})
@@ -150,13 +151,6 @@ func waitReady(t *testing.T, rs ...*replica.Replica) {
 		}
 	}
 }
-
-type testLog struct {
-	t  *testing.T
-	id string
-}
-
-func (w testLog) Write(b []byte) (int, error) { w.t.Logf("%s: %s", w.id, b); return len(b), nil }
 
 // waitCommitted waits until out holds n records visible to read_committed.
 func waitCommitted(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic string, n int64) {

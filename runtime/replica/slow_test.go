@@ -17,6 +17,7 @@ import (
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/internal/e2etest"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/internal/testlog"
 	"github.com/weir-stream/weir/keygroup"
 	"github.com/weir-stream/weir/runtime/replica"
 	"github.com/weir-stream/weir/state"
@@ -228,7 +229,7 @@ func startJobReplica(ctx context.Context, t *testing.T, id, yaml string, j *stre
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(testLog{t, id}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		log = slog.New(slog.NewTextHandler(testlog.New(t, id), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	tr := &testReplica{reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	tr.Replica, err = replica.New(ctx, replica.Options{Config: cfg, Job: j, ReplicaID: id, Logger: log, Registerer: tr.reg})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/internal/testlog"
 	"github.com/weir-stream/weir/kafkaio/controltopic"
 	"github.com/weir-stream/weir/kafkaio/shuffle"
 	"github.com/weir-stream/weir/plan"
@@ -133,7 +134,7 @@ func newRig(t *testing.T, ctx context.Context, c *kafkatest.Cluster, cfg rigConf
 	name := kafkatest.Name(t, "task")
 	r := &rig{
 		t: t, c: c, kopts: append([]kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, c.Opts...),
-		log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		log: slog.New(slog.NewTextHandler(testlog.New(t, ""), &slog.HandlerOptions{Level: slog.LevelWarn})),
 		in:  name + "-in", out: name + "-out", inParts: cfg.inParts, prefix: name + ".",
 		dir: t.TempDir(), gone: map[*Task]bool{},
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/internal/testlog"
 	"github.com/weir-stream/weir/kafkaio/source"
 )
 
@@ -21,7 +22,7 @@ func openTestSourceInput(t *testing.T, ctx context.Context, c *kafkatest.Cluster
 	src, err := source.New(ctx, source.Config{
 		ClientOpts: append([]kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, c.Opts...),
 		Topics:     []string{topic},
-		Logger:     slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Logger:     slog.New(slog.NewTextHandler(testlog.New(t, ""), nil)),
 	})
 	if err != nil {
 		t.Fatalf("NewSource: %v", err)
