@@ -82,6 +82,7 @@ func runDevUntilOutput(t *testing.T, bin, dir string, line *regexp.Regexp, n int
 	fail := func(what string) {
 		_ = cmd.Process.Kill()
 		<-eof
+		_ = cmd.Wait() // stderr's copying goroutine is done: stderr can be read
 		mu.Lock()
 		defer mu.Unlock()
 		t.Fatalf("%s in 60s; stdout:\n%s\nstderr:\n%s", what, all.String(), stderr.String())

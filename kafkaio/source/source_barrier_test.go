@@ -93,7 +93,11 @@ func TestSourceBarrierRestart(t *testing.T) {
 
 		prod, txn := srcProducer(t, c), srcTxnClient(t, c)
 		triggers := make(chan int64, nBarriers)
+		// The producer reports with t.Errorf: when the test ends on any
+		// path, it is stopped and waited for, before its clients close.
+		pctx, stopProducing := context.WithCancel(ctx)
 		var produced sync.WaitGroup
+		t.Cleanup(func() { stopProducing(); produced.Wait() })
 		want := map[string][]string{} // committed values per topic
 		var wantN int
 		produced.Add(1)
@@ -118,9 +122,9 @@ func TestSourceBarrierRestart(t *testing.T) {
 				var err error
 				switch o.kind {
 				case 0, 3:
-					err = prod.ProduceSync(ctx, recs...).FirstErr()
+					err = prod.ProduceSync(pctx, recs...).FirstErr()
 				case 1, 2:
-					err = srcTxnErr(ctx, txn, o.kind == 1, recs...)
+					err = srcTxnErr(pctx, txn, o.kind == 1, recs...)
 				}
 				if err != nil {
 					t.Errorf("produce op %d: %v", i, err)

@@ -64,9 +64,9 @@ process: {replica_id: %s, grace_period: 20s}
 		// others moved on (late, as in Flink).
 		want := map[etWindowKey]int{}
 		flowed := make(chan struct{})
+		cl := c.Client(t, kgo.DefaultProduceTopic(in), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		go func() {
 			defer close(flowed)
-			cl := c.Client(t, kgo.DefaultProduceTopic(in), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 			for i := 0; i < records && ctx.Err() == nil; i++ {
 				// Event times rise 1000/perWindow ms a record, up to 150ms
 				// out of order (within the 200ms bound).
@@ -91,6 +91,9 @@ process: {replica_id: %s, grace_period: 20s}
 				}
 			}
 		}()
+		// The producer reports with t.Error: the test waits for it on
+		// every path (on a failure the deferred cancel ends it at once).
+		t.Cleanup(func() { <-flowed })
 		a, b := start("a"), start("b")
 		waitReady(t, a.Replica, b.Replica)
 		waitCommitted(ctx, t, c, out, int64(pages))

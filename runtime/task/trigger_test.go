@@ -59,6 +59,24 @@ func wantBarrier(t *testing.T, el element, n int64, topic string, off int64) {
 	}
 }
 
+// triggerAfter calls in.trigger(n) after d, on a timer's goroutine, which
+// reports a failure with t.Errorf: when the test ends first (it failed
+// early), the timer is stopped, or waited for before in closes.
+func triggerAfter(t *testing.T, in *sourceInput, n uint64, d time.Duration) {
+	done := make(chan struct{})
+	tm := time.AfterFunc(d, func() {
+		defer close(done)
+		if err := in.trigger(n); err != nil {
+			t.Errorf("trigger %d: %v", n, err)
+		}
+	})
+	t.Cleanup(func() {
+		if !tm.Stop() {
+			<-done
+		}
+	})
+}
+
 // TestSourceInputTriggerWakesIdleNext: a trigger that arrives while next
 // waits on an idle partition is placed at once, and the input reads on.
 func TestSourceInputTriggerWakesIdleNext(t *testing.T) {
@@ -69,11 +87,7 @@ func TestSourceInputTriggerWakesIdleNext(t *testing.T) {
 		c.CreateTopic(t, topic, 1, nil)
 		in := openTestSourceInput(t, ctx, c, topic)
 
-		time.AfterFunc(200*time.Millisecond, func() {
-			if err := in.trigger(7); err != nil {
-				t.Errorf("trigger 7: %v", err)
-			}
-		})
+		triggerAfter(t, in, 7, 200*time.Millisecond)
 		el, waited := nextElement(t, ctx, in)
 		wantBarrier(t, el, 7, topic, 0)
 		if waited > 5*time.Second {
@@ -92,11 +106,7 @@ func TestSourceInputTriggerWakesIdleNext(t *testing.T) {
 			}
 			got += len(el.records)
 		}
-		time.AfterFunc(200*time.Millisecond, func() {
-			if err := in.trigger(8); err != nil {
-				t.Errorf("trigger 8: %v", err)
-			}
-		})
+		triggerAfter(t, in, 8, 200*time.Millisecond)
 		el, waited = nextElement(t, ctx, in)
 		wantBarrier(t, el, 8, topic, 1)
 		if waited > 5*time.Second {
