@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -34,8 +35,16 @@ import (
 //     snapshot (its syncs are no-ops already, see liveFS), and no snapshot
 //     is taken once the fault is recorded (Snapshot checks Failed before
 //     and after Pebble's checkpoint; a snapshot taken before it holds only
-//     what was written before it). SST writes fail normally: Pebble
-//     retries a failed flush or compaction as a background error;
+//     what was written before it). An SST write fails normally, and
+//     Pebble retries the failed flush or compaction as a background
+//     error; but once the fault is recorded, new SSTs (and blob files) of
+//     the live directory are made in memory (pebbleFS.mem) and read from
+//     there. Otherwise a flush that can never succeed is retried in a
+//     tight loop (a core busy, a log line each time) and a write that
+//     found the memtables full waits for it forever (Pebble's write stall
+//     has no way out), so the task never comes back to check Failed: the
+//     fault-tolerance test hung so in CI. The memory is bounded: the task
+//     stops at its next batch;
 //   - the task checks Failed before every batch and stops with the
 //     DiskError; Close gives Pebble a few seconds and abandons the database
 //     otherwise, and the task is restored from its checkpoint into a
@@ -244,6 +253,70 @@ type pebbleFS struct {
 	vfs.FS // the backend's faultFS
 	dir    string
 	fault  *diskFault
+	// mem holds the tables created after the fault (see the comment at
+	// the top of this file); inMem names them. Made at the first such
+	// table.
+	memMu sync.Mutex
+	mem   vfs.FS
+	inMem map[string]bool
+}
+
+// isTable reports whether name is an SST or blob file of the live directory.
+func (fs *pebbleFS) isTable(name string) bool {
+	return fs.PathDir(name) == fs.dir && (strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".blob"))
+}
+
+// memTable returns the in-memory FS if name is held there.
+func (fs *pebbleFS) memTable(name string) (vfs.FS, bool) {
+	fs.memMu.Lock()
+	defer fs.memMu.Unlock()
+	if fs.inMem[name] {
+		return fs.mem, true
+	}
+	return nil, false
+}
+
+// createInMemory creates table name in memory, after the fault.
+func (fs *pebbleFS) createInMemory(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	fs.memMu.Lock()
+	defer fs.memMu.Unlock()
+	if fs.mem == nil {
+		fs.mem, fs.inMem = vfs.NewMem(), map[string]bool{}
+		if err := fs.mem.MkdirAll(fs.dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	f, err := fs.mem.Create(name, c)
+	if err == nil {
+		fs.inMem[name] = true
+	}
+	return f, err
+}
+
+func (fs *pebbleFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	if m, ok := fs.memTable(name); ok {
+		return m.Open(name, opts...)
+	}
+	return fs.FS.Open(name, opts...)
+}
+
+func (fs *pebbleFS) Stat(name string) (vfs.FileInfo, error) {
+	if m, ok := fs.memTable(name); ok {
+		return m.Stat(name)
+	}
+	return fs.FS.Stat(name)
+}
+
+func (fs *pebbleFS) Remove(name string) error {
+	fs.memMu.Lock()
+	if fs.inMem[name] {
+		delete(fs.inMem, name)
+		m := fs.mem
+		fs.memMu.Unlock()
+		return m.Remove(name)
+	}
+	fs.memMu.Unlock()
+	return fs.FS.Remove(name)
 }
 
 // swallows reports whether a write to name must never fail in Pebble's eyes.
@@ -267,6 +340,16 @@ func (fs *pebbleFS) wrap(name string, create func() (vfs.File, error)) (vfs.File
 }
 
 func (fs *pebbleFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if fs.isTable(name) {
+		if fs.fault.get() != nil {
+			return fs.createInMemory(name, c)
+		}
+		f, err := fs.FS.Create(name, c) // faultFS records a disk error
+		if err != nil && isDiskError(err) {
+			return fs.createInMemory(name, c)
+		}
+		return f, err
+	}
 	return fs.wrap(name, func() (vfs.File, error) { return fs.FS.Create(name, c) })
 }
 

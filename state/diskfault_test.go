@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -158,5 +159,75 @@ func TestFullDiskStopsTheTaskNotTheProcess(t *testing.T) {
 	b2 := openTest(t, cfg)
 	if err := b2.Guard(func() error { return write(b2, 0, 2000) }); err != nil {
 		t.Fatalf("after the disk has room again: %v", err)
+	}
+}
+
+// TestFullDiskWriteStallEnds writes on after the disk is full without
+// looking at Failed, as a task does within one batch, until Pebble's
+// memtables are full many times over (1 MiB memtables, writes stop at
+// 4): the flushes that fail on the full disk go to memory once the fault
+// is recorded, so no write waits forever in Pebble's write stall and no
+// flush is retried in a loop. Every value written reads back, and Close
+// returns. Before, this hung until the test binary timed out.
+func TestFullDiskWriteStallEnds(t *testing.T) {
+	store, _ := newStore(t)
+	fs := &FullFS{FS: vfs.Default}
+	cfg := testConfig(t, store, t.TempDir())
+	cfg.FS = fs
+	b, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewValueState(b, "v", StringCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := strings.Repeat("y", 4096)
+	const n = 6000 // 24 MiB
+	fs.Full.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Guard(func() error {
+			for i := range n {
+				b.SetCurrentKey(fmt.Appendf(nil, "k%08d", i))
+				if err := s.Put(value + strconv.Itoa(i)); err != nil {
+					return err
+				}
+				if i%64 == 0 {
+					if err := b.Flush(); err != nil {
+						return err
+					}
+				}
+			}
+			if err := b.Flush(); err != nil {
+				return err
+			}
+			for _, i := range []int{0, n / 2, n - 1} {
+				b.SetCurrentKey(fmt.Appendf(nil, "k%08d", i))
+				got, ok, err := s.Get()
+				if err != nil || !ok || got != value+strconv.Itoa(i) {
+					return fmt.Errorf("key %d read back %d bytes, %v, %v", i, len(got), ok, err)
+				}
+			}
+			return nil
+		})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("writing on a full disk: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("a write on the full disk did not return in 60s (Pebble's write stall)")
+	}
+	if !errors.Is(b.Failed(), ErrDisk) {
+		t.Fatalf("Failed() = %v, want the full disk", b.Failed())
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(context.Background()) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close of the failed backend did not return")
 	}
 }
