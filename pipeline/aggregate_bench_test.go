@@ -99,3 +99,59 @@ job:
 	}
 	benchAggregate(b, j)
 }
+
+// yamlBenchJob is the job of `make bench ARGS=-yaml`
+// (internal/tools/bench/yaml.go): filter → map → key_by expr →
+// count+sum+max, in two stages.
+func yamlBenchJob(b *testing.B) *stream.Job {
+	b.Helper()
+	cfg, err := config.Load(config.Source{YAML: []byte(`kafka: {brokers: [127.0.0.1:9092]}
+job:
+  name: bench
+  pipeline:
+    - source: {topics: [clicks], format: json}
+    - filter: {where: "value.amount > 0"}
+    - map: {value: {page: value.page, user: value.user, amount: value.amount}}
+    - key_by: {expr: value.page}
+    - aggregate: {count: true, total: {sum: value.amount}, biggest: {max: value.amount}}
+    - sink: {topic: out, format: json}
+`), Env: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	j, err := pipeline.Compile(cfg.Job)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return j
+}
+
+// BenchmarkYAMLBenchJob runs the -yaml bench job's two stages in memory,
+// per batch of 100 clicks of 100 users over 50 pages: the upstream stage's
+// shuffle records are the downstream stage's input, so the figures are the
+// per-record processing cost of the job without Kafka (ns/record).
+func BenchmarkYAMLBenchJob(b *testing.B) {
+	j := yamlBenchJob(b)
+	stages := j.Stages()
+	if len(stages) != 2 {
+		b.Fatalf("%d stages, want 2", len(stages))
+	}
+	up, down := stageTask(b, j, stages[0].Name), stageTask(b, j, stages[1].Name)
+	in := make([]stream.Record, 100)
+	for i := range in {
+		in[i] = stream.Record{Key: fmt.Appendf(nil, "user-%d", i), Topic: "clicks", Offset: int64(i), Timestamp: t0,
+			Value: fmt.Appendf(nil, `{"i":%d,"user":"user-%d","page":"/p/%d","amount":%d}`, i, i, i%50, 1+i*7%1000)}
+	}
+	var sh shuffler
+	b.ReportAllocs()
+	for b.Loop() {
+		sh.recs = sh.recs[:0]
+		if err := up.ProcessBatch(in, &sh); err != nil {
+			b.Fatal(err)
+		}
+		if err := down.ProcessBatch(sh.recs, discard{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(in)), "ns/record")
+}

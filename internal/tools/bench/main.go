@@ -738,6 +738,11 @@ func (b *bench) runTwoStage(ctx context.Context) error {
 			b.c.rate, len(steadyDurs), quantile(steadyDurs, 0.5), quantile(steadyDurs, 0.99),
 			len(steadyAlign), quantile(steadyAlign, 0.5), quantile(steadyAlign, 0.99), slices.Max(steadyAlign))
 	}
+	if ph, err := b.checkpointPhases(ctx, j.name, steadyFrom, time.Now()); err != nil {
+		benchutil.Info("checkpoint phases at the steady rate: %v", err)
+	} else {
+		ph.report("checkpoint phases at the steady rate")
+	}
 	benchutil.Info("load average now %s", loadAvg())
 	benchutil.Info("headline: views-per-page, %d replica(s), %.0f records/s vs the raw two-hop pipe's %.0f records/s: %.3f (goal >= 0.6)",
 		b.c.replicas[0], t.rate(n), raw.rate(n), t.rate(n)/raw.rate(n))
