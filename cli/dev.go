@@ -24,6 +24,7 @@ import (
 
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/expression"
 	"github.com/weir-stream/weir/kafkaio/controltopic"
 	"github.com/weir-stream/weir/pipeline"
 	"github.com/weir-stream/weir/stream"
@@ -203,6 +204,8 @@ func newDevCmd(job *stream.Job) *cobra.Command {
 		example    string
 		jobFile    string
 		inputFile  string
+		genValue   string
+		genKey     string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -227,8 +230,18 @@ With --job FILE, dev runs the YAML job of FILE instead (its job section;
 the embedded Kafka and the local stores replace its other settings): it
 creates the job's topics, writes the records of --input FILE to the job's
 first source topic (one record a line: a JSON value, or key<TAB>value),
-or without --input generates the sample clicks into it, and prints the
-committed output of every sink as "<time>  <topic>  [<key>  ]<value>".`,
+or without --input generates sample records into it, and prints the
+committed output of every sink as "<time>  <topic>  [<key>  ]<value>".
+The sample records are the clicks, or, with --generate EXPR, records
+shaped for the job: EXPR is an expression of the YAML language
+(docs/yaml.md) evaluated for each sample, with offset the sample's number
+(0, 1, 2, ...) and timestamp the time it is generated, and its result,
+written as JSON, is the record's value; --generate-key EXPR computes the
+key, with value the generated value. For example:
+
+  processor dev --job orders.yaml --rate 50 \
+    --generate '{"id": "o-" + string(offset), "amount": offset * 37 % 500, "country": ["DE", "FR", "US"][offset % 3]}' \
+    --generate-key 'value.id'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if job != nil {
@@ -242,6 +255,12 @@ committed output of every sink as "<time>  <topic>  [<key>  ]<value>".`,
 				return errors.New("--job and --example: run one job")
 			case jobFile == "" && inputFile != "":
 				return errors.New("--input needs --job: the examples read the sample clicks")
+			case jobFile == "" && (genValue != "" || genKey != ""):
+				return errors.New("--generate needs --job: the examples read the sample clicks")
+			case inputFile != "" && (genValue != "" || genKey != ""):
+				return errors.New("--input and --generate: give the job one input")
+			case genKey != "" && genValue == "":
+				return errors.New("--generate-key needs --generate")
 			case jobFile != "":
 				ex = devExample{file: jobFile}
 			default:
@@ -250,8 +269,15 @@ committed output of every sink as "<time>  <topic>  [<key>  ]<value>".`,
 					return err
 				}
 			}
+			var gen *devGenerator
+			if genValue != "" {
+				var err error
+				if gen, err = newDevGenerator(genValue, genKey); err != nil {
+					return err
+				}
+			}
 			return runDev(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), devOptions{
-				example: ex, dir: dir, rate: rate, users: users, partitions: partitions, http: httpAddr, quiet: quiet, input: inputFile,
+				example: ex, dir: dir, rate: rate, users: users, partitions: partitions, http: httpAddr, quiet: quiet, input: inputFile, generate: gen,
 			})
 		},
 	}
@@ -264,6 +290,8 @@ committed output of every sink as "<time>  <topic>  [<key>  ]<value>".`,
 	cmd.Flags().StringVar(&example, "example", devExamples()[0].name, "the example job: "+devExampleNames())
 	cmd.Flags().StringVar(&jobFile, "job", "", "run the YAML job of this file instead of an example")
 	cmd.Flags().StringVar(&inputFile, "input", "", "with --job: write these records (one a line: a JSON value, or key<TAB>value) to the job's first source topic instead of sample clicks")
+	cmd.Flags().StringVar(&genValue, "generate", "", "with --job: generate sample records whose value is this expression (offset: the sample's number, timestamp: now) instead of clicks, --rate a second")
+	cmd.Flags().StringVar(&genKey, "generate-key", "", "with --generate: the sample records' key, an expression over the generated value")
 	return cmd
 }
 
@@ -275,7 +303,8 @@ type devOptions struct {
 	partitions int32
 	http       string
 	quiet      bool
-	input      string // a file of input records, with example.file
+	input      string        // a file of input records, with example.file
+	generate   *devGenerator // sample records for example.file, or nil: clicks
 }
 
 func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
@@ -327,6 +356,8 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 		if err := devWriteInput(ctx, brokers, o.example.inputs()[0], o.input); err != nil {
 			return err
 		}
+	case o.generate != nil && o.rate > 0:
+		go o.generate.run(gctx, logOut, brokers, o.example.inputs()[0], o.rate)
 	case o.rate > 0:
 		go devGenerate(gctx, brokers, o.example.inputs()[0], o.rate, o.users)
 	}
@@ -484,6 +515,79 @@ func devGenerate(ctx context.Context, brokers []string, topic string, rate, user
 		user := fmt.Sprintf("user-%d", rand.IntN(users))
 		v, _ := json.Marshal(map[string]any{"user": user, "page": pages[rand.IntN(len(pages))], "ts": time.Now().UnixMilli()})
 		cl.Produce(ctx, &kgo.Record{Key: []byte(user), Value: v}, nil)
+	}
+}
+
+// devGenerator makes sample records from expressions (--generate,
+// --generate-key): sample n's value is value evaluated with offset n and
+// timestamp now, written as JSON; its key is key evaluated with the value.
+type devGenerator struct {
+	value, key *expression.Program
+	ev         *expression.Evaluator
+}
+
+// newDevGenerator compiles the expressions and makes sample 0, so that an
+// expression that fails on every record is an error before the job starts.
+func newDevGenerator(value, key string) (*devGenerator, error) {
+	g := &devGenerator{ev: expression.NewEvaluator()}
+	var err error
+	if g.value, err = expression.Compile(value, expression.Any); err != nil {
+		return nil, fmt.Errorf("--generate %q: %w", value, err)
+	}
+	if key != "" {
+		if g.key, err = expression.Compile(key, expression.Any); err != nil {
+			return nil, fmt.Errorf("--generate-key %q: %w", key, err)
+		}
+	}
+	if _, err := g.record(0, time.Now()); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// record makes sample n.
+func (g *devGenerator) record(n int64, now time.Time) (*kgo.Record, error) {
+	vars := expression.Vars{Offset: n, Timestamp: now}
+	v, err := g.ev.Eval(g.value, &vars)
+	if err != nil {
+		return nil, fmt.Errorf("--generate, sample %d: %w", n, err)
+	}
+	r := &kgo.Record{Timestamp: now}
+	if r.Value, err = pipeline.AppendJSON(nil, v, nil); err != nil {
+		return nil, fmt.Errorf("--generate, sample %d: %w", n, err)
+	}
+	if g.key != nil {
+		vars.Value = v
+		if r.Key, err = g.ev.Key(g.key, &vars, nil); err != nil {
+			return nil, fmt.Errorf("--generate-key, sample %d: %w", n, err)
+		}
+	}
+	return r, nil
+}
+
+// run produces rate samples a second to topic until ctx ends or a sample
+// fails (said on logOut).
+func (g *devGenerator) run(ctx context.Context, logOut io.Writer, brokers []string, topic string, rate int) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		fmt.Fprintf(logOut, "weir dev: the sample generator: %v\n", err)
+		return
+	}
+	defer cl.Close()
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for n := int64(0); ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r, err := g.record(n, time.Now())
+		if err != nil {
+			fmt.Fprintf(logOut, "weir dev: sample generation stopped: %v\n", err)
+			return
+		}
+		cl.Produce(ctx, r, nil)
 	}
 }
 

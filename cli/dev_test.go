@@ -296,3 +296,67 @@ func withoutPositions(job config.Job) config.Job {
 	}
 	return job
 }
+
+// TestDevGenerateJobInput runs a job file on records made by --generate
+// and --generate-key through the binary: the samples have the job's
+// fields, keyed as the key expression says, and the job's committed output
+// follows from them (sample n: customer c<n%2>, amount n*10; the filter
+// drops sample 0).
+func TestDevGenerateJobInput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildProcessor(t)
+	dir := t.TempDir()
+	job := filepath.Join(dir, "orders.yaml")
+	if err := os.WriteFile(job, []byte(`
+job:
+  name: orders
+  pipeline:
+    - source: {topics: [orders]}
+    - filter: {where: "value.amount > 0"}
+    - aggregate: {count: true, total: {sum: value.amount}}
+    - sink: {topic: totals}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	line := regexp.MustCompile(`^\d\d:\d\d:\d\d  totals  (c[01])  (\{.*\})$`)
+	out := runDevUntilOutput(t, bin, filepath.Join(dir, "dev"), line, 4, 1, "--job", job, "--partitions", "1", "--rate", "20",
+		"--generate", `{"customer": "c" + string(offset % 2), "amount": offset * 10}`, "--generate-key", "value.customer")
+	var got []string
+	for _, l := range strings.Split(out, "\n") {
+		if m := line.FindStringSubmatch(l); m != nil && len(got) < 4 {
+			got = append(got, m[1]+" "+m[2])
+		}
+	}
+	// Samples 1, 2, 3, 4: c1 10, c0 20, c1 30, c0 40.
+	want := []string{`c1 {"key":"c1","count":1,"total":10}`, `c0 {"key":"c0","count":1,"total":20}`,
+		`c1 {"key":"c1","count":2,"total":40}`, `c0 {"key":"c0","count":2,"total":60}`}
+	if !slices.Equal(got, want) {
+		t.Fatalf("first outputs %q, want %q; stdout:\n%s", got, want, out)
+	}
+}
+
+// TestDevGenerateErrors: a bad expression is an error before anything
+// starts, with the expression's own message; an expression that fails on
+// the first sample too.
+func TestDevGenerateErrors(t *testing.T) {
+	for _, tc := range []struct{ value, key, want string }{
+		{`{"a": `, "", `--generate "{\"a\": "`},
+		{`{"a": 1 / (offset - offset)}`, "", "--generate, sample 0: "},
+		{`{"a": 1}`, `value.a +`, `--generate-key "value.a +"`},
+	} {
+		_, err := newDevGenerator(tc.value, tc.key)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("newDevGenerator(%q, %q) = %v, want an error containing %q", tc.value, tc.key, err, tc.want)
+		}
+	}
+	g, err := newDevGenerator(`{"id": "o-" + string(offset), "n": offset, "c": ["DE", "FR"][offset % 2]}`, `value.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := g.record(7, time.UnixMilli(1000))
+	if err != nil || string(r.Key) != "o-7" || string(r.Value) != `{"c":"FR","id":"o-7","n":7}` {
+		t.Fatalf("sample 7: %+v, %v", r, err)
+	}
+}
