@@ -29,6 +29,13 @@ job:
         recent: {collect: value.id, limit: 10}
     - sink: {topic: out}
 `, window)
+	return compileBenchJob(b, yaml)
+}
+
+// compileBenchJob loads a job file's text (no environment) and compiles
+// its job.
+func compileBenchJob(b *testing.B, yaml string) *stream.Job {
+	b.Helper()
 	cfg, err := config.Load(config.Source{YAML: []byte(yaml), Env: func(string) (string, bool) { return "", false }})
 	if err != nil {
 		b.Fatal(err)
@@ -82,21 +89,14 @@ func BenchmarkMultiAggregateWindow(b *testing.B) {
 // BenchmarkCountLegacy is the one-aggregate {op: count} on the same path,
 // for comparison.
 func BenchmarkCountLegacy(b *testing.B) {
-	cfg, err := config.Load(config.Source{YAML: []byte(`kafka: {brokers: [127.0.0.1:9092]}
+	j := compileBenchJob(b, `kafka: {brokers: [127.0.0.1:9092]}
 job:
   name: bench
   pipeline:
     - source: {topics: [orders]}
     - aggregate: {op: count}
     - sink: {topic: out}
-`), Env: func(string) (string, bool) { return "", false }})
-	if err != nil {
-		b.Fatal(err)
-	}
-	j, err := pipeline.Compile(cfg.Job)
-	if err != nil {
-		b.Fatal(err)
-	}
+`)
 	benchAggregate(b, j)
 }
 
@@ -105,7 +105,7 @@ job:
 // count+sum+max, in two stages.
 func yamlBenchJob(b *testing.B) *stream.Job {
 	b.Helper()
-	cfg, err := config.Load(config.Source{YAML: []byte(`kafka: {brokers: [127.0.0.1:9092]}
+	return compileBenchJob(b, `kafka: {brokers: [127.0.0.1:9092]}
 job:
   name: bench
   pipeline:
@@ -115,15 +115,7 @@ job:
     - key_by: {expr: value.page}
     - aggregate: {count: true, total: {sum: value.amount}, biggest: {max: value.amount}}
     - sink: {topic: out, format: json}
-`), Env: func(string) (string, bool) { return "", false }})
-	if err != nil {
-		b.Fatal(err)
-	}
-	j, err := pipeline.Compile(cfg.Job)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return j
+`)
 }
 
 // BenchmarkYAMLBenchJob runs the -yaml bench job's two stages in memory,
