@@ -143,13 +143,7 @@ func TestFullDiskStopsTheTaskNotTheProcess(t *testing.T) {
 	if got := promtest.Sum(t, reg, "weir_state_disk_failures_total"); got != 1 {
 		t.Fatalf("weir_state_disk_failures_total = %v, want 1", got)
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- b.Close(context.Background()) }()
-	select {
-	case <-closed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Close of the failed backend did not return")
-	}
+	closeWithin(t, b, 30*time.Second)
 
 	// Still full: opening fails with the same clear error, no panic.
 	if _, err := Open(context.Background(), cfg); !errors.Is(err, syscall.ENOSPC) {
@@ -223,11 +217,18 @@ func TestFullDiskWriteStallEnds(t *testing.T) {
 	if !errors.Is(b.Failed(), ErrDisk) {
 		t.Fatalf("Failed() = %v, want the full disk", b.Failed())
 	}
+	closeWithin(t, b, 30*time.Second)
+}
+
+// closeWithin closes the failed backend b, failing the test if Close does
+// not return within d (it must abandon a database Pebble cannot close).
+func closeWithin(t *testing.T, b *Backend, d time.Duration) {
+	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close(context.Background()) }()
 	select {
 	case <-closed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Close of the failed backend did not return")
+	case <-time.After(d):
+		t.Fatalf("Close of the failed backend did not return in %v", d)
 	}
 }
