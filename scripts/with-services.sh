@@ -22,11 +22,31 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# The services that are not running start at once, in parallel: on a fresh
+# machine their installs (Kafka's jars, versitygw, fake-gcs-server,
+# Azurite's npm package) took two minutes one after the other.
+pids=()
+starting=()
 for svc in ${WEIR_SERVICES:-kafka s3 cloud}; do
 	if ! bash "$root/scripts/$svc.sh" status >/dev/null 2>&1; then
-		bash "$root/scripts/$svc.sh" up
-		started+=("$svc")
+		bash "$root/scripts/$svc.sh" up &
+		pids+=("$!")
+		starting+=("$svc")
 	fi
+done
+failed=()
+for i in "${!pids[@]}"; do
+	if wait "${pids[$i]}"; then
+		started+=("${starting[$i]}")
+	else
+		failed+=("${starting[$i]}")
+	fi
+done
+if [ "${#failed[@]}" -gt 0 ]; then
+	echo "with-services.sh: could not start: ${failed[*]} (see above)" >&2
+	exit 1 # cleanup stops the ones that started
+fi
+for svc in ${WEIR_SERVICES:-kafka s3 cloud}; do
 	eval "$(bash "$root/scripts/$svc.sh" env)"
 done
 
