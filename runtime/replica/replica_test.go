@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +14,6 @@ import (
 
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/internal/kafkatest"
-	"github.com/weir-stream/weir/internal/testlog"
 	"github.com/weir-stream/weir/pipeline"
 	"github.com/weir-stream/weir/runtime/replica"
 )
@@ -114,28 +110,7 @@ func startReplica(ctx context.Context, t *testing.T, id, yaml string) *testRepli
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(testlog.New(t, id), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	tr := &testReplica{reg: prometheus.NewRegistry(), done: make(chan error, 1)}
-	tr.Replica, err = replica.New(ctx, replica.Options{Config: cfg, Job: j, ReplicaID: id, Logger: log, Registerer: tr.reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, rcancel := context.WithCancel(ctx)
-	go func() { tr.done <- tr.Run(rctx) }()
-	var once sync.Once
-	tr.stop = func() {
-		once.Do(func() {
-			rcancel()
-			if err := <-tr.done; err != nil {
-				t.Errorf("replica %s: %v", id, err)
-			}
-		})
-	}
-	t.Cleanup(tr.stop)
-	return tr
+	return startJobReplica(ctx, t, id, yaml, j)
 }
 
 // waitReady waits up to a minute for every replica to be ready.
