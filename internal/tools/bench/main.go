@@ -177,6 +177,9 @@ type config struct {
 	records        int
 	keys           int
 	partitions     int
+	// maxParallelism is job.max_parallelism of the jobs with a key_by (and
+	// the partition count of the raw two-hop pipe's intermediate topic).
+	maxParallelism int
 	interval       time.Duration
 	replicas       []int
 	sessionTimeout time.Duration
@@ -217,6 +220,7 @@ func main() {
 	flag.IntVar(&c.records, "records", 1_000_000, "records of the throughput input")
 	flag.IntVar(&c.keys, "keys", 100_000, "distinct keys of the input")
 	flag.IntVar(&c.partitions, "partitions", 8, "partitions of every topic (tasks of the job)")
+	flag.IntVar(&c.maxParallelism, "max-parallelism", keygroup.DefaultMaxParallelism, "job.max_parallelism (key groups: the shuffle topics' partition count) of the jobs with a key_by, and the partition count of the raw two-hop pipe's intermediate topic")
 	flag.DurationVar(&c.interval, "interval", time.Second, "checkpoint.interval of the job")
 	flag.StringVar(&replicas, "replicas", "1,3", "replica counts the count job's throughput is measured with, in order; the first gives the headline figures, the last (at least 2) runs the latency and recovery measurements")
 	flag.DurationVar(&c.sessionTimeout, "session-timeout", 6*time.Second, "kafka.session_timeout of the job (the broker's minimum is 6s by default)")
@@ -432,7 +436,7 @@ func run(ctx context.Context, c config) (err error) {
 			c.records, c.keys, c.pages, c.partitions, c.interval, c.replicas[0], id, runtime.NumCPU(), loadAvg())
 	} else if c.twoStage {
 		benchutil.Info("-two-stage: %d clicks of %d users on %d pages, %d partitions, checkpoint every %v, exactly-once; the views-per-page job (key_by page, %d second-stage tasks, %d key groups) with %d replica(s) vs the raw two-hop pipe; run %s; %d CPUs, load average %s",
-			c.records, c.keys, c.pages, c.partitions, c.interval, c.partitions, keygroup.DefaultMaxParallelism, c.replicas[0], id, runtime.NumCPU(), loadAvg())
+			c.records, c.keys, c.pages, c.partitions, c.interval, c.partitions, c.maxParallelism, c.replicas[0], id, runtime.NumCPU(), loadAvg())
 	} else {
 		benchutil.Info("%d records over %d keys, %d partitions, checkpoint every %v, exactly-once; replicas %v; session timeout %v; run %s; %d CPUs, load average %s",
 			c.records, c.keys, c.partitions, c.interval, c.replicas, c.sessionTimeout, id, runtime.NumCPU(), loadAvg())
@@ -755,7 +759,7 @@ func (b *bench) runTwoStage(ctx context.Context) error {
 // rawTwoHop copies the input through an intermediate topic, the baseline
 // of a two-stage job, in this process; n numbers the pass. The
 // intermediate topic has one partition per key group (the job's shuffle
-// topic's count, keygroup.DefaultMaxParallelism). Hop one, per input
+// topic's count, -max-parallelism). Hop one, per input
 // partition: a read_committed consumer and an idempotent producer writing
 // each record, keyed by its page (decoded from the JSON value, as the
 // job's key_by does), to the partition of the page's key group. Hop two,
@@ -767,7 +771,7 @@ func (b *bench) runTwoStage(ctx context.Context) error {
 // independent read_committed consumer has seen N output records.
 func (b *bench) rawTwoHop(ctx context.Context, n int) (pass, error) {
 	mid, out := fmt.Sprintf("%s-hop%d-mid", b.id, n), fmt.Sprintf("%s-hop%d-out", b.id, n)
-	const groups = keygroup.DefaultMaxParallelism
+	groups := b.c.maxParallelism
 	if err := benchutil.CreateTopic(ctx, b.adm, mid, groups); err != nil {
 		return pass{}, err
 	}
@@ -1485,6 +1489,7 @@ func (b *bench) newJob(ctx context.Context, name string, tr *transport) (*job, e
 	}
 	yaml := fmt.Sprintf(`job:
   name: %s
+  max_parallelism: %d
   pipeline:
     - source: {topics: [%s], format: json, start: earliest}
 %s%s    - sink: {topic: %s, format: json, delivery: exactly-once}
@@ -1497,7 +1502,7 @@ checkpoint:
   storage: file://%s
 log:
   level: info
-`, name, b.in, keyBy, agg, j.out, strings.Join(tr.brokers, ", "), tr.yaml, b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"))
+`, name, b.c.maxParallelism, b.in, keyBy, agg, j.out, strings.Join(tr.brokers, ", "), tr.yaml, b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"))
 	return j, os.WriteFile(j.cfg, []byte(yaml), 0o600)
 }
 
@@ -2073,6 +2078,29 @@ func (b *bench) latency(ctx context.Context, j *job) error {
 		return err
 	}
 	defer obs.stop()
+	replicaCPU := func() (d time.Duration) {
+		for _, p := range j.running() {
+			d += benchutil.ProcCPU(p.cmd.Process.Pid)
+		}
+		return d
+	}
+	// CPU per second: what the job, the broker and this process (producer
+	// and observer) spend, with the job idle and then while the latency is
+	// measured.
+	perSec := func(d, over time.Duration) string {
+		if d < 0 {
+			return "unknown"
+		}
+		return fmt.Sprintf("%.2f", d.Seconds()/over.Seconds())
+	}
+	const idleFor = 5 * time.Second
+	cpu0, bcpu0, self0 := replicaCPU(), benchutil.ProcCPU(b.c.brokerPID), benchutil.ProcessCPU()
+	if err := sleep(ctx, idleFor); err != nil {
+		return err
+	}
+	benchutil.Info("  CPU of the job without input (checkpoints only), in cores: replicas %s, broker %s, this process %s",
+		perSec(replicaCPU()-cpu0, idleFor), perSec(cpuDelta(bcpu0, benchutil.ProcCPU(b.c.brokerPID)), idleFor), perSec(benchutil.ProcessCPU()-self0, idleFor))
+	cpu0, bcpu0, self0 = replicaCPU(), benchutil.ProcCPU(b.c.brokerPID), benchutil.ProcessCPU()
 	s, err := b.startSteady(ctx, 10)
 	if err != nil {
 		return err
@@ -2085,6 +2113,8 @@ func (b *bench) latency(ctx context.Context, j *job) error {
 	if err != nil {
 		return fmt.Errorf("steady input: %w", err)
 	}
+	benchutil.Info("  CPU during the steady input, in cores: replicas %s, broker %s, this process (producer and observer) %s",
+		perSec(replicaCPU()-cpu0, b.c.latencyFor), perSec(cpuDelta(bcpu0, benchutil.ProcCPU(b.c.brokerPID)), b.c.latencyFor), perSec(benchutil.ProcessCPU()-self0, b.c.latencyFor))
 	deadline := time.Now().Add(time.Minute)
 	for seen.Load() < int64(n) {
 		if err := j.check(); err != nil {
