@@ -318,6 +318,10 @@ type Checkpoint struct {
 	TolerableFailures int `mapstructure:"tolerable_failures"`
 	// Retained is how many completed checkpoints are kept.
 	Retained int `mapstructure:"retained"`
+	// PurgeInterval is the least time between two purges of the shuffle
+	// topics (DeleteRecords below the retained checkpoints' positions); 0
+	// purges after every completed checkpoint.
+	PurgeInterval time.Duration `mapstructure:"purge_interval"`
 	// Storage is the object store URL: file:///path, s3://bucket?...,
 	// gs://bucket, azblob://container. Default: file://<state.dir>/checkpoints.
 	Storage string `mapstructure:"storage"`
@@ -383,6 +387,7 @@ func Default() Config {
 			MaxConcurrent:     1,
 			TolerableFailures: 0,
 			Retained:          3,
+			PurgeInterval:     30 * time.Second,
 			Mode:              ModeExactlyOnce,
 		},
 		State: State{

@@ -111,6 +111,9 @@ func (c *Config) Validate() error {
 	if cp.Retained < 1 {
 		v.add("checkpoint.retained", "%d: must be at least 1 (the job restores from the newest)", cp.Retained)
 	}
+	if cp.PurgeInterval < 0 {
+		v.add("checkpoint.purge_interval", "%v: must not be negative", cp.PurgeInterval)
+	}
 	if cp.Mode != ModeExactlyOnce && cp.Mode != ModeAtLeastOnce {
 		v.add("checkpoint.mode", "%q: must be %q or %q", cp.Mode, ModeExactlyOnce, ModeAtLeastOnce)
 	}

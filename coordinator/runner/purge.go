@@ -112,17 +112,29 @@ func (q *purgeQueue) take() []control.Position {
 // purgeLoop carries out the queued purges until ctx ends. A failure is
 // logged at warn, counted, and put back to go with the next purge: the
 // topics only grow a little longer meanwhile.
+//
+// Purges are at least Options.PurgeInterval apart: the queue merges what
+// arrives meanwhile.
 func (r *Runner) purgeLoop(ctx context.Context, log *slog.Logger, p Purger, q *purgeQueue) {
+	var last time.Time // the start of the latest purge
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-q.wake:
 		}
+		if wait := r.opts.PurgeInterval - r.opts.Now().Sub(last); !last.IsZero() && wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
 		ps := q.take()
 		if len(ps) == 0 {
 			continue
 		}
+		last = r.opts.Now()
 		pctx, cancel := context.WithTimeout(ctx, purgeTimeout)
 		err := p.Purge(pctx, ps)
 		cancel()

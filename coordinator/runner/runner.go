@@ -87,6 +87,14 @@ type Options struct {
 	// Purger deletes shuffle records below the retained checkpoints'
 	// positions; nil: a KafkaPurger on a client of the Kafka options.
 	Purger Purger
+	// PurgeInterval is the least time between two purges; what the
+	// checkpoints completed meanwhile release is purged together. 0
+	// purges after every completed checkpoint. Each purge is a
+	// DeleteRecords of every shuffle partition, and the broker writes a
+	// checkpoint file for each partition whose start moves: Kafka Streams
+	// purges its repartition topics every 30s by default for the same
+	// reason (repartition.purge.interval.ms).
+	PurgeInterval time.Duration
 	// OnNotification, if set, is called from Run's goroutine for every
 	// completed or aborted checkpoint, after its records are durable.
 	OnNotification func(coordinator.Notification)

@@ -789,6 +789,7 @@ func (r *Replica) startCoordinator(ctx context.Context) error {
 			TransactionalID: controltopic.CoordinatorTransactionalID(r.cfg.Kafka.TopicPrefix),
 			Metadata:        runner.ObjectStoreMetadata{Store: r.store},
 			Discarder:       runner.NewObjectStoreGC(r.store, r.log),
+			PurgeInterval:   cp.PurgeInterval,
 			Logger:          r.log,
 			Registerer:      r.opts.Registerer,
 		})

@@ -116,7 +116,7 @@ job:
     - aggregate: {op: count}
     - sink: {topic: %s}
 kafka: {brokers: [%s], session_timeout: 6s}
-checkpoint: {interval: 100ms, timeout: 20s, storage: "%s"}
+checkpoint: {interval: 100ms, timeout: 20s, purge_interval: 1s, storage: "%s"}
 state: {dir: "%s/state-%s"}
 http: {address: ""}
 process: {replica_id: %s, grace_period: 20s}
