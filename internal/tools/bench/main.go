@@ -172,11 +172,11 @@ import (
 )
 
 type config struct {
-	processor      string
-	brokers        []string
-	records        int
-	keys           int
-	partitions     int
+	processor  string
+	brokers    []string
+	records    int
+	keys       int
+	partitions int
 	// maxParallelism is job.max_parallelism of the jobs with a key_by (and
 	// the partition count of the raw two-hop pipe's intermediate topic).
 	maxParallelism int
