@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -363,55 +362,4 @@ func TestNewWriterRejects(t *testing.T) {
 			t.Errorf("%s: NewWriter accepted %+v", name, cfg)
 		}
 	}
-}
-
-// TestBarrierAndWatermarkDoNotLinger: a barrier and a watermark leave at
-// once, with what was written before them, however long the client
-// lingers: the next stage waits for them. The linger here (a minute) is
-// longer than the test's waits, so a barrier that lingered would fail it.
-func TestBarrierAndWatermarkDoNotLinger(t *testing.T) {
-	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		const m = 4
-		ctx, opts, topic := setup(t, c, m)
-		w := newWriter(t, append(slices.Clip(opts), kgo.ProducerLinger(time.Minute)), topic, m, control.TaskID{Stage: "up", Index: 0}, 1)
-		for i := range 10 {
-			if err := w.Write(ctx, &kgo.Record{Key: []byte("k" + strconv.Itoa(i)), Value: []byte("v")}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		start := time.Now()
-		p, err := w.Barrier(ctx, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		if err := p.Wait(wctx); err != nil {
-			t.Fatalf("barrier not acknowledged after %v (linger 1m): %v", time.Since(start), err)
-		}
-		// Written after the barrier: lingers again, until the watermark.
-		for i := range 10 {
-			if err := w.Write(ctx, &kgo.Record{Key: []byte("k" + strconv.Itoa(i)), Value: []byte("v")}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := w.Watermark(ctx, 1000, false); err != nil {
-			t.Fatal(err)
-		}
-		r := newReader(t, wctx, opts, topic, 0, m, nil)
-		parser := shuffle.Parser{Stage: "up"}
-		marks := 0
-		readUntil(t, wctx, r, func(got []*kgo.Record) bool {
-			marks = 0
-			for _, rec := range got {
-				if meta, err := parser.Parse(rec.Headers); err == nil && meta.Watermark {
-					marks++
-				}
-			}
-			return marks == m
-		})
-		if err := w.Err(); err != nil {
-			t.Fatal(err)
-		}
-	})
 }
