@@ -161,13 +161,19 @@ func loadConfig(file string, flags *pflag.FlagSet, job *stream.Job) (*config.Con
 // configuration's YAML pipeline, compiled (its problems by key path, where
 // each value was set).
 func jobOf(cfg *config.Config, job *stream.Job) (*stream.Job, error) {
+	return jobWith(cfg, job, pipeline.Env{})
+}
+
+// jobWith is jobOf for a process that runs the job: env gives its formats
+// the process's context and shared schema-registry clients.
+func jobWith(cfg *config.Config, job *stream.Job, env pipeline.Env) (*stream.Job, error) {
 	if job != nil {
 		if err := job.Build(); err != nil {
 			return nil, goJobError(job, err)
 		}
 		return job, nil
 	}
-	j, err := pipeline.Compile(cfg.Job)
+	j, err := pipeline.CompileWith(cfg.Job, env)
 	if err != nil {
 		return nil, fmt.Errorf("job: %w", cfg.Annotate(err))
 	}

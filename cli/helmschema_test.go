@@ -18,6 +18,9 @@ type schemaNode struct {
 	Properties           map[string]*schemaNode `json:"properties"`
 	Items                *schemaNode            `json:"items"`
 	AdditionalProperties json.RawMessage        `json:"additionalProperties"`
+	// AnyOf holds the forms of a setting with a short form (`format: json`
+	// or a mapping).
+	AnyOf []*schemaNode `json:"anyOf"`
 }
 
 // TestHelmSchemaCoversTheConfiguration compares the `config` part of the
@@ -79,6 +82,9 @@ func TestHelmSchemaCoversTheConfiguration(t *testing.T) {
 	walkSchema = func(n *schemaNode, path string) {
 		if n.Items != nil {
 			walkSchema(n.Items, path+"[]")
+		}
+		for _, form := range n.AnyOf {
+			walkSchema(form, path)
 		}
 		if n.Properties == nil {
 			return

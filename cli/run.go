@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -21,7 +22,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/format"
 	"github.com/weir-stream/weir/kafkaio/kafkaconn"
+	"github.com/weir-stream/weir/pipeline"
 	"github.com/weir-stream/weir/runtime/replica"
 	"github.com/weir-stream/weir/stream"
 )
@@ -104,7 +107,8 @@ func serve(ctx context.Context, cfg *config.Config, job *stream.Job, logOut io.W
 // registry; a test wraps the registerer to see every metric registered.
 func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOut io.Writer, onCommitted func(uint64), gatherer prometheus.Gatherer, reg prometheus.Registerer) error {
 	log := newLogger(cfg, logOut)
-	job, err := jobOf(cfg, goJob)
+	registries := newRegistries(log, reg)
+	job, err := jobWith(cfg, goJob, pipeline.Env{Context: ctx, Registry: registries.get})
 	if err != nil {
 		return err
 	}
@@ -139,6 +143,10 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 				http.Error(w, "not ready: "+f.String()+"; to resume: "+f.Resume(), http.StatusServiceUnavailable)
 				return
 			}
+			if err := registries.unavailable(); err != nil {
+				http.Error(w, "not ready: "+err.Error()+" (retrying)", http.StatusServiceUnavailable)
+				return
+			}
 			if !rep.Ready() {
 				http.Error(w, "not ready: tasks not running (starting, restoring, or waiting for Kafka, the object store or a full local state disk)", http.StatusServiceUnavailable)
 				return
@@ -160,6 +168,14 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 
 	log.Info("replica starting", "job", cfg.Job.Name, "replica_id", cfg.Process.ReplicaID,
 		"brokers", strings.Join(cfg.Kafka.Brokers, ","), "kafka_security", kafkaconn.Describe(cfg.Kafka), "storage", cfg.Checkpoint.Storage)
+	// The job's start work (a sink's schema registered, say) fails the
+	// process here, before any task runs, not at the first record.
+	if err := job.Start(ctx); err != nil {
+		if srv != nil {
+			_ = srv.Close()
+		}
+		return fmt.Errorf("job %s does not start: %w", cfg.Job.Name, err)
+	}
 	runErr := rep.Run(ctx)
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -186,4 +202,47 @@ func livez(h *replica.Heartbeat, timeout time.Duration) http.HandlerFunc {
 		}
 		fmt.Fprintln(w, "ok")
 	}
+}
+
+// registries are a process's schema-registry clients, one per URL, shared
+// by the job's formats, with their metrics.
+type registries struct {
+	log *slog.Logger
+	reg prometheus.Registerer
+
+	mu    sync.Mutex
+	byURL map[string]*format.Registry
+}
+
+func newRegistries(log *slog.Logger, reg prometheus.Registerer) *registries {
+	return &registries{log: log, reg: reg, byURL: map[string]*format.Registry{}}
+}
+
+func (r *registries) get(f config.Format) (*format.Registry, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.byURL[f.Registry]; c != nil {
+		return c, nil
+	}
+	c, err := format.NewRegistry(format.RegistryConfig{
+		URL: f.Registry, Username: f.RegistryUsername, Password: f.RegistryPassword,
+		Log: r.log.With("component", "schema-registry"), Registerer: r.reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.byURL[f.Registry] = c
+	return c, nil
+}
+
+// unavailable returns the error of a registry being retried, or nil.
+func (r *registries) unavailable() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.byURL {
+		if err := c.Unavailable(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -69,9 +69,10 @@ type Step struct {
 // of partitions: task i reads partition i of each.
 type SourceStep struct {
 	Topics []string `mapstructure:"topics"`
-	// Format of record values: "json" (each value must be a JSON document)
-	// or "raw" (any bytes).
-	Format string `mapstructure:"format"`
+	// Format of record values: "json" (each value must be a JSON
+	// document), "raw" (any bytes) or "avro" (Avro in the Confluent wire
+	// format, with a schema registry: `format: {type: avro, registry: …}`).
+	Format Format `mapstructure:"format"`
 	// Start is where a job with no completed checkpoint starts reading:
 	// "earliest", "latest", or a time (RFC 3339).
 	Start string `mapstructure:"start"`
@@ -87,6 +88,34 @@ type SourceStep struct {
 	// Unset fields take their defaults; setting it without a window is an
 	// error (nothing would read the watermarks).
 	Watermark *WatermarkSpec `mapstructure:"watermark"`
+}
+
+// Format is a source's or a sink's record format. In YAML it is the type
+// alone (`format: json`) or a mapping with the type and its settings
+// (`format: {type: avro, registry: http://registry:8081}`).
+type Format struct {
+	// Type is "json", "raw" (sources) or "avro".
+	Type string `mapstructure:"type"`
+	// Registry is the URL of the schema registry's Confluent-compatible
+	// API (avro): http://host:8081 for Confluent or Karapace,
+	// http://host:8080/apis/ccompat/v7 for Apicurio.
+	Registry string `mapstructure:"registry"`
+	// RegistryUsername and RegistryPassword, if set, are sent as HTTP
+	// basic auth (the password is best set through its environment
+	// variable).
+	RegistryUsername string `mapstructure:"registry_username"`
+	RegistryPassword string `mapstructure:"registry_password"`
+	// Subject is where a sink registers its schema (default
+	// "<topic>-value", the TopicNameStrategy).
+	Subject string `mapstructure:"subject"`
+	// Schema is a sink's Avro schema (its JSON text), registered under
+	// Subject when the job starts, after the registry's compatibility
+	// check; or SchemaFile, a file holding it (relative to the working
+	// directory); or SchemaID, a schema the registry already holds, used
+	// as it is. Exactly one of the three.
+	Schema     string `mapstructure:"schema"`
+	SchemaFile string `mapstructure:"schema_file"`
+	SchemaID   int    `mapstructure:"schema_id"`
 }
 
 // TimestampSpec takes a record's event time from a top-level field of its
@@ -192,8 +221,9 @@ type AggregateStep struct {
 // SinkStep writes to a Kafka topic.
 type SinkStep struct {
 	Topic string `mapstructure:"topic"`
-	// Format of the values written: "json".
-	Format string `mapstructure:"format"`
+	// Format of the values written: "json", or "avro" (`format: {type:
+	// avro, registry: …, schema_file: …}`).
+	Format Format `mapstructure:"format"`
 	// Delivery is "exactly-once" (Kafka transactions committed when a
 	// checkpoint completes) or "at-least-once" (idempotent producer,
 	// flushed at each checkpoint).
@@ -407,6 +437,7 @@ const (
 	ModeAtLeastOnce   = "at-least-once"
 	FormatJSON        = "json"
 	FormatRaw         = "raw"
+	FormatAvro        = "avro"
 	StartEarliest     = "earliest"
 	StartLatest       = "latest"
 	OnErrorFail       = "fail"
@@ -479,8 +510,8 @@ func stepsDefaults(steps []Step) {
 	for i := range steps {
 		s := &steps[i]
 		if s.Source != nil {
-			if s.Source.Format == "" {
-				s.Source.Format = FormatJSON
+			if s.Source.Format.Type == "" {
+				s.Source.Format.Type = FormatJSON
 			}
 			if s.Source.Start == "" {
 				s.Source.Start = StartEarliest
@@ -541,8 +572,11 @@ func stepsDefaults(steps []Step) {
 			}
 		}
 		if s.Sink != nil {
-			if s.Sink.Format == "" {
-				s.Sink.Format = FormatJSON
+			if s.Sink.Format.Type == "" {
+				s.Sink.Format.Type = FormatJSON
+			}
+			if f := &s.Sink.Format; f.Type == FormatAvro && f.Subject == "" && s.Sink.Topic != "" {
+				f.Subject = s.Sink.Topic + "-value" // TopicNameStrategy
 			}
 			if s.Sink.Delivery == "" {
 				s.Sink.Delivery = ModeExactlyOnce

@@ -238,29 +238,7 @@ func (d *decoder) node(v reflect.Value, n *yaml.Node, path string) {
 		}
 		d.node(v.Elem(), n, path)
 	case t.Kind() == reflect.Struct && t != durationType:
-		if n.Kind != yaml.MappingNode {
-			d.problem(path, d.at(n), "%s: want a mapping of %s", describe(n), strings.Join(keysOf(t), ", "))
-			return
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, val := n.Content[i], n.Content[i+1]
-			sub := join(path, k.Value)
-			f, ok := fieldByKey(v, k.Value)
-			if !ok {
-				msg := "unknown key"
-				s := suggest(k.Value, keysOf(t))
-				if s != "" {
-					msg += fmt.Sprintf(" (did you mean %s?)", s)
-				}
-				d.problem(sub, d.at(k), "%s", msg)
-				if s != "" {
-					// The key meant is missing only because of the typo.
-					d.bad[join(path, s)] = true
-				}
-				continue
-			}
-			d.node(f, val, sub)
-		}
+		d.mapping(v, n, path)
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
 		if n.Kind != yaml.SequenceNode {
 			d.problem(path, d.at(n), "%s: want a list", describe(n))
@@ -296,6 +274,34 @@ func (d *decoder) node(v reflect.Value, n *yaml.Node, path string) {
 			return
 		}
 		d.scalar(v, n.Value, path, d.at(n))
+	}
+}
+
+// mapping decodes the mapping n into the struct v, key by key.
+func (d *decoder) mapping(v reflect.Value, n *yaml.Node, path string) {
+	t := v.Type()
+	if n.Kind != yaml.MappingNode {
+		d.problem(path, d.at(n), "%s: want a mapping of %s", describe(n), strings.Join(keysOf(t), ", "))
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		sub := join(path, k.Value)
+		f, ok := fieldByKey(v, k.Value)
+		if !ok {
+			msg := "unknown key"
+			s := suggest(k.Value, keysOf(t))
+			if s != "" {
+				msg += fmt.Sprintf(" (did you mean %s?)", s)
+			}
+			d.problem(sub, d.at(k), "%s", msg)
+			if s != "" {
+				// The key meant is missing only because of the typo.
+				d.bad[join(path, s)] = true
+			}
+			continue
+		}
+		d.node(f, val, sub)
 	}
 }
 

@@ -23,13 +23,14 @@ var (
 	aggregateType   = reflect.TypeFor[AggregateStep]()
 	routeType       = reflect.TypeFor[RouteStep]()
 	streamsType     = reflect.TypeFor[[]NamedStream]()
+	formatType      = reflect.TypeFor[Format]()
 )
 
 // isShape reports whether t is decoded by shape rather than by its keys:
 // such settings come from YAML only.
 func isShape(t reflect.Type) bool {
 	switch t {
-	case exprType, exprPtrType, mapValuePtrType, aggregateType, routeType, streamsType:
+	case exprType, exprPtrType, mapValuePtrType, aggregateType, routeType, streamsType, formatType:
 		return true
 	}
 	return false
@@ -57,6 +58,13 @@ func (d *decoder) shape(v reflect.Value, n *yaml.Node, path string) bool {
 		d.route(v.Addr().Interface().(*RouteStep), n, path)
 	case streamsType:
 		d.streams(v, n, path)
+	case formatType:
+		if n.Kind == yaml.ScalarNode { // `format: json`: the type alone
+			d.origins[join(path, "type")] = d.at(n)
+			d.scalar(v.FieldByName("Type"), n.Value, join(path, "type"), d.at(n))
+			return true
+		}
+		d.mapping(v, n, path)
 	default:
 		return false
 	}

@@ -273,12 +273,10 @@ func validateSource(v *validator, path string, s *SourceStep) {
 			v.add(path+".dead_letter_topic", "%q is also an input topic: a job must not read its own dead letters", s.DeadLetterTopic)
 		}
 	}
-	if !oneOf(s.Format, FormatJSON, FormatRaw) {
-		v.add(path+".format", "%q: must be json or raw", s.Format)
-	}
+	validateFormat(v, path+".format", s.Format, false)
 	if s.Timestamp != nil {
 		validateTimestamp(v, path+".timestamp", s.Timestamp)
-		if s.Format == FormatRaw {
+		if s.Format.Type == FormatRaw {
 			v.add(path+".timestamp", "reads a JSON field, but the source's format is raw: use format json, or leave timestamp out for the Kafka record timestamp")
 		}
 	}
@@ -291,6 +289,64 @@ func validateSource(v *validator, path string, s *SourceStep) {
 		}
 	}
 	validateOnError(v, path, s.OnError, s.DeadLetterTopic)
+}
+
+// validateFormat checks a source's (sink false) or a sink's format.
+func validateFormat(v *validator, path string, f Format, sink bool) {
+	switch {
+	case f.Type == FormatAvro:
+	case sink && f.Type != FormatJSON:
+		v.add(path, "%q: must be json or avro%s", f.Type, didYouMean(f.Type, []string{FormatJSON, FormatAvro}))
+		return
+	case !sink && !oneOf(f.Type, FormatJSON, FormatRaw):
+		v.add(path, "%q: must be json, raw or avro%s", f.Type, didYouMean(f.Type, []string{FormatJSON, FormatRaw, FormatAvro}))
+		return
+	}
+	if f.Type != FormatAvro {
+		for _, k := range formatKeys(f) {
+			if k.set {
+				v.add(path+"."+k.key, "set, but the format is %s: it applies to avro only", f.Type)
+			}
+		}
+		return
+	}
+	if f.Registry == "" {
+		v.add(path+".registry", "required for avro: the URL of a Confluent-compatible schema registry")
+	} else if u, err := url.Parse(f.Registry); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		v.add(path+".registry", "%q: must be an http:// or https:// URL", f.Registry)
+	}
+	n := 0
+	for _, set := range []bool{f.Schema != "", f.SchemaFile != "", f.SchemaID != 0} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case !sink:
+		for _, k := range formatKeys(f)[3:] {
+			if k.set {
+				v.add(path+"."+k.key, "set on a source: a source reads each record with the schema its ID names")
+			}
+		}
+	case n != 1:
+		v.add(path, "an avro sink needs exactly one of schema, schema_file and schema_id")
+	case f.SchemaID < 0:
+		v.add(path+".schema_id", "%d: must be positive", f.SchemaID)
+	}
+}
+
+type formatKey struct {
+	key string
+	set bool
+}
+
+// formatKeys lists which of an avro format's settings are set: the
+// registry's three, then the sink's four.
+func formatKeys(f Format) []formatKey {
+	return []formatKey{
+		{"registry", f.Registry != ""}, {"registry_username", f.RegistryUsername != ""}, {"registry_password", f.RegistryPassword != ""},
+		{"subject", f.Subject != ""}, {"schema", f.Schema != ""}, {"schema_file", f.SchemaFile != ""}, {"schema_id", f.SchemaID != 0},
+	}
 }
 
 // validateOnError checks a step's on_error and dead_letter_topic.
@@ -338,9 +394,7 @@ func (c *Config) validateSink(v *validator, path string, s *SinkStep) {
 			v.add(path+".topic", "%q is also the dead-letter topic (%s.%s.dead_letter_topic), whose records are written exactly-once: use another topic, or delivery exactly-once", s.Topic, st.path, key)
 		}
 	}
-	if s.Format != FormatJSON {
-		v.add(path+".format", "%q: must be json", s.Format)
-	}
+	validateFormat(v, path+".format", s.Format, true)
 	if !oneOf(s.Delivery, ModeExactlyOnce, ModeAtLeastOnce) {
 		v.add(path+".delivery", "%q: must be exactly-once or at-least-once", s.Delivery)
 	}

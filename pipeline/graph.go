@@ -355,8 +355,13 @@ func (c *compiler) openSources() {
 				owner[t] = p + ".join.table"
 				tables = append(tables, t)
 				topics = append(topics, t)
-				if f := step.Join.Table.Format; f != "" && f != ms.Format && !(ms.Format == "" && f == config.FormatJSON) {
-					c.add(p+".join.table.format", "%q, but the source's format is %q: one Kafka source reads all of a job's topics, with one format", f, ms.Format)
+				mf := ms.Format.Type
+				if mf == "" {
+					mf = config.FormatJSON
+				}
+				// An avro source's table is avro too, decoded into JSON.
+				if f := step.Join.Table.Format; f != "" && f != mf && !(mf == config.FormatAvro && f == config.FormatJSON) {
+					c.add(p+".join.table.format", "%q, but the source's format is %q: one Kafka source reads all of a job's topics, with one format", f, mf)
 				}
 				if ms.Start != "" && ms.Start != config.StartEarliest {
 					c.add(p+".join.table", "a table is read whole, from its earliest offset, but the job's source starts at %q, and one Kafka source reads all of a job's topics: remove job.pipeline[0].source.start (or set it to earliest)", ms.Start)
@@ -389,7 +394,7 @@ func (c *compiler) sameSource(path string, s, m *config.SourceStep) {
 	}
 	switch {
 	case s.Format != m.Format:
-		differs("format", fmt.Sprintf("%q", s.Format), fmt.Sprintf("%q", m.Format))
+		differs("format", fmt.Sprintf("%q", s.Format.Type), fmt.Sprintf("%q", m.Format.Type))
 	case s.Start != m.Start:
 		differs("start", fmt.Sprintf("%q", s.Start), fmt.Sprintf("%q", m.Start))
 	case s.OnError != m.OnError:

@@ -15,10 +15,10 @@ func viewsJob(parallelism int) config.Job {
 	return config.Job{
 		Name: "views-per-page",
 		Pipeline: []config.Step{
-			{Source: &config.SourceStep{Topics: []string{"clicks"}, Format: "json"}},
+			{Source: &config.SourceStep{Topics: []string{"clicks"}, Format: config.Format{Type: "json"}}},
 			{KeyBy: &config.KeyByStep{Field: "page", Parallelism: parallelism}},
 			{Aggregate: &config.AggregateStep{Op: "count"}},
-			{Sink: &config.SinkStep{Topic: "views-per-page", Format: "json", Delivery: "exactly-once"}},
+			{Sink: &config.SinkStep{Topic: "views-per-page", Format: config.Format{Type: "json"}, Delivery: "exactly-once"}},
 		},
 	}
 }
@@ -139,7 +139,7 @@ func TestKeyByCompileErrors(t *testing.T) {
 		msg    string
 	}{
 		{"no field", func(j *config.Job) { j.Pipeline[1].KeyBy.Field = "" }, "job.pipeline[1].key_by.field", "required"},
-		{"raw values", func(j *config.Job) { j.Pipeline[0].Source.Format = "raw" }, "job.pipeline[1].key_by.field", "raw bytes"},
+		{"raw values", func(j *config.Job) { j.Pipeline[0].Source.Format.Type = "raw" }, "job.pipeline[1].key_by.field", "raw bytes"},
 		{"negative parallelism", func(j *config.Job) { j.Pipeline[1].KeyBy.Parallelism = -1 }, "job.pipeline[1].key_by.parallelism", "at least 1"},
 		{"parallelism without a shuffle", func(j *config.Job) {
 			j.Pipeline = append(j.Pipeline[:2], j.Pipeline[3])

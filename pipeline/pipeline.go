@@ -22,6 +22,7 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/expression"
+	"github.com/weir-stream/weir/format"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -37,8 +39,31 @@ import (
 // reported as a *config.FieldError naming the setting's key path
 // ("job.pipeline[1].aggregate.op") and, for an expression, where in the
 // job file the problem is (Origin "job.yaml:4:22"); they are joined.
-func Compile(job config.Job) (*stream.Job, error) {
-	c := &compiler{cfg: job, job: stream.NewJob(job.Name), ops: make(map[string]int)}
+func Compile(job config.Job) (*stream.Job, error) { return CompileWith(job, Env{}) }
+
+// Env is what a compiled job takes from the process that runs it.
+type Env struct {
+	// Context bounds what the job's formats wait for (the retries of an
+	// unreachable schema registry): the process's life. Nil: never ends.
+	Context context.Context
+	// Registry returns the schema-registry client of an avro format's
+	// settings; the process shares one per URL, with its metrics. Nil:
+	// one client per format, without metrics.
+	Registry func(config.Format) (*format.Registry, error)
+}
+
+// CompileWith is Compile with env. Compiling makes no request: the sinks'
+// schemas are registered by the job's Start.
+func CompileWith(job config.Job, env Env) (*stream.Job, error) {
+	if env.Context == nil {
+		env.Context = context.Background()
+	}
+	if env.Registry == nil {
+		env.Registry = func(f config.Format) (*format.Registry, error) {
+			return format.NewRegistry(format.RegistryConfig{URL: f.Registry, Username: f.RegistryUsername, Password: f.RegistryPassword})
+		}
+	}
+	c := &compiler{cfg: job, env: env, job: stream.NewJob(job.Name), ops: make(map[string]int)}
 	if err := c.job.Err(); err != nil {
 		c.addJob("job.name", err)
 	}
@@ -148,6 +173,7 @@ func (c *compiler) steps(path string, steps []config.Step, main bool) {
 // which names its operators (stream.Job.At).
 type compiler struct {
 	cfg  config.Job
+	env  Env
 	job  *stream.Job
 	site string // the key path of the step being compiled (stream.Job.At)
 	// cur is the stream so far. Steps that read the key (keyed steps,

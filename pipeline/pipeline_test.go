@@ -23,9 +23,9 @@ func countJob() config.Job {
 	return config.Job{
 		Name: "clicks-per-user",
 		Pipeline: []config.Step{
-			{Source: &config.SourceStep{Topics: []string{"clicks"}, Format: "json", Start: "earliest"}},
+			{Source: &config.SourceStep{Topics: []string{"clicks"}, Format: config.Format{Type: "json"}, Start: "earliest"}},
 			{Aggregate: &config.AggregateStep{Op: "count"}},
-			{Sink: &config.SinkStep{Topic: "clicks-per-user", Format: "json", Delivery: "exactly-once"}},
+			{Sink: &config.SinkStep{Topic: "clicks-per-user", Format: config.Format{Type: "json"}, Delivery: "exactly-once"}},
 		},
 	}
 }
@@ -172,7 +172,7 @@ func TestCompileErrors(t *testing.T) {
 		{"bad start", func(j *config.Job) { j.Pipeline[0].Source.Start = "yesterday" }, "job.pipeline[0].source.start", "RFC 3339"},
 		{"dead letter without topic", func(j *config.Job) { j.Pipeline[0].Source.OnError = "dead-letter" }, "job.pipeline[0].source.dead_letter_topic", "required"},
 		{"raw values to a json sink", func(j *config.Job) {
-			j.Pipeline[0].Source.Format = "raw"
+			j.Pipeline[0].Source.Format.Type = "raw"
 			j.Pipeline = append(j.Pipeline[:1], j.Pipeline[2])
 		}, "job.pipeline[1].sink.format", "raw bytes"},
 		{"read own output", func(j *config.Job) { j.Pipeline[2].Sink.Topic = "clicks" }, "job.pipeline[2].sink", "must not read its own output"},
@@ -193,7 +193,7 @@ func TestCompileErrors(t *testing.T) {
 
 func TestCompileSourceSettings(t *testing.T) {
 	job := countJob()
-	job.Pipeline[0].Source = &config.SourceStep{Topics: []string{"a", "b"}, Format: "raw", Start: "2026-01-02T03:04:05Z", OnError: "dead-letter", DeadLetterTopic: "dlq"}
+	job.Pipeline[0].Source = &config.SourceStep{Topics: []string{"a", "b"}, Format: config.Format{Type: "raw"}, Start: "2026-01-02T03:04:05Z", OnError: "dead-letter", DeadLetterTopic: "dlq"}
 	job.Pipeline[2].Sink.Delivery = "at-least-once"
 	job.Pipeline[2].Sink.TransactionTimeout = time.Minute
 	j, err := pipeline.Compile(job)

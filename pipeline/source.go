@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/format"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -17,14 +18,28 @@ func (c *compiler) source(path string, s *config.SourceStep) {
 		c.add(path+".topics", "required: at least one topic")
 	}
 	var codec stream.Codec[Rec] = JSONCodec{}
-	switch s.Format {
+	switch s.Format.Type {
 	case "", config.FormatJSON:
 		src.Format = stream.FormatJSON
 	case config.FormatRaw:
 		src.Format = stream.FormatRaw
 		codec, c.raw = textCodec{}, true
+	case config.FormatAvro:
+		// Avro values become their JSON documents at the edge: every step
+		// reads them as it reads JSON.
+		src.Format = stream.FormatJSON
+		if s.Format.Registry == "" {
+			c.add(path+".format.registry", "required for avro")
+			break
+		}
+		reg, err := c.env.Registry(s.Format)
+		if err != nil {
+			c.add(path+".format.registry", "%v", err)
+			break
+		}
+		src.ValueDecoder = format.NewAvroDecoder(c.env.Context, reg)
 	default:
-		c.add(path+".format", "%q: must be json or raw", s.Format)
+		c.add(path+".format", "%q: must be json, raw or avro", s.Format.Type)
 	}
 	switch s.Start {
 	case "", config.StartEarliest:

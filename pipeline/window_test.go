@@ -242,7 +242,7 @@ func TestViewsPerPagePerMinute(t *testing.T) {
 // windowJob is source → key_by page → window → aggregate → sink, with the
 // source's on_error.
 func windowJob(w config.WindowStep, a config.AggregateStep, onError string) config.Job {
-	src := &config.SourceStep{Topics: []string{"clicks"}, Format: "json", OnError: onError,
+	src := &config.SourceStep{Topics: []string{"clicks"}, Format: config.Format{Type: "json"}, OnError: onError,
 		Watermark: &config.WatermarkSpec{MaxOutOfOrderness: 5 * time.Second}}
 	if onError == "dead-letter" {
 		src.DeadLetterTopic = "clicks-dlq"
@@ -252,7 +252,7 @@ func windowJob(w config.WindowStep, a config.AggregateStep, onError string) conf
 		{KeyBy: &config.KeyByStep{Field: "page"}},
 		{Window: &w},
 		{Aggregate: &a},
-		{Sink: &config.SinkStep{Topic: "out", Format: "json"}},
+		{Sink: &config.SinkStep{Topic: "out", Format: config.Format{Type: "json"}}},
 	}}
 }
 
@@ -413,10 +413,10 @@ func TestRunningAggregates(t *testing.T) {
 		"avg": {`{"key":"/a","avg":1.5}`, `{"key":"/b","avg":10}`, `{"key":"/a","avg":-0.5}`, `{"key":"/a","avg":333333333333333300000}`},
 	} {
 		job := config.Job{Name: "running", Pipeline: []config.Step{
-			{Source: &config.SourceStep{Topics: []string{"clicks"}, Format: "json"}},
+			{Source: &config.SourceStep{Topics: []string{"clicks"}, Format: config.Format{Type: "json"}}},
 			{KeyBy: &config.KeyByStep{Field: "page"}},
 			{Aggregate: &config.AggregateStep{Op: op, Field: "v"}},
-			{Sink: &config.SinkStep{Topic: "out", Format: "json"}},
+			{Sink: &config.SinkStep{Topic: "out", Format: config.Format{Type: "json"}}},
 		}}
 		s := runJob(t, job)
 		if st := s.j.Stages(); len(st) != 2 || st[1].Name != op || s.j.EventTime() {
@@ -450,7 +450,7 @@ func TestWindowCompileErrors(t *testing.T) {
 		{"sum without field", func(j *config.Job) { j.Pipeline[3].Aggregate.Field = "" }, "job.pipeline[3].aggregate.field", "required by op sum"},
 		{"count with field", func(j *config.Job) { j.Pipeline[3].Aggregate.Op = "count" }, "job.pipeline[3].aggregate.field", "count reads no field"},
 		{"sum of raw values", func(j *config.Job) {
-			j.Pipeline[0].Source.Format = "raw"
+			j.Pipeline[0].Source.Format.Type = "raw"
 			j.Pipeline = slices.Delete(j.Pipeline, 1, 2)
 		}, "job.pipeline[2].aggregate.field", "raw bytes"},
 		{"sum of a field an aggregate does not emit", func(j *config.Job) {
@@ -458,7 +458,7 @@ func TestWindowCompileErrors(t *testing.T) {
 			j.Pipeline[2].KeyBy.Field = "key"
 		}, "job.pipeline[4].aggregate.field", `"v": the values reaching this aggregate have only the number fields count`},
 		{"timestamp of raw values", func(j *config.Job) {
-			j.Pipeline[0].Source.Format = "raw"
+			j.Pipeline[0].Source.Format.Type = "raw"
 			j.Pipeline[0].Source.Timestamp = &config.TimestampSpec{Field: "ts"}
 		}, "job.pipeline[0].source.timestamp", "raw"},
 		{"bad timestamp format", func(j *config.Job) {

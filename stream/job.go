@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -118,6 +119,20 @@ type KafkaSource struct {
 	// Watermark configures the partitions' watermarks, if the job uses
 	// event time.
 	Watermark WatermarkSpec
+	// ValueDecoder, if set, converts each record's value at the edge,
+	// before Format's check, Timestamp and the Codec: for example an Avro
+	// value in the Confluent wire format into its JSON document
+	// (format.AvroDecoder). Its error is the record's, under OnError. It
+	// is called from the goroutine that reads the source, concurrently for
+	// the tasks of a process.
+	ValueDecoder ValueDecoder
+}
+
+// ValueDecoder converts a source record's value at the edge. DecodeValue
+// returns the new value (which the caller owns) or the record's error; a
+// nil value (a tombstone) should stay nil.
+type ValueDecoder interface {
+	DecodeValue(v []byte) ([]byte, error)
 }
 
 // Delivery is a sink's guarantee.
@@ -173,6 +188,9 @@ type Job struct {
 	// site, if set (At), names the operators defined next instead of
 	// their Go call sites.
 	site string
+
+	// starts are what Start runs (OnStart), in order.
+	starts []func(context.Context) error
 
 	// Set by Build (cut): the stages and the shuffles between them.
 	stages   []StageDef
@@ -412,4 +430,32 @@ func siteOf(j *Job, skip int) string {
 
 func validTopic(t string) bool {
 	return t != "" && len(t) <= 249 && !strings.ContainsAny(t, " /\\\x00") && t != "." && t != ".."
+}
+
+// OnStart registers f to run when the job starts in a process (Start),
+// before any task runs: for work that needs the outside world and must
+// fail at start, not at the first record, such as registering a sink's
+// schema in a schema registry.
+func (j *Job) OnStart(f func(context.Context) error) {
+	if j == nil {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.starts = append(j.starts, f)
+}
+
+// Start runs the functions OnStart registered, in order, and returns the
+// first error. The runtime's entry points (processor run, processor dev)
+// call it once per process before the replica starts.
+func (j *Job) Start(ctx context.Context) error {
+	j.mu.Lock()
+	starts := slices.Clone(j.starts)
+	j.mu.Unlock()
+	for _, f := range starts {
+		if err := f(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }

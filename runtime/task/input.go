@@ -189,6 +189,24 @@ func sourceConfig(s stream.KafkaSource) (source.Config, error) {
 	if err != nil {
 		return source.Config{}, err
 	}
+	if vd := s.ValueDecoder; vd != nil {
+		// The value is converted first (Avro into JSON, say), then checked
+		// as the format says, and its timestamp read.
+		next := dec
+		dec = source.DecodeFunc(func(r *kgo.Record) error {
+			v, err := vd.DecodeValue(r.Value)
+			if err != nil {
+				return err
+			}
+			orig := r.Value
+			r.Value = v
+			if err := next.Decode(r); err != nil {
+				r.Value = orig // a dead letter keeps the bytes read
+				return err
+			}
+			return nil
+		})
+	}
 	if ts := s.Timestamp; ts.Field != "" {
 		// The event time from a JSON field, read by the decoder step, so
 		// that a record without one follows OnError like any undecodable

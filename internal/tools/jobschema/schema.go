@@ -21,7 +21,7 @@ const durationPattern = `^-?(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
 
 // enums are the allowed values of string settings, by "Type.key".
 var enums = map[string][]string{
-	"SourceStep.format":      {config.FormatJSON, config.FormatRaw},
+	"SourceStep.format":      {config.FormatJSON, config.FormatRaw, config.FormatAvro},
 	"SourceStep.on_error":    config.OnErrors(),
 	"TimestampSpec.format":   config.TimestampFormats(),
 	"WindowStep.type":        config.WindowTypes(),
@@ -34,8 +34,8 @@ var enums = map[string][]string{
 	"KeyByStep.on_error":     config.OnErrors(),
 	"DedupeStep.on_error":    config.OnErrors(),
 	"JoinStep.type":          {config.JoinLeft, config.JoinInner},
-	"TableJoin.format":       {config.FormatJSON, config.FormatRaw},
-	"SinkStep.format":        {config.FormatJSON},
+	"TableJoin.format":       {config.FormatJSON, config.FormatRaw, config.FormatAvro},
+	"SinkStep.format":        {config.FormatJSON, config.FormatAvro},
 	"SinkStep.delivery":      {config.ModeExactlyOnce, config.ModeAtLeastOnce},
 	"Checkpoint.mode":        {config.ModeExactlyOnce, config.ModeAtLeastOnce},
 	"Log.level":              {"debug", "info", "warn", "error"},
@@ -61,6 +61,7 @@ var (
 	routeType     = reflect.TypeFor[config.RouteStep]()
 	streamsType   = reflect.TypeFor[[]config.NamedStream]()
 	stepType      = reflect.TypeFor[config.Step]()
+	formatType    = reflect.TypeFor[config.Format]()
 )
 
 // object is the schema of struct type t: its keys, nothing else.
@@ -103,6 +104,21 @@ func (g generator) of(t reflect.Type, where string) obj {
 		return obj{{"type", "array"}, {"items", g.object(reflect.TypeFor[config.RouteBranch]())}}
 	case aggregateType:
 		return g.aggregate()
+	case formatType:
+		// `format: json`, or a mapping with the type and its settings.
+		types := enums[where]
+		o := g.object(t)
+		for i := range o {
+			if o[i].k == "properties" {
+				props := o[i].v.(obj)
+				for j := range props {
+					if props[j].k == "type" {
+						props[j].v = obj{{"type", "string"}, {"enum", types}}
+					}
+				}
+			}
+		}
+		return obj{{"anyOf", []any{obj{{"type", "string"}, {"enum", types}}, o}}}
 	}
 	switch t.Kind() {
 	case reflect.Pointer:
