@@ -84,6 +84,9 @@
 // per record (expr.go), expr-lang against cel-go, without a broker; the
 // default run starts with the same figures.
 //
+// With -formats the run measures only what a record format costs per
+// record (formats.go): decode and encode, Avro against JSON, no broker.
+//
 // With -window the run measures the tumbling-window job of issue 13
 // instead (window.go): throughput against the raw two-hop pipe, checkpoint
 // durations with one open window per input record (a million by default),
@@ -213,6 +216,7 @@ type config struct {
 func main() {
 	var c config
 	var brokers, replicas, saslSSL string
+	formatsOnly := flag.Bool("formats", false, "measure only what a record format costs per record, Avro against JSON, decode and encode (formats.go; no broker needed)")
 	exprOnly := flag.Bool("expr", false, "measure only the cost of one expression evaluation per record, expr-lang vs cel-go (expr.go; no broker needed); the default run includes it")
 	short := flag.Bool("short", false, "quick check: 100,000 records over 10,000 keys, 10s of latency input (overrides -records, -keys, -latency-duration)")
 	flag.StringVar(&c.processor, "processor", "bin/processor", "the processor binary (make build)")
@@ -248,6 +252,13 @@ func main() {
 	flag.Parse()
 	if *exprOnly {
 		runExpr()
+		return
+	}
+	if *formatsOnly {
+		if err := runFormats(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench -formats:", err)
+			os.Exit(1)
+		}
 		return
 	}
 	if *short {
