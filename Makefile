@@ -25,12 +25,12 @@ run: build ## Run the example job on the embedded Kafka and a local object store
 	$(BIN)/processor dev
 
 .PHONY: test
-test: ## Every test, with -race, on kfake, the real Kafka broker and the real S3 server (started if not running)
+test: ## Every test, with -race, on kfake, the real Kafka broker, the real S3 server and the real schema registry (started if not running)
 	bash scripts/test.sh
 
 .PHONY: test-e2e
 test-e2e: ## The end-to-end exactly-once test alone (kill -9, rescaling), on the real broker
-	WEIR_SERVICES=kafka WEIR_TEST_PKGS=./e2e/... bash scripts/test.sh
+	WEIR_SERVICES="kafka registry" WEIR_TEST_PKGS=./e2e/... bash scripts/test.sh
 
 .PHONY: test-faults
 test-faults: ## The fault suite on the real broker: pauses, kills, broker restart, storage outages, poison records, long outages, full disk, producer-ID rotation (WEIR_FAULTS_RUN=pattern selects)
@@ -40,7 +40,7 @@ test-faults: ## The fault suite on the real broker: pauses, kills, broker restar
 test-short: ## Unit and kfake tests only (no Java, no S3 server needed)
 	env -u WEIR_KAFKA_BROKERS -u WEIR_S3_ENDPOINT -u WEIR_REQUIRE_REAL_KAFKA -u WEIR_REQUIRE_S3 \
 		-u WEIR_TEST_KAFKA_SASL_SSL -u WEIR_TEST_KAFKA_MTLS -u WEIR_TEST_KAFKA_TLS_DIR \
-		-u WEIR_REQUIRE_CLOUD -u WEIR_GCS_URL -u WEIR_AZBLOB_URL \
+		-u WEIR_REQUIRE_CLOUD -u WEIR_GCS_URL -u WEIR_AZBLOB_URL -u WEIR_REGISTRY_URL -u WEIR_REQUIRE_REGISTRY \
 		$(GO) test -race -short -count=1 ./...
 
 .PHONY: bench-kafkaio

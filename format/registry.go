@@ -256,7 +256,8 @@ func (r *Registry) Register(ctx context.Context, subject, schema string) (int, a
 	}
 	s := sr.Schema{Schema: schema, Type: sr.TypeAvro}
 	compat, err := do(ctx, r, "compatibility of "+subject, func(ctx context.Context) (sr.CheckCompatibilityResult, error) {
-		return r.cl.CheckCompatibility(ctx, subject, -1, s)
+		// verbose: the registry says why a schema is not compatible.
+		return r.cl.CheckCompatibility(sr.WithParams(ctx, sr.Verbose), subject, -1, s)
 	})
 	switch {
 	case err == nil && !compat.Is:

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs a command with the real Kafka broker, the real S3 server and the gs://
-# and azblob:// emulators up: starts whichever of them is not running,
-# exports their addresses (WEIR_KAFKA_BROKERS, WEIR_S3_ENDPOINT,
-# STORAGE_EMULATOR_HOST, ...), runs the command, and stops what it started,
-# whatever the command's outcome. WEIR_SERVICES limits which (default
-# "kafka s3 cloud").
+# Runs a command with the real Kafka broker, the real S3 server, the gs://
+# and azblob:// emulators and the real schema registry up: starts whichever
+# of them is not running, exports their addresses (WEIR_KAFKA_BROKERS,
+# WEIR_S3_ENDPOINT, STORAGE_EMULATOR_HOST, WEIR_REGISTRY_URL, ...), runs the
+# command, and stops what it started, whatever the command's outcome.
+# WEIR_SERVICES limits which (default "kafka s3 cloud registry").
 #
 #   scripts/with-services.sh go test ./...
 set -euo pipefail
@@ -27,7 +27,7 @@ trap 'exit 130' INT TERM
 # Azurite's npm package) took two minutes one after the other.
 pids=()
 starting=()
-for svc in ${WEIR_SERVICES:-kafka s3 cloud}; do
+for svc in ${WEIR_SERVICES:-kafka s3 cloud registry}; do
 	if ! bash "$root/scripts/$svc.sh" status >/dev/null 2>&1; then
 		bash "$root/scripts/$svc.sh" up &
 		pids+=("$!")
@@ -46,7 +46,7 @@ if [ "${#failed[@]}" -gt 0 ]; then
 	echo "with-services.sh: could not start: ${failed[*]} (see above)" >&2
 	exit 1 # cleanup stops the ones that started
 fi
-for svc in ${WEIR_SERVICES:-kafka s3 cloud}; do
+for svc in ${WEIR_SERVICES:-kafka s3 cloud registry}; do
 	eval "$(bash "$root/scripts/$svc.sh" env)"
 done
 
