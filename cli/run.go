@@ -107,7 +107,10 @@ func serve(ctx context.Context, cfg *config.Config, job *stream.Job, logOut io.W
 // registry; a test wraps the registerer to see every metric registered.
 func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOut io.Writer, onCommitted func(uint64), gatherer prometheus.Gatherer, reg prometheus.Registerer) error {
 	log := newLogger(cfg, logOut)
-	registries := newRegistries(log, reg)
+	registries, err := newRegistries(log, reg)
+	if err != nil {
+		return err
+	}
 	job, err := jobWith(cfg, goJob, pipeline.Env{Context: ctx, Registry: registries.get})
 	if err != nil {
 		return err
@@ -207,15 +210,19 @@ func livez(h *replica.Heartbeat, timeout time.Duration) http.HandlerFunc {
 // registries are a process's schema-registry clients, one per URL, shared
 // by the job's formats, with their metrics.
 type registries struct {
-	log *slog.Logger
-	reg prometheus.Registerer
+	log     *slog.Logger
+	metrics *format.Metrics
 
 	mu    sync.Mutex
 	byURL map[string]*format.Registry
 }
 
-func newRegistries(log *slog.Logger, reg prometheus.Registerer) *registries {
-	return &registries{log: log, reg: reg, byURL: map[string]*format.Registry{}}
+func newRegistries(log *slog.Logger, reg prometheus.Registerer) (*registries, error) {
+	m, err := format.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &registries{log: log, metrics: m, byURL: map[string]*format.Registry{}}, nil
 }
 
 func (r *registries) get(f config.Format) (*format.Registry, error) {
@@ -226,7 +233,7 @@ func (r *registries) get(f config.Format) (*format.Registry, error) {
 	}
 	c, err := format.NewRegistry(format.RegistryConfig{
 		URL: f.Registry, Username: f.RegistryUsername, Password: f.RegistryPassword,
-		Log: r.log.With("component", "schema-registry"), Registerer: r.reg,
+		Log: r.log.With("component", "schema-registry"), Metrics: r.metrics,
 	})
 	if err != nil {
 		return nil, err

@@ -38,8 +38,40 @@ type RegistryConfig struct {
 	// registry (default 10s).
 	MaxBackoff time.Duration
 	Log        *slog.Logger
-	// Registerer receives the registry metrics; nil registers none.
-	Registerer prometheus.Registerer
+	// Metrics are the process's registry metrics (NewMetrics); nil: none
+	// registered.
+	Metrics *Metrics
+}
+
+// Metrics are the schema-registry metrics of a process, by registry URL:
+// registered once, whether or not a job uses a registry, so that the
+// metrics exist (without series) before one does.
+type Metrics struct {
+	requests *prometheus.CounterVec // by registry, outcome
+	up       *prometheus.GaugeVec   // by registry
+}
+
+// NewMetrics makes the registry metrics and registers them with reg (nil:
+// not registered).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_schema_registry_requests_total",
+			Help: "Requests to the schema registry, by outcome: ok, not_found (the record's or the job's fault), rejected (another 4xx), unavailable (retried).",
+		}, []string{"registry", "outcome"}),
+		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weir_schema_registry_up",
+			Help: "1 while the schema registry answers, 0 while requests to it fail and are retried.",
+		}, []string{"registry"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.requests, m.up} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
 }
 
 // Registry is a schema-registry client with a cache of parsed schemas by
@@ -91,27 +123,13 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	}
 	empty := map[int]avro.Schema{}
 	r.byID.Store(&empty)
-	r.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name:        "weir_schema_registry_requests_total",
-		Help:        "Requests to the schema registry, by outcome: ok, not_found (the record's or the job's fault), unavailable (retried).",
-		ConstLabels: prometheus.Labels{"registry": cfg.URL},
-	}, []string{"outcome"})
-	r.up = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name:        "weir_schema_registry_up",
-		Help:        "1 while the schema registry answers, 0 while requests to it fail and are retried.",
-		ConstLabels: prometheus.Labels{"registry": cfg.URL},
-	})
-	r.up.Set(1)
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.requests, r.up} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					return nil, err
-				}
-			}
-		}
+	m := cfg.Metrics
+	if m == nil {
+		m, _ = NewMetrics(nil) // cannot fail without a registerer
 	}
+	r.requests = m.requests.MustCurryWith(prometheus.Labels{"registry": cfg.URL})
+	r.up = m.up.WithLabelValues(cfg.URL)
+	r.up.Set(1)
 	return r, nil
 }
 
