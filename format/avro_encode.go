@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
 )
 
 // AvroEncoder writes JSON-model values (map[string]any, []any, string,
@@ -75,7 +76,11 @@ func (e *AvroEncoder) Prepare(ctx context.Context) error {
 	var es encoderSchema
 	var err error
 	if e.text != "" {
-		es.id, es.schema, err = e.reg.Register(ctx, e.subject, e.text)
+		es.schema, err = avro.Parse(e.text)
+		if err != nil {
+			return fmt.Errorf("format: the sink's Avro schema: %w", err)
+		}
+		es.id, err = e.reg.Register(ctx, e.subject, sr.Schema{Schema: e.text, Type: sr.TypeAvro})
 	} else {
 		es.id = e.wantID
 		es.schema, err = e.reg.Avro(ctx, e.wantID)

@@ -82,12 +82,12 @@ type Registry struct {
 	log        *slog.Logger
 	maxBackoff time.Duration
 
-	mu    sync.Mutex
-	avros map[int]avro.Schema // parsed, by ID; read through byID
+	mu     sync.Mutex
+	parsed map[int]any // avro.Schema or protoreflect.FileDescriptor, by ID; read through byID
 
-	// byID is a copy-on-write snapshot of avros for the per-record lookup
+	// byID is a copy-on-write snapshot of parsed for the per-record lookup
 	// (no lock on the hot path).
-	byID atomic.Pointer[map[int]avro.Schema]
+	byID atomic.Pointer[map[int]any]
 
 	// down is the last error of a registry that could not be reached, nil
 	// once a request succeeds again (Unavailable).
@@ -114,14 +114,14 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("format: schema registry %s: %w", cfg.URL, err)
 	}
-	r := &Registry{cl: cl, url: cfg.URL, log: cfg.Log, maxBackoff: cfg.MaxBackoff, avros: make(map[int]avro.Schema)}
+	r := &Registry{cl: cl, url: cfg.URL, log: cfg.Log, maxBackoff: cfg.MaxBackoff, parsed: make(map[int]any)}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	if r.maxBackoff <= 0 {
 		r.maxBackoff = 10 * time.Second
 	}
-	empty := map[int]avro.Schema{}
+	empty := map[int]any{}
 	r.byID.Store(&empty)
 	m := cfg.Metrics
 	if m == nil {
@@ -200,12 +200,22 @@ func do[T any](ctx context.Context, r *Registry, what string, req func(context.C
 // registry (with its references). An ID the registry does not hold is
 // ErrUnknownSchema; an unreachable registry is retried until ctx ends.
 func (r *Registry) Avro(ctx context.Context, id int) (avro.Schema, error) {
+	s, err := r.schema(ctx, id, sr.TypeAvro, func(sch sr.Schema) (any, error) { return r.parseAvro(ctx, sch, 0) })
+	if err != nil {
+		return nil, err
+	}
+	return s.(avro.Schema), nil
+}
+
+// schema returns the parsed schema of id, of type want, from the cache or
+// the registry, parsed by parse.
+func (r *Registry) schema(ctx context.Context, id int, want sr.SchemaType, parse func(sr.Schema) (any, error)) (any, error) {
 	if s, ok := (*r.byID.Load())[id]; ok {
 		return s, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s, ok := r.avros[id]; ok {
+	if s, ok := r.parsed[id]; ok {
 		return s, nil
 	}
 	sch, err := do(ctx, r, fmt.Sprintf("schema %d", id), func(ctx context.Context) (sr.Schema, error) { return r.cl.SchemaByID(ctx, id) })
@@ -215,16 +225,16 @@ func (r *Registry) Avro(ctx context.Context, id int) (avro.Schema, error) {
 		}
 		return nil, err
 	}
-	if sch.Type != sr.TypeAvro {
-		return nil, fmt.Errorf("format: schema %d is %s, not Avro", id, sch.Type)
+	if sch.Type != want {
+		return nil, fmt.Errorf("format: schema %d is %s, not %s", id, sch.Type, want)
 	}
-	s, err := r.parseAvro(ctx, sch, 0)
+	s, err := parse(sch)
 	if err != nil {
 		return nil, fmt.Errorf("format: schema %d: %w", id, err)
 	}
-	r.avros[id] = s
-	next := make(map[int]avro.Schema, len(r.avros))
-	for k, v := range r.avros {
+	r.parsed[id] = s
+	next := make(map[int]any, len(r.parsed))
+	for k, v := range r.parsed {
 		next[k] = v
 	}
 	r.byID.Store(&next)
@@ -262,17 +272,12 @@ func (r *Registry) addReferences(ctx context.Context, refs []sr.SchemaReference,
 	return nil
 }
 
-// Register registers schema (Avro text) under subject, after checking it
-// against the subject's compatibility setting, and returns its ID and the
-// parsed schema. A schema the registry rejects as incompatible is an error
-// with the registry's reasons. Registering a schema the subject already
-// holds returns its existing ID.
-func (r *Registry) Register(ctx context.Context, subject, schema string) (int, avro.Schema, error) {
-	parsed, err := avro.Parse(schema)
-	if err != nil {
-		return 0, nil, fmt.Errorf("format: the sink's Avro schema: %w", err)
-	}
-	s := sr.Schema{Schema: schema, Type: sr.TypeAvro}
+// Register registers s under subject, after checking it against the
+// subject's compatibility setting, and returns its ID. A schema the
+// registry rejects as incompatible is an error with the registry's
+// reasons. Registering a schema the subject already holds returns its
+// existing ID.
+func (r *Registry) Register(ctx context.Context, subject string, s sr.Schema) (int, error) {
 	compat, err := do(ctx, r, "compatibility of "+subject, func(ctx context.Context) (sr.CheckCompatibilityResult, error) {
 		// verbose: the registry says why a schema is not compatible.
 		return r.cl.CheckCompatibility(sr.WithParams(ctx, sr.Verbose), subject, -1, s)
@@ -283,15 +288,15 @@ func (r *Registry) Register(ctx context.Context, subject, schema string) (int, a
 		if len(compat.Messages) > 0 {
 			msg = fmt.Sprint(compat.Messages)
 		}
-		return 0, nil, fmt.Errorf("format: the schema is not compatible with the latest version of subject %s (the subject's compatibility rule): %s", subject, msg)
+		return 0, fmt.Errorf("format: the schema is not compatible with the latest version of subject %s (the subject's compatibility rule): %s", subject, msg)
 	case err != nil && !notFound(err): // not found: a new subject, nothing to be compatible with
-		return 0, nil, fmt.Errorf("format: compatibility check of subject %s: %w", subject, err)
+		return 0, fmt.Errorf("format: compatibility check of subject %s: %w", subject, err)
 	}
 	ss, err := do(ctx, r, "register under "+subject, func(ctx context.Context) (sr.SubjectSchema, error) {
 		return r.cl.CreateSchema(ctx, subject, s)
 	})
 	if err != nil {
-		return 0, nil, fmt.Errorf("format: register the schema under subject %s: %w", subject, err)
+		return 0, fmt.Errorf("format: register the schema under subject %s: %w", subject, err)
 	}
-	return ss.ID, parsed, nil
+	return ss.ID, nil
 }
