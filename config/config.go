@@ -70,9 +70,14 @@ type Step struct {
 type SourceStep struct {
 	Topics []string `mapstructure:"topics"`
 	// Format of record values: "json" (each value must be a JSON
-	// document), "raw" (any bytes) or "avro" (Avro in the Confluent wire
-	// format, with a schema registry: `format: {type: avro, registry: …}`).
+	// document), "raw" (any bytes), "avro" or "protobuf" (in the
+	// Confluent wire format, with a schema registry: `format: {type:
+	// avro, registry: …}`).
 	Format Format `mapstructure:"format"`
+	// KeyFormat of record keys: "raw" (the default: the key's bytes, as
+	// they are), "avro" or "protobuf" (the key becomes its JSON document's
+	// text, as a value does).
+	KeyFormat Format `mapstructure:"key_format"`
 	// Start is where a job with no completed checkpoint starts reading:
 	// "earliest", "latest", or a time (RFC 3339).
 	Start string `mapstructure:"start"`
@@ -94,10 +99,10 @@ type SourceStep struct {
 // alone (`format: json`) or a mapping with the type and its settings
 // (`format: {type: avro, registry: http://registry:8081}`).
 type Format struct {
-	// Type is "json", "raw" (sources) or "avro".
+	// Type is "json", "raw" (sources, and keys), "avro" or "protobuf".
 	Type string `mapstructure:"type"`
 	// Registry is the URL of the schema registry's Confluent-compatible
-	// API (avro): http://host:8081 for Confluent or Karapace,
+	// API (avro, protobuf): http://host:8081 for Confluent or Karapace,
 	// http://host:8080/apis/ccompat/v7 for Apicurio.
 	Registry string `mapstructure:"registry"`
 	// RegistryUsername and RegistryPassword, if set, are sent as HTTP
@@ -106,9 +111,10 @@ type Format struct {
 	RegistryUsername string `mapstructure:"registry_username"`
 	RegistryPassword string `mapstructure:"registry_password"`
 	// Subject is where a sink registers its schema (default
-	// "<topic>-value", the TopicNameStrategy).
+	// "<topic>-value", or "<topic>-key" for a key: the TopicNameStrategy).
 	Subject string `mapstructure:"subject"`
-	// Schema is a sink's Avro schema (its JSON text), registered under
+	// Schema is a sink's schema (Avro: its JSON text; Protobuf: a .proto
+	// file, which may import only the well-known types), registered under
 	// Subject when the job starts, after the registry's compatibility
 	// check; or SchemaFile, a file holding it (relative to the working
 	// directory); or SchemaID, a schema the registry already holds, used
@@ -116,7 +122,14 @@ type Format struct {
 	Schema     string `mapstructure:"schema"`
 	SchemaFile string `mapstructure:"schema_file"`
 	SchemaID   int    `mapstructure:"schema_id"`
+	// Message is the Protobuf message a sink writes, by name (a full name
+	// or one relative to the file's package; default the file's first).
+	Message string `mapstructure:"message"`
 }
+
+// UsesRegistry reports whether the format reads or writes its schemas in
+// a schema registry (avro, protobuf).
+func (f Format) UsesRegistry() bool { return f.Type == FormatAvro || f.Type == FormatProtobuf }
 
 // TimestampSpec takes a record's event time from a top-level field of its
 // JSON value. A record whose field is missing or malformed does not
@@ -221,9 +234,13 @@ type AggregateStep struct {
 // SinkStep writes to a Kafka topic.
 type SinkStep struct {
 	Topic string `mapstructure:"topic"`
-	// Format of the values written: "json", or "avro" (`format: {type:
-	// avro, registry: …, schema_file: …}`).
+	// Format of the values written: "json", "avro" or "protobuf"
+	// (`format: {type: avro, registry: …, schema_file: …}`).
 	Format Format `mapstructure:"format"`
+	// KeyFormat of the keys written: "raw" (the default: the key's bytes)
+	// or "avro" or "protobuf" (the key, a JSON document or a string, is
+	// encoded under the key schema, subject "<topic>-key" by default).
+	KeyFormat Format `mapstructure:"key_format"`
 	// Delivery is "exactly-once" (Kafka transactions committed when a
 	// checkpoint completes) or "at-least-once" (idempotent producer,
 	// flushed at each checkpoint).
@@ -438,6 +455,7 @@ const (
 	FormatJSON        = "json"
 	FormatRaw         = "raw"
 	FormatAvro        = "avro"
+	FormatProtobuf    = "protobuf"
 	StartEarliest     = "earliest"
 	StartLatest       = "latest"
 	OnErrorFail       = "fail"
@@ -513,6 +531,9 @@ func stepsDefaults(steps []Step) {
 			if s.Source.Format.Type == "" {
 				s.Source.Format.Type = FormatJSON
 			}
+			if s.Source.KeyFormat.Type == "" {
+				s.Source.KeyFormat.Type = FormatRaw
+			}
 			if s.Source.Start == "" {
 				s.Source.Start = StartEarliest
 			}
@@ -575,8 +596,13 @@ func stepsDefaults(steps []Step) {
 			if s.Sink.Format.Type == "" {
 				s.Sink.Format.Type = FormatJSON
 			}
-			if f := &s.Sink.Format; f.Type == FormatAvro && f.Subject == "" && s.Sink.Topic != "" {
+			if f := &s.Sink.Format; f.UsesRegistry() && f.Subject == "" && s.Sink.Topic != "" {
 				f.Subject = s.Sink.Topic + "-value" // TopicNameStrategy
+			}
+			if f := &s.Sink.KeyFormat; f.Type == "" {
+				f.Type = FormatRaw
+			} else if f.UsesRegistry() && f.Subject == "" && s.Sink.Topic != "" {
+				f.Subject = s.Sink.Topic + "-key"
 			}
 			if s.Sink.Delivery == "" {
 				s.Sink.Delivery = ModeExactlyOnce

@@ -273,7 +273,8 @@ func validateSource(v *validator, path string, s *SourceStep) {
 			v.add(path+".dead_letter_topic", "%q is also an input topic: a job must not read its own dead letters", s.DeadLetterTopic)
 		}
 	}
-	validateFormat(v, path+".format", s.Format, false)
+	validateFormat(v, path+".format", s.Format, false, sourceFormats)
+	validateFormat(v, path+".key_format", s.KeyFormat, false, keyFormats)
 	if s.Timestamp != nil {
 		validateTimestamp(v, path+".timestamp", s.Timestamp)
 		if s.Format.Type == FormatRaw {
@@ -291,29 +292,41 @@ func validateSource(v *validator, path string, s *SourceStep) {
 	validateOnError(v, path, s.OnError, s.DeadLetterTopic)
 }
 
-// validateFormat checks a source's (sink false) or a sink's format.
-func validateFormat(v *validator, path string, f Format, sink bool) {
-	switch {
-	case f.Type == FormatAvro:
-	case sink && f.Type != FormatJSON:
-		v.add(path, "%q: must be json or avro%s", f.Type, didYouMean(f.Type, []string{FormatJSON, FormatAvro}))
-		return
-	case !sink && !oneOf(f.Type, FormatJSON, FormatRaw):
-		v.add(path, "%q: must be json, raw or avro%s", f.Type, didYouMean(f.Type, []string{FormatJSON, FormatRaw, FormatAvro}))
+// The formats a source's values, a sink's values and keys may have.
+var (
+	sourceFormats = []string{FormatJSON, FormatRaw, FormatAvro, FormatProtobuf}
+	sinkFormats   = []string{FormatJSON, FormatAvro, FormatProtobuf}
+	keyFormats    = []string{FormatRaw, FormatAvro, FormatProtobuf}
+)
+
+// SourceFormats, SinkFormats and KeyFormats return the values of a
+// source's format, a sink's format and key_format.
+func SourceFormats() []string { return slices.Clone(sourceFormats) }
+func SinkFormats() []string   { return slices.Clone(sinkFormats) }
+func KeyFormats() []string    { return slices.Clone(keyFormats) }
+
+// validateFormat checks a source's (sink false) or a sink's format, one
+// of allowed.
+func validateFormat(v *validator, path string, f Format, sink bool, allowed []string) {
+	if !slices.Contains(allowed, f.Type) {
+		v.add(path, "%q: must be %s%s", f.Type, orList(allowed), didYouMean(f.Type, allowed))
 		return
 	}
-	if f.Type != FormatAvro {
+	if !f.UsesRegistry() {
 		for _, k := range formatKeys(f) {
 			if k.set {
-				v.add(path+"."+k.key, "set, but the format is %s: it applies to avro only", f.Type)
+				v.add(path+"."+k.key, "set, but the format is %s: it applies to avro and protobuf only", f.Type)
 			}
 		}
 		return
 	}
 	if f.Registry == "" {
-		v.add(path+".registry", "required for avro: the URL of a Confluent-compatible schema registry")
+		v.add(path+".registry", "required for %s: the URL of a Confluent-compatible schema registry", f.Type)
 	} else if u, err := url.Parse(f.Registry); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		v.add(path+".registry", "%q: must be an http:// or https:// URL", f.Registry)
+	}
+	if f.Message != "" && f.Type != FormatProtobuf {
+		v.add(path+".message", "set, but the format is %s: it names a Protobuf message", f.Type)
 	}
 	n := 0
 	for _, set := range []bool{f.Schema != "", f.SchemaFile != "", f.SchemaID != 0} {
@@ -329,10 +342,22 @@ func validateFormat(v *validator, path string, f Format, sink bool) {
 			}
 		}
 	case n != 1:
-		v.add(path, "an avro sink needs exactly one of schema, schema_file and schema_id")
+		a := "a"
+		if f.Type == FormatAvro {
+			a = "an"
+		}
+		v.add(path, "%s %s sink needs exactly one of schema, schema_file and schema_id", a, f.Type)
 	case f.SchemaID < 0:
 		v.add(path+".schema_id", "%d: must be positive", f.SchemaID)
 	}
+}
+
+// orList writes "a, b or c".
+func orList(l []string) string {
+	if len(l) < 2 {
+		return strings.Join(l, "")
+	}
+	return strings.Join(l[:len(l)-1], ", ") + " or " + l[len(l)-1]
 }
 
 type formatKey struct {
@@ -340,12 +365,13 @@ type formatKey struct {
 	set bool
 }
 
-// formatKeys lists which of an avro format's settings are set: the
-// registry's three, then the sink's four.
+// formatKeys lists which of a registry format's settings are set: the
+// registry's three, then the sink's five.
 func formatKeys(f Format) []formatKey {
 	return []formatKey{
 		{"registry", f.Registry != ""}, {"registry_username", f.RegistryUsername != ""}, {"registry_password", f.RegistryPassword != ""},
 		{"subject", f.Subject != ""}, {"schema", f.Schema != ""}, {"schema_file", f.SchemaFile != ""}, {"schema_id", f.SchemaID != 0},
+		{"message", f.Message != ""},
 	}
 }
 
@@ -394,7 +420,8 @@ func (c *Config) validateSink(v *validator, path string, s *SinkStep) {
 			v.add(path+".topic", "%q is also the dead-letter topic (%s.%s.dead_letter_topic), whose records are written exactly-once: use another topic, or delivery exactly-once", s.Topic, st.path, key)
 		}
 	}
-	validateFormat(v, path+".format", s.Format, true)
+	validateFormat(v, path+".format", s.Format, true, sinkFormats)
+	validateFormat(v, path+".key_format", s.KeyFormat, true, keyFormats)
 	if !oneOf(s.Delivery, ModeExactlyOnce, ModeAtLeastOnce) {
 		v.add(path+".delivery", "%q: must be exactly-once or at-least-once", s.Delivery)
 	}

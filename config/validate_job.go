@@ -288,8 +288,8 @@ func (c *Config) validateJoin(v *validator, path string, j *JoinStep) {
 		case c.isSinkTopic(t.Topic):
 			v.add(p, "%q is also a sink's topic: a job must not read its own output", t.Topic)
 		}
-		if !oneOf(t.Format, FormatJSON, FormatRaw, FormatAvro) {
-			v.add(path+".table.format", "%q: must be json, raw or avro (the source's format)", t.Format)
+		if !slices.Contains(sourceFormats, t.Format) {
+			v.add(path+".table.format", "%q: must be %s (the source's format)", t.Format, orList(sourceFormats))
 		}
 		if !oneOf(j.Type, JoinLeft, JoinInner) {
 			v.add(path+".type", "%q: must be left or inner%s", j.Type, didYouMean(j.Type, []string{JoinLeft, JoinInner}))

@@ -359,8 +359,9 @@ func (c *compiler) openSources() {
 				if mf == "" {
 					mf = config.FormatJSON
 				}
-				// An avro source's table is avro too, decoded into JSON.
-				if f := step.Join.Table.Format; f != "" && f != mf && !(mf == config.FormatAvro && f == config.FormatJSON) {
+				// An avro or protobuf source's table is too, decoded into
+				// JSON.
+				if f := step.Join.Table.Format; f != "" && f != mf && !(ms.Format.UsesRegistry() && f == config.FormatJSON) {
 					c.add(p+".join.table.format", "%q, but the source's format is %q: one Kafka source reads all of a job's topics, with one format", f, mf)
 				}
 				if ms.Start != "" && ms.Start != config.StartEarliest {

@@ -24,23 +24,26 @@ func (c *compiler) sink(path string, s *config.SinkStep) {
 		if c.raw {
 			c.add(path+".format", "json, but the values reaching the sink are raw bytes (source format raw): use a json source, or a step that produces JSON")
 		}
-	case config.FormatAvro:
-		enc := c.avroSink(path+".format", s)
+	case config.FormatAvro, config.FormatProtobuf:
+		enc := c.registryEncoder(path+".format", s.Topic+"-value", s.Format)
 		if enc == nil {
 			break
 		}
 		if c.raw {
-			c.add(path+".format", "avro, but the values reaching the sink are raw bytes (source format raw): use a json or avro source, or a step that produces JSON")
+			c.add(path+".format", "%s, but the values reaching the sink are raw bytes (source format raw): use a json, avro or protobuf source, or a step that produces JSON", s.Format.Type)
 		}
-		codec = avroCodec{enc}
-		c.job.OnStart(func(ctx context.Context) error {
-			if err := enc.Prepare(ctx); err != nil {
-				return fmt.Errorf("%s (subject %s): %w", path, s.Format.Subject, err)
-			}
-			return nil
-		})
+		codec = registryCodec{enc}
 	default:
-		c.add(path+".format", "%q: must be json or avro", s.Format.Type)
+		c.add(path+".format", "%q: must be json, avro or protobuf", s.Format.Type)
+	}
+	switch s.KeyFormat.Type {
+	case "", config.FormatRaw:
+	case config.FormatAvro, config.FormatProtobuf:
+		if enc := c.registryEncoder(path+".key_format", s.Topic+"-key", s.KeyFormat); enc != nil {
+			codec = keyCodec{Codec: codec, key: enc}
+		}
+	default:
+		c.add(path+".key_format", "%q: must be raw, avro or protobuf", s.KeyFormat.Type)
 	}
 	switch s.Delivery {
 	case "", config.ModeExactlyOnce:
@@ -62,11 +65,18 @@ func (c *compiler) sink(path string, s *config.SinkStep) {
 	}
 }
 
-// avroSink makes the encoder of an avro sink, or reports why not.
-func (c *compiler) avroSink(path string, s *config.SinkStep) *format.AvroEncoder {
-	f := s.Format
+// registryEncoder is an Avro or a Protobuf encoder.
+type registryEncoder interface {
+	Prepare(ctx context.Context) error
+	Append(dst []byte, v any) ([]byte, error)
+}
+
+// registryEncoder makes the encoder of an avro or protobuf format (a
+// sink's values or keys), prepared when the job starts (OnStart), or
+// reports why not and returns nil. subject is the default subject.
+func (c *compiler) registryEncoder(path, subject string, f config.Format) registryEncoder {
 	if f.Registry == "" {
-		c.add(path+".registry", "required for avro")
+		c.add(path+".registry", "required for %s", f.Type)
 		return nil
 	}
 	schema := f.Schema
@@ -78,16 +88,20 @@ func (c *compiler) avroSink(path string, s *config.SinkStep) *format.AvroEncoder
 		}
 		schema = string(b)
 	}
-	subject := f.Subject
-	if subject == "" {
-		subject = s.Topic + "-value"
+	if f.Subject != "" {
+		subject = f.Subject
 	}
 	reg, err := c.env.Registry(f)
 	if err != nil {
 		c.add(path+".registry", "%v", err)
 		return nil
 	}
-	enc, err := format.NewAvroEncoder(reg, format.AvroEncoderConfig{Subject: subject, SchemaID: f.SchemaID}, schema)
+	var enc registryEncoder
+	if f.Type == config.FormatProtobuf {
+		enc, err = format.NewProtoEncoder(reg, format.ProtoEncoderConfig{Subject: subject, SchemaID: f.SchemaID, Message: f.Message}, schema)
+	} else {
+		enc, err = format.NewAvroEncoder(reg, format.AvroEncoderConfig{Subject: subject, SchemaID: f.SchemaID}, schema)
+	}
 	if err != nil {
 		key := path + ".schema"
 		if f.SchemaFile != "" {
@@ -96,17 +110,49 @@ func (c *compiler) avroSink(path string, s *config.SinkStep) *format.AvroEncoder
 		c.add(key, "%v", err)
 		return nil
 	}
+	c.job.OnStart(func(ctx context.Context) error {
+		if err := enc.Prepare(ctx); err != nil {
+			return fmt.Errorf("%s (subject %s): %w", path, subject, err)
+		}
+		return nil
+	})
 	return enc
 }
 
-// avroCodec writes a Rec's value as Avro in the Confluent wire format.
-type avroCodec struct{ enc *format.AvroEncoder }
+// registryCodec writes a Rec's value as Avro or Protobuf in the Confluent
+// wire format.
+type registryCodec struct{ enc registryEncoder }
 
 // Append implements stream.Codec.
-func (a avroCodec) Append(dst []byte, r Rec) ([]byte, error) { return a.enc.Append(dst, r.V) }
+func (a registryCodec) Append(dst []byte, r Rec) ([]byte, error) { return a.enc.Append(dst, r.V) }
 
-// Decode implements stream.Codec; nothing reads an avro sink's records
+// Decode implements stream.Codec; nothing reads such a sink's records
 // back through it.
-func (avroCodec) Decode([]byte) (Rec, error) {
-	return Rec{}, fmt.Errorf("pipeline: an avro sink's codec does not decode")
+func (registryCodec) Decode([]byte) (Rec, error) {
+	return Rec{}, fmt.Errorf("pipeline: an avro or protobuf sink's codec does not decode")
+}
+
+// keyCodec writes the records' keys as Avro or Protobuf too
+// (stream.KeyCodec). A key is a JSON document (what an avro or protobuf
+// source's key becomes) or, if it is not one, or if its JSON value does
+// not fit the schema, a string.
+type keyCodec struct {
+	stream.Codec[Rec]
+	key registryEncoder
+}
+
+// AppendKey implements stream.KeyCodec.
+func (k keyCodec) AppendKey(dst, key []byte) ([]byte, error) {
+	v, _, err := DecodeJSON(key)
+	if err != nil {
+		return k.key.Append(dst, string(key))
+	}
+	out, err := k.key.Append(dst, v)
+	if _, isString := v.(string); err == nil || isString {
+		return out, err
+	}
+	if out, err2 := k.key.Append(dst, string(key)); err2 == nil {
+		return out, nil
+	}
+	return nil, err // the JSON value's error
 }

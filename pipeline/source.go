@@ -24,22 +24,20 @@ func (c *compiler) source(path string, s *config.SourceStep) {
 	case config.FormatRaw:
 		src.Format = stream.FormatRaw
 		codec, c.raw = textCodec{}, true
-	case config.FormatAvro:
-		// Avro values become their JSON documents at the edge: every step
-		// reads them as it reads JSON.
+	case config.FormatAvro, config.FormatProtobuf:
+		// Avro and Protobuf values become their JSON documents at the
+		// edge: every step reads them as it reads JSON.
 		src.Format = stream.FormatJSON
-		if s.Format.Registry == "" {
-			c.add(path+".format.registry", "required for avro")
-			break
-		}
-		reg, err := c.env.Registry(s.Format)
-		if err != nil {
-			c.add(path+".format.registry", "%v", err)
-			break
-		}
-		src.ValueDecoder = format.NewAvroDecoder(c.env.Context, reg)
+		src.ValueDecoder = c.registryDecoder(path+".format", s.Format)
 	default:
-		c.add(path+".format", "%q: must be json, raw or avro", s.Format.Type)
+		c.add(path+".format", "%q: must be json, raw, avro or protobuf", s.Format.Type)
+	}
+	switch s.KeyFormat.Type {
+	case "", config.FormatRaw:
+	case config.FormatAvro, config.FormatProtobuf:
+		src.KeyDecoder = c.registryDecoder(path+".key_format", s.KeyFormat)
+	default:
+		c.add(path+".key_format", "%q: must be raw, avro or protobuf", s.KeyFormat.Type)
 	}
 	switch s.Start {
 	case "", config.StartEarliest:
@@ -98,4 +96,22 @@ func (c *compiler) source(path string, s *config.SourceStep) {
 	if err := c.job.Err(); err != nil {
 		c.addJob(path, err)
 	}
+}
+
+// registryDecoder makes the decoder of an avro or protobuf format (the
+// records' values or keys), or reports why not and returns nil.
+func (c *compiler) registryDecoder(path string, f config.Format) stream.ValueDecoder {
+	if f.Registry == "" {
+		c.add(path+".registry", "required for %s", f.Type)
+		return nil
+	}
+	reg, err := c.env.Registry(f)
+	if err != nil {
+		c.add(path+".registry", "%v", err)
+		return nil
+	}
+	if f.Type == config.FormatProtobuf {
+		return format.NewProtoDecoder(c.env.Context, reg)
+	}
+	return format.NewAvroDecoder(c.env.Context, reg)
 }

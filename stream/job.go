@@ -126,6 +126,10 @@ type KafkaSource struct {
 	// is called from the goroutine that reads the source, concurrently for
 	// the tasks of a process.
 	ValueDecoder ValueDecoder
+	// KeyDecoder, if set, converts each record's key at the edge, as
+	// ValueDecoder does its value (an Avro key into its JSON document's
+	// text, which is then the key the job sees). A nil key stays nil.
+	KeyDecoder ValueDecoder
 }
 
 // ValueDecoder converts a source record's value at the edge. DecodeValue

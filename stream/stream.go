@@ -494,17 +494,34 @@ func To[T any](s *Stream[T], sink KafkaSink, codec Codec[T]) {
 	n := j.addNode(kindSink, fmt.Sprintf("To(%s)", sink.Topic), where, s.node)
 	n.sink = idx
 	topic := sink.Topic
+	kc, _ := codec.(KeyCodec[T])
 	s.outs = append(s.outs, func(tb *taskBuilder) (func(T) error, error) {
 		t := tb.t
-		var buf []byte
+		var buf, kbuf []byte
 		return func(v T) error {
 			var err error
 			if buf, err = codec.Append(buf[:0], v); err != nil {
 				return fmt.Errorf("stream: sink %s (%s): encode: %w", topic, where, err)
 			}
-			return t.out.Emit(idx, Record{Key: t.key, Value: buf, Timestamp: t.ts, Headers: t.headers, Topic: topic})
+			key := t.key
+			if kc != nil && key != nil {
+				if kbuf, err = kc.AppendKey(kbuf[:0], key); err != nil {
+					return fmt.Errorf("stream: sink %s (%s): encode the key: %w", topic, where, err)
+				}
+				key = kbuf
+			}
+			return t.out.Emit(idx, Record{Key: key, Value: buf, Timestamp: t.ts, Headers: t.headers, Topic: topic})
 		}, nil
 	})
+}
+
+// KeyCodec is a Codec that also writes the records' keys: a sink whose
+// codec implements it writes AppendKey's bytes as each record's key
+// instead of the element's key as it is (an Avro key, say). A nil key
+// stays nil.
+type KeyCodec[T any] interface {
+	Codec[T]
+	AppendKey(dst, key []byte) ([]byte, error)
 }
 
 // addSink returns the index of sink, adding it if no sink of its topic

@@ -207,6 +207,24 @@ func sourceConfig(s stream.KafkaSource) (source.Config, error) {
 			return nil
 		})
 	}
+	if kd := s.KeyDecoder; kd != nil {
+		// The key is converted before the value, so that a dead letter
+		// keeps both as they were read.
+		next := dec
+		dec = source.DecodeFunc(func(r *kgo.Record) error {
+			k, err := kd.DecodeValue(r.Key)
+			if err != nil {
+				return fmt.Errorf("the key: %w", err)
+			}
+			orig := r.Key
+			r.Key = k
+			if err := next.Decode(r); err != nil {
+				r.Key = orig
+				return err
+			}
+			return nil
+		})
+	}
 	if ts := s.Timestamp; ts.Field != "" {
 		// The event time from a JSON field, read by the decoder step, so
 		// that a record without one follows OnError like any undecodable

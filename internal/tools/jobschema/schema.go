@@ -21,7 +21,8 @@ const durationPattern = `^-?(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
 
 // enums are the allowed values of string settings, by "Type.key".
 var enums = map[string][]string{
-	"SourceStep.format":      {config.FormatJSON, config.FormatRaw, config.FormatAvro},
+	"SourceStep.format":      config.SourceFormats(),
+	"SourceStep.key_format":  config.KeyFormats(),
 	"SourceStep.on_error":    config.OnErrors(),
 	"TimestampSpec.format":   config.TimestampFormats(),
 	"WindowStep.type":        config.WindowTypes(),
@@ -34,8 +35,9 @@ var enums = map[string][]string{
 	"KeyByStep.on_error":     config.OnErrors(),
 	"DedupeStep.on_error":    config.OnErrors(),
 	"JoinStep.type":          {config.JoinLeft, config.JoinInner},
-	"TableJoin.format":       {config.FormatJSON, config.FormatRaw, config.FormatAvro},
-	"SinkStep.format":        {config.FormatJSON, config.FormatAvro},
+	"TableJoin.format":       config.SourceFormats(),
+	"SinkStep.format":        config.SinkFormats(),
+	"SinkStep.key_format":    config.KeyFormats(),
 	"SinkStep.delivery":      {config.ModeExactlyOnce, config.ModeAtLeastOnce},
 	"Checkpoint.mode":        {config.ModeExactlyOnce, config.ModeAtLeastOnce},
 	"Log.level":              {"debug", "info", "warn", "error"},
