@@ -25,6 +25,7 @@ import (
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/expression"
+	"github.com/weir-stream/weir/format"
 	"github.com/weir-stream/weir/kafkaio/controltopic"
 	"github.com/weir-stream/weir/pipeline"
 	"github.com/weir-stream/weir/stream"
@@ -206,6 +207,8 @@ func newDevCmd(job *stream.Job) *cobra.Command {
 		inputFile  string
 		genValue   string
 		genKey     string
+		inFormat   string
+		registry   string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -261,6 +264,14 @@ key, with value the generated value. For example:
 				return errors.New("--input and --generate: give the job one input")
 			case genKey != "" && genValue == "":
 				return errors.New("--generate-key needs --generate")
+			case inFormat != config.FormatJSON && jobFile != "":
+				return errors.New("--format and --job: the job file's source says its format")
+			case !slices.Contains(devFormats, inFormat):
+				return fmt.Errorf("--format %s: want %s", inFormat, strings.Join(devFormats, ", "))
+			case inFormat != config.FormatJSON && registry == "":
+				return fmt.Errorf(devNoRegistry, inFormat, inFormat)
+			case inFormat == config.FormatJSON && registry != "":
+				return errors.New("--registry needs --format avro or protobuf")
 			case jobFile != "":
 				ex = devExample{file: jobFile}
 			default:
@@ -278,6 +289,7 @@ key, with value the generated value. For example:
 			}
 			return runDev(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), devOptions{
 				example: ex, dir: dir, rate: rate, users: users, partitions: partitions, http: httpAddr, quiet: quiet, input: inputFile, generate: gen,
+				format: config.Format{Type: inFormat, Registry: registry},
 			})
 		},
 	}
@@ -291,6 +303,8 @@ key, with value the generated value. For example:
 	cmd.Flags().StringVar(&jobFile, "job", "", "run the YAML job of this file instead of an example")
 	cmd.Flags().StringVar(&inputFile, "input", "", "with --job: write these records (one a line: a JSON value, or key<TAB>value) to the job's first source topic instead of sample clicks")
 	cmd.Flags().StringVar(&genValue, "generate", "", "with --job: generate sample records whose value is this expression (offset: the sample's number, timestamp: now) instead of clicks, --rate a second")
+	cmd.Flags().StringVar(&inFormat, "format", config.FormatJSON, "the sample clicks' format: json, or avro or protobuf (in the Confluent wire format, with --registry)")
+	cmd.Flags().StringVar(&registry, "registry", "", "with --format avro or protobuf: the URL of a schema registry's Confluent-compatible API")
 	cmd.Flags().StringVar(&genKey, "generate-key", "", "with --generate: the sample records' key, an expression over the generated value")
 	return cmd
 }
@@ -305,6 +319,63 @@ type devOptions struct {
 	quiet      bool
 	input      string        // a file of input records, with example.file
 	generate   *devGenerator // sample records for example.file, or nil: clicks
+	format     config.Format // the sample clicks' format and registry
+}
+
+// devFormats are the formats of the sample clicks (--format).
+var devFormats = []string{config.FormatJSON, config.FormatAvro, config.FormatProtobuf}
+
+// devNoRegistry is the error of --format avro or protobuf without
+// --registry: a schema registry is a server of its own (Confluent's,
+// Karapace and Apicurio are Java or Python services), which this binary
+// cannot embed, so the user has to start one.
+const devNoRegistry = `--format %s needs a schema registry (--registry URL), and dev cannot embed one: the registries are servers of their own. Start one, then run again with --registry:
+  in a Weir checkout: bash scripts/registry.sh up   (Apicurio Registry 3.3.3 from Maven Central; needs Java 21 or later)
+      then: processor dev --format %s --registry http://127.0.0.1:19120/apis/ccompat/v7
+  with Docker: docker run -p 8081:8080 apicurio/apicurio-registry:3.3.3
+      then: --registry http://127.0.0.1:8081/apis/ccompat/v7
+  (Confluent Schema Registry or Karapace: --registry http://host:8081)`
+
+// The sample clicks' schemas (--format).
+const (
+	devClickAvro = `{"type":"record","name":"Click","namespace":"weir.dev","fields":[
+  {"name":"user","type":"string"},{"name":"page","type":"string"},{"name":"ts","type":"long"}]}`
+	devClickProto = `syntax = "proto3";
+package weir.dev;
+message Click { string user = 1; string page = 2; int64 ts = 3; }`
+)
+
+// devClickEncoder returns how the sample clicks are written in f: as JSON,
+// or as Avro or Protobuf under the schema it registers as <topic>-value.
+func devClickEncoder(ctx context.Context, f config.Format, topic string) (func(map[string]any) ([]byte, error), string, error) {
+	if f.Type == config.FormatJSON {
+		return func(v map[string]any) ([]byte, error) { return json.Marshal(v) }, "", nil
+	}
+	reg, err := format.NewRegistry(format.RegistryConfig{URL: f.Registry, MaxBackoff: time.Second})
+	if err != nil {
+		return nil, "", err
+	}
+	var enc interface {
+		Prepare(context.Context) error
+		Append([]byte, any) ([]byte, error)
+		SchemaID() int
+	}
+	subject := topic + "-value"
+	if f.Type == config.FormatAvro {
+		enc, err = format.NewAvroEncoder(reg, format.AvroEncoderConfig{Subject: subject}, devClickAvro)
+	} else {
+		enc, err = format.NewProtoEncoder(reg, format.ProtoEncoderConfig{Subject: subject}, devClickProto)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := enc.Prepare(pctx); err != nil {
+		return nil, "", fmt.Errorf("--registry %s: register the clicks' schema: %w", f.Registry, err)
+	}
+	what := fmt.Sprintf("%s, schema %d (subject %s) at %s", f.Type, enc.SchemaID(), subject, f.Registry)
+	return func(v map[string]any) ([]byte, error) { return enc.Append(nil, v) }, what, nil
 }
 
 func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
@@ -340,6 +411,18 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 		return fmt.Errorf("embedded job: %w", err)
 	}
 
+	encode := func(v map[string]any) ([]byte, error) { return json.Marshal(v) }
+	if o.format.UsesRegistry() {
+		// The example reads the clicks in their format; its steps and its
+		// output are the same.
+		cfg.Job.Pipeline[0].Source.Format = o.format
+		var what string
+		if encode, what, err = devClickEncoder(ctx, o.format, o.example.inputs()[0]); err != nil {
+			return err
+		}
+		o.example.what = strings.Replace(o.example.what, "clicks", "clicks ("+o.format.Type+")", 1)
+		defer fmt.Fprintf(out, "weir dev: the clicks were %s\n", what)
+	}
 	if err := devTopics(ctx, brokers, o.partitions, o.example.inputs(), append([]string{o.example.output}, o.example.topics...)...); err != nil {
 		return err
 	}
@@ -359,7 +442,7 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 	case o.generate != nil && o.rate > 0:
 		go o.generate.run(gctx, logOut, brokers, o.example.inputs()[0], o.rate)
 	case o.rate > 0:
-		go devGenerate(gctx, brokers, o.example.inputs()[0], o.rate, o.users)
+		go devGenerate(gctx, logOut, brokers, o.example.inputs()[0], o.rate, o.users, encode)
 	}
 	printed := make(chan struct{})
 	if o.quiet {
@@ -496,8 +579,9 @@ func devTopics(ctx context.Context, brokers []string, partitions int32, inputs [
 	return nil
 }
 
-// devGenerate produces sample clicks to topic, keyed by user.
-func devGenerate(ctx context.Context, brokers []string, topic string, rate, users int) {
+// devGenerate produces sample clicks to topic, keyed by user, written by
+// encode.
+func devGenerate(ctx context.Context, logOut io.Writer, brokers []string, topic string, rate, users int, encode func(map[string]any) ([]byte, error)) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		return
@@ -513,7 +597,11 @@ func devGenerate(ctx context.Context, brokers []string, topic string, rate, user
 		case <-tick.C:
 		}
 		user := fmt.Sprintf("user-%d", rand.IntN(users))
-		v, _ := json.Marshal(map[string]any{"user": user, "page": pages[rand.IntN(len(pages))], "ts": time.Now().UnixMilli()})
+		v, err := encode(map[string]any{"user": user, "page": pages[rand.IntN(len(pages))], "ts": time.Now().UnixMilli()})
+		if err != nil {
+			fmt.Fprintf(logOut, "weir dev: a sample click: %v\n", err)
+			return
+		}
 		cl.Produce(ctx, &kgo.Record{Key: []byte(user), Value: v}, nil)
 	}
 }

@@ -360,3 +360,37 @@ func TestDevGenerateErrors(t *testing.T) {
 		t.Fatalf("sample 7: %+v, %v", r, err)
 	}
 }
+
+// TestDevFormats runs `processor dev --format avro` and `--format
+// protobuf` with a schema registry (the real one of scripts/registry.sh,
+// which WEIR_REQUIRE_REGISTRY=1 requires, else franz-go's fake) until
+// committed counts were printed: the sample clicks are written in the
+// format, under a schema registered as clicks-value, and the example reads
+// them. Without --registry, dev says what to start.
+func TestDevFormats(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	var out bytes.Buffer
+	root := newRootCmd(&out, nil)
+	root.SetErr(&out)
+	root.SetArgs([]string{"dev", "--format", "avro", "--dir", t.TempDir()})
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), "scripts/registry.sh up") || !strings.Contains(err.Error(), "--registry http://127.0.0.1:19120/apis/ccompat/v7") {
+		t.Errorf("--format avro without --registry: %v, want it to say what to start", err)
+	}
+	url := testRegistry(t)
+	bin := buildProcessor(t)
+	for _, f := range []string{"avro", "protobuf"} {
+		t.Run(f, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "dev")
+			out := runDevUntilOutput(t, bin, dir, devOutputLine, 10, 1, "--format", f, "--registry", url)
+			if !strings.Contains(out, "clicks ("+f+") → count per user") {
+				t.Errorf("the banner does not say the clicks are %s:\n%s", f, out)
+			}
+			if !regexp.MustCompile(`weir dev: the clicks were ` + f + `, schema \d+ \(subject clicks-value\) at ` + regexp.QuoteMeta(url)).MatchString(out) {
+				t.Errorf("no line naming the clicks' schema:\n%s", out)
+			}
+		})
+	}
+}
