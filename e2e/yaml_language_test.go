@@ -22,7 +22,10 @@ import (
 // The YAML language run (issue 14): one job of the language's steps,
 //
 //	source orders (keyed by customer; event time from ts, watermark 2 s
-//	out of orderness, idle after 5 s)
+//	out of orderness, idle after 15 s: longer than the wait for the table
+//	before the first order, so that no input is idle when the orders
+//	begin; else one task's watermark may pass another's first orders
+//	downstream, which are then late, as in Flink: docs/event-time.md)
 //	→ join the table customers (keyed by customer, compacted) as customer
 //	→ filter value.amount > 0
 //	→ map {order, country: value.customer?.country ?? "none", amount}
@@ -81,7 +84,7 @@ func ylJob(name, orders, customers, unmatched, perCountry string, brokers []stri
         format: json
         start: earliest
         timestamp: {field: ts, format: unix_ms}
-        watermark: {max_out_of_orderness: 2s, idle_timeout: 5s}
+        watermark: {max_out_of_orderness: 2s, idle_timeout: 15s}
     - join:
         table: {topic: %s}
         as: customer
