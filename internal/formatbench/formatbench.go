@@ -1,7 +1,7 @@
 // Package formatbench measures what a record format costs per record
 // (issue 15): the same orders decoded at a source's edge and into the
-// value the steps read, then encoded by a sink, as JSON and as Avro in the
-// Confluent wire format (package format, with franz-go's in-memory fake
+// value the steps read, then encoded by a sink, as JSON and as Avro and
+// Protobuf in the Confluent wire format (package format, with franz-go's in-memory fake
 // registry: a schema is fetched once, so the registry is not on the
 // per-record path). make bench ARGS=-formats prints the figures.
 package formatbench
@@ -30,6 +30,20 @@ const OrderSchema = `{"type":"record","name":"Order","namespace":"bench","fields
 	{"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
 	{"name":"note","type":["null","string"],"default":null}]}`
 
+// OrderProto is the orders' Protobuf schema: the same fields.
+const OrderProto = `syntax = "proto3";
+package bench;
+import "google/protobuf/timestamp.proto";
+message Order {
+  int64 id = 1;
+  string customer = 2;
+  string country = 3;
+  double amount = 4;
+  repeated string items = 5;
+  google.protobuf.Timestamp ts = 6;
+  optional string note = 7;
+}`
+
 // Result is one case's cost per record.
 type Result struct {
 	Name        string
@@ -40,8 +54,11 @@ type Result struct {
 type fixture struct {
 	json [][]byte // the orders as JSON
 	avro [][]byte // the same orders, framed Avro
+	pb   [][]byte // and framed Protobuf
 	enc  *format.AvroEncoder
 	dec  *format.AvroDecoder
+	penc *format.ProtoEncoder
+	pdec *format.ProtoDecoder
 	vals []any // the orders decoded (the sinks' input)
 }
 
@@ -58,7 +75,14 @@ func newFixture() (*fixture, func(), error) {
 	if err := enc.Prepare(context.Background()); err != nil {
 		return nil, reg.Close, err
 	}
-	f := &fixture{enc: enc, dec: format.NewAvroDecoder(context.Background(), r)}
+	penc, err := format.NewProtoEncoder(r, format.ProtoEncoderConfig{Subject: "orders-pb-value"}, OrderProto)
+	if err != nil {
+		return nil, reg.Close, err
+	}
+	if err := penc.Prepare(context.Background()); err != nil {
+		return nil, reg.Close, err
+	}
+	f := &fixture{enc: enc, dec: format.NewAvroDecoder(context.Background(), r), penc: penc, pdec: format.NewProtoDecoder(context.Background(), r)}
 	countries := []string{"br", "de", "fr", "in", "jp", "us"}
 	for i := range 1024 {
 		o := map[string]any{
@@ -81,7 +105,11 @@ func newFixture() (*fixture, func(), error) {
 		if err != nil {
 			return nil, reg.Close, err
 		}
-		f.json, f.avro, f.vals = append(f.json, j), append(f.avro, a), append(f.vals, v)
+		p, err := penc.Append(nil, v)
+		if err != nil {
+			return nil, reg.Close, err
+		}
+		f.json, f.avro, f.pb, f.vals = append(f.json, j), append(f.avro, a), append(f.pb, p), append(f.vals, v)
 	}
 	return f, reg.Close, nil
 }
@@ -127,6 +155,19 @@ func Run() ([]Result, error) {
 				}
 			}
 		}},
+		// A protobuf source: likewise.
+		{"format_decode_protobuf", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := range b.N {
+				j, err := f.pdec.DecodeValue(f.pb[i%len(f.pb)])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := pipeline.DecodeJSON(j); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}},
 		{"format_encode_json", func(b *testing.B) {
 			var buf []byte
 			b.ReportAllocs()
@@ -143,6 +184,16 @@ func Run() ([]Result, error) {
 			for i := range b.N {
 				var err error
 				if buf, err = f.enc.Append(buf[:0], f.vals[i%len(f.vals)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}},
+		{"format_encode_protobuf", func(b *testing.B) {
+			var buf []byte
+			b.ReportAllocs()
+			for i := range b.N {
+				var err error
+				if buf, err = f.penc.Append(buf[:0], f.vals[i%len(f.vals)]); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -85,7 +85,14 @@
 // default run starts with the same figures.
 //
 // With -formats the run measures only what a record format costs per
-// record (formats.go): decode and encode, Avro against JSON, no broker.
+// record (formats.go): decode and encode, Avro and Protobuf against JSON,
+// no broker.
+//
+// With -avro the run measures the count job on Avro input instead
+// (avro.go): the same records in the Confluent wire format, registered in
+// the schema registry of -registry (WEIR_REGISTRY_URL), read with source
+// format avro, against the raw pipe on the same input: throughput, its
+// ratio, checkpoint durations, and the verified output.
 //
 // With -window the run measures the tumbling-window job of issue 13
 // instead (window.go): throughput against the raw two-hop pipe, checkpoint
@@ -211,6 +218,10 @@ type config struct {
 	// -yaml: the YAML language job of issue 14 (yaml.go) against the raw
 	// two-hop pipe, over clicks with amounts.
 	yaml bool
+	// -avro: the count job on Avro input (avro.go), against the raw pipe
+	// on the same input; registry is the schema registry's URL.
+	avro     bool
+	registry string
 }
 
 func main() {
@@ -249,6 +260,8 @@ func main() {
 	flag.DurationVar(&c.latWin.lateness, "latency-lateness", 0, "with -window: allowed_lateness of the latency job")
 	flag.IntVar(&c.holdCheckpoints, "hold-checkpoints", 10, "with -window: checkpoints measured with every window open")
 	flag.BoolVar(&c.yaml, "yaml", false, "measure the YAML language job of issue 14 (filter, map, key_by expression, three aggregates at once, exactly-once sink) with the first -replicas entry against the raw two-hop pipe: throughput, checkpoint durations (no latency or recovery)")
+	flag.BoolVar(&c.avro, "avro", false, "measure the count job on Avro input (the same records in the Confluent wire format, source format avro) against the raw pipe on that input: throughput, checkpoint durations (no latency or recovery); needs -registry")
+	flag.StringVar(&c.registry, "registry", os.Getenv("WEIR_REGISTRY_URL"), "with -avro: the schema registry's Confluent-compatible API (env WEIR_REGISTRY_URL: eval $(bash scripts/registry.sh env))")
 	flag.Parse()
 	if *exprOnly {
 		runExpr()
@@ -294,8 +307,11 @@ func main() {
 		}
 		c.saslSSL = strings.Split(saslSSL, ",")
 	}
-	if modes := btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml); modes > 1 {
-		errs = append(errs, errors.New("two-stage, tls, window and yaml: choose one"))
+	if modes := btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro); modes > 1 {
+		errs = append(errs, errors.New("two-stage, tls, window, yaml and avro: choose one"))
+	}
+	if c.avro && c.registry == "" {
+		errs = append(errs, errors.New("avro: no registry; set WEIR_REGISTRY_URL (eval $(bash scripts/registry.sh env)) or -registry"))
 	}
 	if c.window && (c.win.size <= c.win.bound || c.win.bound <= 0 || c.latWin.size <= 0 || c.win.lateness < 0 || c.latWin.lateness < 0 || c.holdCheckpoints < 1) {
 		errs = append(errs, fmt.Errorf("window: size %v must exceed max-out-of-orderness %v > 0; latency-window-size %v > 0; lateness >= 0; hold-checkpoints %d >= 1",
@@ -364,6 +380,11 @@ type bench struct {
 	t0 int64
 	// yamlWant is, per page, the -yaml job's final aggregates.
 	yamlWant map[string]*pageAgg
+	// avro is the -avro input's registered schema; avroJob and avroPass
+	// the job measured on it.
+	avro     *avroInput
+	avroJob  *job
+	avroPass pass
 }
 
 // transport is how the raw pipe's clients and a job's replicas reach the
@@ -445,6 +466,9 @@ func run(ctx context.Context, c config) (err error) {
 	} else if c.yaml {
 		benchutil.Info("-yaml: %d clicks with amounts of %d users on %d pages, %d partitions, checkpoint every %v, exactly-once; the YAML language job (filter, map, key_by expression, count + sum + max) with %d replica(s) vs the raw two-hop pipe; run %s; %d CPUs, load average %s",
 			c.records, c.keys, c.pages, c.partitions, c.interval, c.replicas[0], id, runtime.NumCPU(), loadAvg())
+	} else if c.avro {
+		benchutil.Info("-avro: %d records over %d keys as Avro (registry %s), %d partitions, checkpoint every %v, exactly-once; the count job (source format avro) with %d replica(s) vs the raw pipe on the same input; run %s; %d CPUs, load average %s",
+			c.records, c.keys, c.registry, c.partitions, c.interval, c.replicas[0], id, runtime.NumCPU(), loadAvg())
 	} else if c.twoStage {
 		benchutil.Info("-two-stage: %d clicks of %d users on %d pages, %d partitions, checkpoint every %v, exactly-once; the views-per-page job (key_by page, %d second-stage tasks, %d key groups) with %d replica(s) vs the raw two-hop pipe; run %s; %d CPUs, load average %s",
 			c.records, c.keys, c.pages, c.partitions, c.interval, c.partitions, c.maxParallelism, c.replicas[0], id, runtime.NumCPU(), loadAvg())
@@ -458,6 +482,11 @@ func run(ctx context.Context, c config) (err error) {
 	}
 	if err := b.warmBroker(ctx); err != nil {
 		return err
+	}
+	if c.avro {
+		if err := b.registerAvro(ctx); err != nil {
+			return err
+		}
 	}
 	if err := b.preload(ctx); err != nil {
 		return err
@@ -473,6 +502,9 @@ func run(ctx context.Context, c config) (err error) {
 	}
 	if c.yaml {
 		return b.runYAML(ctx)
+	}
+	if c.avro {
+		return b.runAvro(ctx)
 	}
 
 	// 0. The cost of one expression evaluation (no broker; the machine is
@@ -1147,6 +1179,9 @@ func (b *bench) nextInput(rng *mrand.Rand, i int) (key string, value []byte, cou
 		page := b.windowPage(i)
 		return key, windowValue(nil, i, key, page, b.windowTS(rng, i)), page
 	}
+	if b.c.avro {
+		return key, b.avroValue(i, key), key
+	}
 	if !b.c.twoStage {
 		return key, inputValue(nil, i, key, ""), key
 	}
@@ -1498,11 +1533,15 @@ func (b *bench) newJob(ctx context.Context, name string, tr *transport) (*job, e
 	if b.c.yaml {
 		keyBy, agg = "", yamlSteps
 	}
+	srcFormat := "json"
+	if b.c.avro {
+		srcFormat = fmt.Sprintf("{type: avro, registry: %q}", b.c.registry)
+	}
 	yaml := fmt.Sprintf(`job:
   name: %s
   max_parallelism: %d
   pipeline:
-    - source: {topics: [%s], format: json, start: earliest}
+    - source: {topics: [%s], format: %s, start: earliest}
 %s%s    - sink: {topic: %s, format: json, delivery: exactly-once}
 kafka:
   brokers: [%s]
@@ -1513,7 +1552,7 @@ checkpoint:
   storage: file://%s
 log:
   level: info
-`, name, b.c.maxParallelism, b.in, keyBy, agg, j.out, strings.Join(tr.brokers, ", "), tr.yaml, b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"))
+`, name, b.c.maxParallelism, b.in, srcFormat, keyBy, agg, j.out, strings.Join(tr.brokers, ", "), tr.yaml, b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"))
 	return j, os.WriteFile(j.cfg, []byte(yaml), 0o600)
 }
 
