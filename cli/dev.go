@@ -225,6 +225,13 @@ after the minute's end plus 15s; examples/views-per-page-per-minute.yaml). It pr
 each line is one output record, visible to read_committed consumers — and
 serves metrics on --http.
 
+With --format avro or --format protobuf and --registry URL (a schema
+registry's Confluent-compatible API), the sample clicks are written in that
+format, in the Confluent wire format, under a schema dev registers as
+weir-dev-clicks-<format>, and the example's source reads them with that
+format. No registry can be embedded: without --registry, dev says what to
+start.
+
 Stop it with Ctrl-C: it says which checkpoint completed last and how many
 output records are committed. Start it again: it resumes from that
 checkpoint, and no click is counted twice.
@@ -346,7 +353,9 @@ message Click { string user = 1; string page = 2; int64 ts = 3; }`
 )
 
 // devClickEncoder returns how the sample clicks are written in f: as JSON,
-// or as Avro or Protobuf under the schema it registers as <topic>-value.
+// or as Avro or Protobuf under the schema it registers as
+// weir-dev-clicks-<format>: not <topic>-value, which in a registry that
+// real jobs share may be a real topic's subject (and of another format).
 func devClickEncoder(ctx context.Context, f config.Format, topic string) (func(map[string]any) ([]byte, error), string, error) {
 	if f.Type == config.FormatJSON {
 		return func(v map[string]any) ([]byte, error) { return json.Marshal(v) }, "", nil
@@ -360,7 +369,7 @@ func devClickEncoder(ctx context.Context, f config.Format, topic string) (func(m
 		Append([]byte, any) ([]byte, error)
 		SchemaID() int
 	}
-	subject := topic + "-value"
+	subject := "weir-dev-" + topic + "-" + f.Type
 	if f.Type == config.FormatAvro {
 		enc, err = format.NewAvroEncoder(reg, format.AvroEncoderConfig{Subject: subject}, devClickAvro)
 	} else {

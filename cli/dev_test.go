@@ -365,7 +365,7 @@ func TestDevGenerateErrors(t *testing.T) {
 // protobuf` with a schema registry (the real one of scripts/registry.sh,
 // which WEIR_REQUIRE_REGISTRY=1 requires, else franz-go's fake) until
 // committed counts were printed: the sample clicks are written in the
-// format, under a schema registered as clicks-value, and the example reads
+// format, under a schema registered as weir-dev-clicks-<format>, and the example reads
 // them. Without --registry, dev says what to start.
 func TestDevFormats(t *testing.T) {
 	if testing.Short() {
@@ -388,7 +388,7 @@ func TestDevFormats(t *testing.T) {
 			if !strings.Contains(out, "clicks ("+f+") → count per user") {
 				t.Errorf("the banner does not say the clicks are %s:\n%s", f, out)
 			}
-			if !regexp.MustCompile(`weir dev: the clicks were ` + f + `, schema \d+ \(subject clicks-value\) at ` + regexp.QuoteMeta(url)).MatchString(out) {
+			if !regexp.MustCompile(`weir dev: the clicks were ` + f + `, schema \d+ \(subject weir-dev-clicks-` + f + `\) at ` + regexp.QuoteMeta(url)).MatchString(out) {
 				t.Errorf("no line naming the clicks' schema:\n%s", out)
 			}
 		})

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -295,4 +297,218 @@ func canonicalJSON(t *testing.T, doc string) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// everyAvroType has a field of each Avro type and logical type the format
+// maps (docs/formats.md), for TestAvroEveryTypeThroughRun.
+const everyAvroType = `{"type":"record","name":"Sample","namespace":"shop.types","fields":[
+  {"name":"flag","type":"boolean"},{"name":"small","type":"int"},{"name":"big","type":"long"},
+  {"name":"ratio","type":"float"},{"name":"precise","type":"double"},{"name":"text","type":"string"},
+  {"name":"blob","type":"bytes"},{"name":"code","type":{"type":"fixed","name":"Code","size":3}},
+  {"name":"level","type":{"type":"enum","name":"Level","symbols":["LOW","MID","HIGH"]}},
+  {"name":"series","type":{"type":"array","items":"double"}},
+  {"name":"attrs","type":{"type":"map","values":"long"}},
+  {"name":"child","type":{"type":"record","name":"Child","fields":[{"name":"n","type":"long"},{"name":"labels","type":{"type":"array","items":"string"}}]}},
+  {"name":"maybe","type":["null","string"],"default":null},
+  {"name":"either","type":["null","long","Child"]},
+  {"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
+  {"name":"rate","type":{"type":"fixed","name":"Rate","size":6,"logicalType":"decimal","precision":10,"scale":4}},
+  {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
+  {"name":"atu","type":{"type":"long","logicalType":"timestamp-micros"}},
+  {"name":"on","type":{"type":"int","logicalType":"date"}},
+  {"name":"when","type":{"type":"long","logicalType":"time-micros"}},
+  {"name":"uid","type":{"type":"string","logicalType":"uuid"}}]}`
+
+// TestAvroEveryTypeThroughRun writes records of every Avro type with a
+// plain hamba codec, runs source (avro) → filter and map (expressions over
+// the record) → sink (avro, the same schema) through `processor run` on
+// kfake and the real broker with the registry, and reads the output back
+// with hamba: each record must come out as it went in.
+func TestAvroEveryTypeThroughRun(t *testing.T) {
+	url := testRegistry(t)
+	schema := avro.MustParse(everyAvroType)
+	sample := func(i int) map[string]any {
+		m := map[string]any{
+			"flag": i%2 == 0, "small": int32(-i), "big": int64(1)<<53 + int64(i), "ratio": float32(1.5), "precise": -0.125 * float64(i),
+			"text": fmt.Sprintf("s\u00e9 \"%d\"\n", i), "blob": []byte{0, byte(i), 255}, "code": [3]byte{'a', 'b', byte('0' + i%10)},
+			"level": []string{"LOW", "MID", "HIGH"}[i%3], "series": []any{1.25, float64(i)}, "attrs": map[string]any{"a": int64(i), "z": int64(-1)},
+			"child": map[string]any{"n": int64(i), "labels": []any{"x", "y"}}, "maybe": nil, "either": nil,
+			"price": big.NewRat(int64(1234+i), 100), "rate": big.NewRat(-15, 10000),
+			"at": time.UnixMilli(1796206272345 + int64(i)).UTC(), "atu": time.UnixMicro(1796206272345678 + int64(i)).UTC(),
+			"on": time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), "when": 13*time.Hour + 14*time.Minute + 15250*time.Microsecond,
+			"uid": "6f1c2a36-59c3-4a57-9d6e-1e1c1b1b1b1b",
+		}
+		switch i % 3 {
+		case 1:
+			m["maybe"], m["either"] = "here", map[string]any{"long": int64(42)}
+		case 2:
+			m["either"] = map[string]any{"shop.types.Child": map[string]any{"n": int64(-i), "labels": []any{}}}
+		}
+		return m
+	}
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		clearConfigEnv(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		job := kafkatest.Name(t, "avt")
+		in, out := job+"-in", job+"-out"
+		c.CreateTopic(t, in, 2, nil)
+		c.CreateTopic(t, out, 2, nil)
+		reg, err := sr.NewClient(sr.URLs(url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss, err := reg.CreateSchema(ctx, in+"-value", sr.Schema{Schema: everyAvroType, Type: sr.TypeAvro})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 12
+		prod := c.Client(t, kgo.DefaultProduceTopic(in))
+		var h sr.ConfluentHeader
+		for i := range n {
+			payload, err := avro.Marshal(schema, sample(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, _ := h.AppendEncode(nil, ss.ID, nil)
+			prod.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: append(v, payload...)}, nil)
+		}
+		if err := prod.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "sample.avsc"), []byte(everyAvroType), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(dir, "job.yaml")
+		yaml := fmt.Sprintf(`job:
+  name: %[1]s
+  pipeline:
+    - source: {topics: [%[2]s], format: {type: avro, registry: "%[4]s"}}
+    - filter: {where: 'value.child.n >= 0 && len(value.series) == 2 && value.level in ["LOW", "MID", "HIGH"]'}
+    - map: {value: value}
+    - sink: {topic: %[3]s, format: {type: avro, registry: "%[4]s", schema_file: "%[5]s/sample.avsc"}}
+kafka: {brokers: [%[6]s]}
+checkpoint: {interval: 200ms, storage: "file://%[5]s/chk"}
+state: {dir: "%[5]s/state"}
+process: {replica_id: r0}
+`, job, in, out, url, dir, strings.Join(c.Brokers, ","))
+		if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		stop, done, logs := startRun(t, ctx, file)
+		var recs []*kgo.Record
+		deadline := time.Now().Add(90 * time.Second)
+		for len(recs) < n {
+			select {
+			case err := <-done:
+				t.Fatalf("processor run exited: %v\n%s", err, logs.String())
+			case <-time.After(200 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 90s: %d of %d outputs committed\n%s", len(recs), n, logs.String())
+			}
+			recs = c.ReadCommitted(ctx, t, out)
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("processor run: %v\n%s", err, logs.String())
+		}
+		if len(recs) != n {
+			t.Fatalf("%d outputs, want %d", len(recs), n)
+		}
+		for _, r := range recs {
+			id, payload, err := h.DecodeID(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := reg.SchemaByID(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v map[string]any
+			if err := avro.Unmarshal(avro.MustParse(got.Schema), payload, &v); err != nil {
+				t.Fatal(err)
+			}
+			var i int
+			fmt.Sscanf(string(r.Key), "k%d", &i)
+			var want map[string]any
+			wb, _ := avro.Marshal(schema, sample(i))
+			if err := avro.Unmarshal(schema, wb, &want); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(v, want) {
+				t.Errorf("record %s:\n got %v\nwant %v", r.Key, v, want)
+			}
+		}
+	})
+}
+
+// TestIncompatibleSinkSchemaStopsAtStart: a sink schema that the subject's
+// compatibility rule (BACKWARD) refuses stops `processor run` at start,
+// before any record, with the sink's key path and the registry's verdict.
+// franz-go's fake registry checks no compatibility, so this runs on the
+// real registry only (which WEIR_REQUIRE_REGISTRY=1 requires).
+func TestIncompatibleSinkSchemaStopsAtStart(t *testing.T) {
+	url := testRegistry(t)
+	if os.Getenv("WEIR_REGISTRY_URL") == "" {
+		t.Log("franz-go's fake registry checks no compatibility: nothing to check without the real one")
+		return
+	}
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		clearConfigEnv(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		job := kafkatest.Name(t, "inc")
+		in, out := job+"-in", job+"-out"
+		c.CreateTopic(t, in, 1, nil)
+		c.CreateTopic(t, out, 1, nil)
+		reg, err := sr.NewClient(sr.URLs(url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := reg.SetCompatibility(ctx, sr.SetCompatibility{Level: sr.CompatBackward}, out+"-value"); res[0].Err != nil {
+			t.Fatal(res[0].Err)
+		}
+		if _, err := reg.CreateSchema(ctx, out+"-value", sr.Schema{Type: sr.TypeAvro,
+			Schema: `{"type":"record","name":"Total","fields":[{"name":"count","type":"long"}]}`}); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		file := filepath.Join(dir, "job.yaml")
+		// A field without a default: readers of the new schema cannot read
+		// the old records, which BACKWARD forbids.
+		yaml := fmt.Sprintf(`job:
+  name: %[1]s
+  pipeline:
+    - source: {topics: [%[2]s]}
+    - aggregate: {count: true}
+    - sink:
+        topic: %[3]s
+        format:
+          type: avro
+          registry: "%[4]s"
+          schema: '{"type":"record","name":"Total","fields":[{"name":"count","type":"long"},{"name":"key","type":"string"}]}'
+kafka: {brokers: [%[6]s]}
+checkpoint: {interval: 200ms, storage: "file://%[5]s/chk"}
+state: {dir: "%[5]s/state"}
+process: {replica_id: r0}
+`, job, in, out, url, dir, strings.Join(c.Brokers, ","))
+		if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, done, logs := startRun(t, ctx, file)
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "job.pipeline[2].sink.format") || !strings.Contains(err.Error(), "not compatible") {
+				t.Fatalf("processor run: %v, want the sink's key path and 'not compatible'\n%s", err, logs.String())
+			}
+			t.Logf("processor run: %v", err)
+		case <-time.After(60 * time.Second):
+			t.Fatalf("processor run still running after 60s with an incompatible sink schema\n%s", logs.String())
+		}
+		if recs := c.ReadCommitted(ctx, t, out); len(recs) != 0 {
+			t.Errorf("%d records written", len(recs))
+		}
+	})
 }
