@@ -95,15 +95,7 @@ func TestProtobufAndKeyFormatsThroughRun(t *testing.T) {
 		clearConfigEnv(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		job := kafkatest.Name(t, "fmt")
-		in, out := job+"-in", job+"-out"
-		c.CreateTopic(t, in, 2, nil)
-		c.CreateTopic(t, out, 2, nil)
-
-		reg, err := sr.NewClient(sr.URLs(url))
-		if err != nil {
-			t.Fatal(err)
-		}
+		job, in, out, reg := formatTopics(t, c, "fmt", url, 2)
 		vs, err := reg.CreateSchema(ctx, in+"-value", sr.Schema{Schema: ordersProto, Type: sr.TypeProtobuf})
 		if err != nil {
 			t.Fatal(err)
@@ -191,32 +183,8 @@ func TestProtobufAndKeyFormatsThroughRun(t *testing.T) {
         topic: %[3]s
         format: {type: protobuf, registry: "%[4]s", schema_file: "%[5]s/line.proto", message: Line}
         key_format: {type: avro, registry: "%[4]s", schema_file: "%[5]s/key.avsc"}
-kafka: {brokers: [%[6]s]}
-checkpoint: {interval: 200ms, storage: "file://%[5]s/chk"}
-state: {dir: "%[5]s/state"}
-process: {replica_id: r0}
-`, job, in, out, url, dir, strings.Join(c.Brokers, ","))
-		if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		stop, done, logs := startRun(t, ctx, file)
-		var recs []*kgo.Record
-		deadline := time.Now().Add(90 * time.Second)
-		for len(recs) < len(want) {
-			select {
-			case err := <-done:
-				t.Fatalf("processor run exited: %v\n%s", err, logs.String())
-			case <-time.After(200 * time.Millisecond):
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after 90s: %d of %d outputs committed\n%s", len(recs), len(want), logs.String())
-			}
-			recs = c.ReadCommitted(ctx, t, out)
-		}
-		stop()
-		if err := <-done; err != nil {
-			t.Fatalf("processor run: %v\n%s", err, logs.String())
-		}
+`, job, in, out, url, dir) + runSettings(c, dir)
+		recs := runUntilCommitted(t, ctx, c, file, yaml, out, len(want))
 
 		// The output, read with the registry's schemas by their IDs.
 		lineMD := compileMessage(t, outProto, "shop.out.Line")
@@ -350,14 +318,7 @@ func TestAvroEveryTypeThroughRun(t *testing.T) {
 		clearConfigEnv(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		job := kafkatest.Name(t, "avt")
-		in, out := job+"-in", job+"-out"
-		c.CreateTopic(t, in, 2, nil)
-		c.CreateTopic(t, out, 2, nil)
-		reg, err := sr.NewClient(sr.URLs(url))
-		if err != nil {
-			t.Fatal(err)
-		}
+		job, in, out, reg := formatTopics(t, c, "avt", url, 2)
 		ss, err := reg.CreateSchema(ctx, in+"-value", sr.Schema{Schema: everyAvroType, Type: sr.TypeAvro})
 		if err != nil {
 			t.Fatal(err)
@@ -388,32 +349,8 @@ func TestAvroEveryTypeThroughRun(t *testing.T) {
     - filter: {where: 'value.child.n >= 0 && len(value.series) == 2 && value.level in ["LOW", "MID", "HIGH"]'}
     - map: {value: value}
     - sink: {topic: %[3]s, format: {type: avro, registry: "%[4]s", schema_file: "%[5]s/sample.avsc"}}
-kafka: {brokers: [%[6]s]}
-checkpoint: {interval: 200ms, storage: "file://%[5]s/chk"}
-state: {dir: "%[5]s/state"}
-process: {replica_id: r0}
-`, job, in, out, url, dir, strings.Join(c.Brokers, ","))
-		if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		stop, done, logs := startRun(t, ctx, file)
-		var recs []*kgo.Record
-		deadline := time.Now().Add(90 * time.Second)
-		for len(recs) < n {
-			select {
-			case err := <-done:
-				t.Fatalf("processor run exited: %v\n%s", err, logs.String())
-			case <-time.After(200 * time.Millisecond):
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after 90s: %d of %d outputs committed\n%s", len(recs), n, logs.String())
-			}
-			recs = c.ReadCommitted(ctx, t, out)
-		}
-		stop()
-		if err := <-done; err != nil {
-			t.Fatalf("processor run: %v\n%s", err, logs.String())
-		}
+`, job, in, out, url, dir) + runSettings(c, dir)
+		recs := runUntilCommitted(t, ctx, c, file, yaml, out, n)
 		if len(recs) != n {
 			t.Fatalf("%d outputs, want %d", len(recs), n)
 		}
@@ -459,14 +396,7 @@ func TestIncompatibleSinkSchemaStopsAtStart(t *testing.T) {
 		clearConfigEnv(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		job := kafkatest.Name(t, "inc")
-		in, out := job+"-in", job+"-out"
-		c.CreateTopic(t, in, 1, nil)
-		c.CreateTopic(t, out, 1, nil)
-		reg, err := sr.NewClient(sr.URLs(url))
-		if err != nil {
-			t.Fatal(err)
-		}
+		job, in, out, reg := formatTopics(t, c, "inc", url, 1)
 		if res := reg.SetCompatibility(ctx, sr.SetCompatibility{Level: sr.CompatBackward}, out+"-value"); res[0].Err != nil {
 			t.Fatal(res[0].Err)
 		}
@@ -489,11 +419,7 @@ func TestIncompatibleSinkSchemaStopsAtStart(t *testing.T) {
           type: avro
           registry: "%[4]s"
           schema: '{"type":"record","name":"Total","fields":[{"name":"count","type":"long"},{"name":"key","type":"string"}]}'
-kafka: {brokers: [%[6]s]}
-checkpoint: {interval: 200ms, storage: "file://%[5]s/chk"}
-state: {dir: "%[5]s/state"}
-process: {replica_id: r0}
-`, job, in, out, url, dir, strings.Join(c.Brokers, ","))
+`, job, in, out, url, dir) + runSettings(c, dir)
 		if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -511,4 +437,58 @@ process: {replica_id: r0}
 			t.Errorf("%d records written", len(recs))
 		}
 	})
+}
+
+// runSettings are the settings of a format test's job after its job
+// section: the cluster, and the state and checkpoints under dir.
+func runSettings(c *kafkatest.Cluster, dir string) string {
+	return fmt.Sprintf(`kafka: {brokers: [%s]}
+checkpoint: {interval: 200ms, storage: "file://%s/chk"}
+state: {dir: "%s/state"}
+process: {replica_id: r0}
+`, strings.Join(c.Brokers, ","), dir, dir)
+}
+
+// runUntilCommitted writes yaml to file, runs `processor run -c file`
+// until n records of out are committed (90s at most), stops it, and
+// returns them.
+func runUntilCommitted(t *testing.T, ctx context.Context, c *kafkatest.Cluster, file, yaml, out string, n int) []*kgo.Record {
+	t.Helper()
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stop, done, logs := startRun(t, ctx, file)
+	var recs []*kgo.Record
+	deadline := time.Now().Add(90 * time.Second)
+	for len(recs) < n {
+		select {
+		case err := <-done:
+			t.Fatalf("processor run exited: %v\n%s", err, logs.String())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 90s: %d of %d outputs committed\n%s", len(recs), n, logs.String())
+		}
+		recs = c.ReadCommitted(ctx, t, out)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("processor run: %v\n%s", err, logs.String())
+	}
+	return recs
+}
+
+// formatTopics makes a format test's job name, its input and output topics
+// (parts partitions each) and a client of the registry at url.
+func formatTopics(t *testing.T, c *kafkatest.Cluster, prefix, url string, parts int32) (job, in, out string, reg *sr.Client) {
+	t.Helper()
+	job = kafkatest.Name(t, prefix)
+	in, out = job+"-in", job+"-out"
+	c.CreateTopic(t, in, parts, nil)
+	c.CreateTopic(t, out, parts, nil)
+	reg, err := sr.NewClient(sr.URLs(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job, in, out, reg
 }

@@ -13,9 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hamba/avro/v2"
+
+	"github.com/weir-stream/weir/internal/jsontext"
 )
 
 // wireHeader is the Confluent wire format's header: magic byte 0 and the
@@ -89,7 +90,7 @@ func appendAvroJSON(dst []byte, s avro.Schema, native any) ([]byte, error) {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, f.Name())
+			dst = jsontext.AppendText(dst, f.Name())
 			dst = append(dst, ':')
 			var err error
 			if dst, err = appendAvroJSON(dst, f.Type(), m[f.Name()]); err != nil {
@@ -147,7 +148,7 @@ func appendAvroJSON(dst []byte, s avro.Schema, native any) ([]byte, error) {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, k)
+			dst = jsontext.AppendText(dst, k)
 			dst = append(dst, ':')
 			var err error
 			if dst, err = appendAvroJSON(dst, s.Values(), m[k]); err != nil {
@@ -188,7 +189,7 @@ func appendScalarJSON(dst []byte, native any) ([]byte, error) {
 	case float64:
 		return appendFloat(dst, v, 64)
 	case string:
-		return appendJSONString(dst, v), nil
+		return jsontext.AppendText(dst, v), nil
 	case []byte:
 		dst = append(dst, '"')
 		dst = base64.StdEncoding.AppendEncode(dst, v)
@@ -198,9 +199,9 @@ func appendScalarJSON(dst []byte, native any) ([]byte, error) {
 		dst = v.UTC().AppendFormat(dst, time.RFC3339Nano)
 		return append(dst, '"'), nil
 	case time.Duration: // time-millis, time-micros: the time of day
-		return appendJSONString(dst, timeOfDay(v)), nil
+		return jsontext.AppendText(dst, timeOfDay(v)), nil
 	case *big.Rat:
-		return appendJSONString(dst, ratString(v)), nil
+		return jsontext.AppendText(dst, ratString(v)), nil
 	}
 	return nil, fmt.Errorf("unsupported decoded value %T", native)
 }
@@ -262,48 +263,4 @@ func branchName(s avro.Schema) string {
 		return string(s.Type()) + "." + string(l.Logical().Type())
 	}
 	return string(s.Type())
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string (invalid UTF-8 replaced).
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, "\ufffd"...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }

@@ -1,6 +1,7 @@
 package format
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/weir-stream/weir/internal/jsontext"
 )
 
 // The Confluent wire format of a Protobuf value: the 5-byte header, then
@@ -185,7 +188,7 @@ func appendProtoJSON(dst []byte, m protoreflect.Message) ([]byte, error) {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, string(fd.Name()))
+		dst = jsontext.AppendText(dst, string(fd.Name()))
 		dst = append(dst, ':')
 		switch {
 		case fd.IsList():
@@ -226,13 +229,13 @@ func appendProtoMap(dst []byte, fd protoreflect.FieldDescriptor, m protoreflect.
 	slices.SortFunc(keys, func(a, b protoreflect.MapKey) int {
 		switch a.Interface().(type) {
 		case string:
-			return cmpOf(a.String(), b.String())
+			return cmp.Compare(a.String(), b.String())
 		case bool:
-			return cmpOf(strconv.FormatBool(a.Bool()), strconv.FormatBool(b.Bool()))
+			return cmp.Compare(strconv.FormatBool(a.Bool()), strconv.FormatBool(b.Bool()))
 		case int32, int64:
-			return cmpOf(a.Int(), b.Int())
+			return cmp.Compare(a.Int(), b.Int())
 		}
-		return cmpOf(a.Uint(), b.Uint())
+		return cmp.Compare(a.Uint(), b.Uint())
 	})
 	dst = append(dst, '{')
 	var err error
@@ -240,23 +243,13 @@ func appendProtoMap(dst []byte, fd protoreflect.FieldDescriptor, m protoreflect.
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, k.String())
+		dst = jsontext.AppendText(dst, k.String())
 		dst = append(dst, ':')
 		if dst, err = appendProtoValue(dst, fd.MapValue(), m.Get(k)); err != nil {
 			return nil, fmt.Errorf("[%q]: %w", k.String(), err)
 		}
 	}
 	return append(dst, '}'), nil
-}
-
-func cmpOf[T int64 | uint64 | string](a, b T) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // appendProtoValue appends one value of fd's kind (an element, if fd is a
@@ -276,14 +269,14 @@ func appendProtoValue(dst []byte, fd protoreflect.FieldDescriptor, v protoreflec
 	case protoreflect.DoubleKind:
 		return appendFloat(dst, v.Float(), 64)
 	case protoreflect.StringKind:
-		return appendJSONString(dst, v.String()), nil
+		return jsontext.AppendText(dst, v.String()), nil
 	case protoreflect.BytesKind:
 		dst = append(dst, '"')
 		dst = base64.StdEncoding.AppendEncode(dst, v.Bytes())
 		return append(dst, '"'), nil
 	case protoreflect.EnumKind:
 		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
-			return appendJSONString(dst, string(ev.Name())), nil
+			return jsontext.AppendText(dst, string(ev.Name())), nil
 		}
 		return strconv.AppendInt(dst, int64(v.Enum()), 10), nil // a number this schema does not name
 	case protoreflect.MessageKind, protoreflect.GroupKind:
@@ -331,7 +324,7 @@ func appendWellKnownJSON(dst []byte, m protoreflect.Message) (out []byte, ok boo
 		return append(dst, '"'), true, nil
 	case name == wktDuration:
 		d := time.Duration(m.Get(fields.ByNumber(1)).Int())*time.Second + time.Duration(m.Get(fields.ByNumber(2)).Int())
-		return appendJSONString(dst, durationString(d)), true, nil
+		return jsontext.AppendText(dst, durationString(d)), true, nil
 	case isWrapper(name):
 		out, err := appendProtoValue(dst, fields.ByNumber(1), m.Get(fields.ByNumber(1)))
 		return out, true, err

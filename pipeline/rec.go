@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fastjson"
 
+	"github.com/weir-stream/weir/internal/jsontext"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -231,7 +232,7 @@ func AppendJSON(dst []byte, v any, fields []string) ([]byte, error) {
 	case nil:
 		return append(dst, "null"...), nil
 	case string:
-		return appendJSONText(dst, x), nil
+		return jsontext.AppendText(dst, x), nil
 	case bool:
 		return strconv.AppendBool(dst, x), nil
 	case int64:
@@ -274,7 +275,7 @@ func appendObject(dst []byte, m map[string]any, fields []string) ([]byte, error)
 			dst = append(dst, ',')
 		}
 		n++
-		dst = appendJSONText(dst, k)
+		dst = jsontext.AppendText(dst, k)
 		dst = append(dst, ':')
 		dst, err = AppendJSON(dst, v, nil)
 	}
@@ -301,11 +302,6 @@ func appendObject(dst []byte, m map[string]any, fields []string) ([]byte, error)
 		return dst, err
 	}
 	return append(dst, '}'), nil
-}
-
-// appendJSONText is AppendJSONString of a string.
-func appendJSONText(dst []byte, s string) []byte {
-	return AppendJSONString(dst, []byte(s)) // does not escape: s is only read
 }
 
 // finite reports whether v is a number that JSON can write.
