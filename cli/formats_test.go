@@ -87,7 +87,8 @@ message Line {
 // Protobuf values with Avro keys in, a filter and a projection over every
 // kind of field (nested messages, repeated, maps, enums, timestamps,
 // optional) and over the key's fields (fromJSON(key)), Protobuf values with
-// Avro keys out. The input is written and the output read with plain
+// Avro keys out, registered by the RecordNameStrategy and the
+// TopicRecordNameStrategy. The input is written and the output read with plain
 // protocompile, dynamicpb, protojson and hamba codecs, not Weir's.
 func TestProtobufAndKeyFormatsThroughRun(t *testing.T) {
 	url := testRegistry(t)
@@ -181,8 +182,8 @@ func TestProtobufAndKeyFormatsThroughRun(t *testing.T) {
         key: 'toJSON({"user": fromJSON(key).user})'
     - sink:
         topic: %[3]s
-        format: {type: protobuf, registry: "%[4]s", schema_file: "%[5]s/line.proto", message: Line}
-        key_format: {type: avro, registry: "%[4]s", schema_file: "%[5]s/key.avsc"}
+        format: {type: protobuf, registry: "%[4]s", schema_file: "%[5]s/line.proto", message: Line, subject_strategy: record}
+        key_format: {type: avro, registry: "%[4]s", schema_file: "%[5]s/key.avsc", subject_strategy: topic_record}
 `, job, in, out, url, dir) + runSettings(c, dir)
 		recs := runUntilCommitted(t, ctx, c, file, yaml, out, len(want))
 
@@ -234,6 +235,13 @@ func TestProtobufAndKeyFormatsThroughRun(t *testing.T) {
 		}
 		if len(seen) != len(want) || len(recs) != len(want) {
 			t.Errorf("%d records of %d lines, want %d", len(recs), len(seen), len(want))
+		}
+		// The subjects: the RecordNameStrategy's for the values, the
+		// TopicRecordNameStrategy's for the keys.
+		for subject, typ := range map[string]sr.SchemaType{"shop.out.Line": sr.TypeProtobuf, out + "-shop.LineKey": sr.TypeAvro} {
+			if ss, err := reg.SchemaByVersion(ctx, subject, -1); err != nil || ss.Type != typ {
+				t.Errorf("subject %s: %+v, %v; want a %s schema", subject, ss, err, typ)
+			}
 		}
 	})
 }

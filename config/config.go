@@ -113,6 +113,11 @@ type Format struct {
 	// Subject is where a sink registers its schema (default
 	// "<topic>-value", or "<topic>-key" for a key: the TopicNameStrategy).
 	Subject string `mapstructure:"subject"`
+	// SubjectStrategy derives the subject instead: "topic" (the default,
+	// as above), "record" (the schema's record or message full name: the
+	// RecordNameStrategy) or "topic_record" ("<topic>-<full name>": the
+	// TopicRecordNameStrategy).
+	SubjectStrategy string `mapstructure:"subject_strategy"`
 	// Schema is a sink's schema (Avro: its JSON text; Protobuf: a .proto
 	// file, which may import only the well-known types), registered under
 	// Subject when the job starts, after the registry's compatibility
@@ -448,6 +453,13 @@ func Default() Config {
 	}
 }
 
+// The subject strategies of a sink format (Format.SubjectStrategy).
+const (
+	SubjectTopic       = "topic"
+	SubjectRecord      = "record"
+	SubjectTopicRecord = "topic_record"
+)
+
 // Values of the enumerated settings.
 const (
 	ModeExactlyOnce   = "exactly-once"
@@ -596,12 +608,12 @@ func stepsDefaults(steps []Step) {
 			if s.Sink.Format.Type == "" {
 				s.Sink.Format.Type = FormatJSON
 			}
-			if f := &s.Sink.Format; f.UsesRegistry() && f.Subject == "" && s.Sink.Topic != "" {
+			if f := &s.Sink.Format; f.UsesRegistry() && f.Subject == "" && s.Sink.Topic != "" && oneOf(f.SubjectStrategy, "", SubjectTopic) {
 				f.Subject = s.Sink.Topic + "-value" // TopicNameStrategy
 			}
 			if f := &s.Sink.KeyFormat; f.Type == "" {
 				f.Type = FormatRaw
-			} else if f.UsesRegistry() && f.Subject == "" && s.Sink.Topic != "" {
+			} else if f.UsesRegistry() && f.Subject == "" && s.Sink.Topic != "" && oneOf(f.SubjectStrategy, "", SubjectTopic) {
 				f.Subject = s.Sink.Topic + "-key"
 			}
 			if s.Sink.Delivery == "" {

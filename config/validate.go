@@ -299,6 +299,10 @@ var (
 	keyFormats    = []string{FormatRaw, FormatAvro, FormatProtobuf}
 )
 
+// SubjectStrategies returns the values of a sink format's
+// subject_strategy.
+func SubjectStrategies() []string { return []string{SubjectTopic, SubjectRecord, SubjectTopicRecord} }
+
 // SourceFormats, SinkFormats and KeyFormats return the values of a
 // source's format, a sink's format and key_format.
 func SourceFormats() []string { return slices.Clone(sourceFormats) }
@@ -347,6 +351,12 @@ func validateFormat(v *validator, path string, f Format, sink bool, allowed []st
 			a = "an"
 		}
 		v.add(path, "%s %s sink needs exactly one of schema, schema_file and schema_id", a, f.Type)
+	case !oneOf(f.SubjectStrategy, "", SubjectTopic, SubjectRecord, SubjectTopicRecord):
+		v.add(path+".subject_strategy", "%q: must be topic, record or topic_record%s", f.SubjectStrategy, didYouMean(f.SubjectStrategy, SubjectStrategies()))
+	case f.SubjectStrategy != "" && f.SchemaID != 0:
+		v.add(path+".subject_strategy", "set, but schema_id names the schema: nothing is registered, under any subject")
+	case f.SubjectStrategy != "" && f.SubjectStrategy != SubjectTopic && f.Subject != "":
+		v.add(path+".subject", "set, and so is subject_strategy %s, which derives the subject: give one", f.SubjectStrategy)
 	case f.SchemaID < 0:
 		v.add(path+".schema_id", "%d: must be positive", f.SchemaID)
 	}
@@ -371,7 +381,7 @@ func formatKeys(f Format) []formatKey {
 	return []formatKey{
 		{"registry", f.Registry != ""}, {"registry_username", f.RegistryUsername != ""}, {"registry_password", f.RegistryPassword != ""},
 		{"subject", f.Subject != ""}, {"schema", f.Schema != ""}, {"schema_file", f.SchemaFile != ""}, {"schema_id", f.SchemaID != 0},
-		{"message", f.Message != ""},
+		{"message", f.Message != ""}, {"subject_strategy", f.SubjectStrategy != ""},
 	}
 }
 

@@ -302,3 +302,26 @@ func TestProtobufReferencesAndEvolution(t *testing.T) {
 		t.Logf("v3: %v", err)
 	})
 }
+
+func TestRecordName(t *testing.T) {
+	for _, tc := range []struct {
+		typ             sr.SchemaType
+		schema, message string
+		want            string
+	}{
+		{sr.TypeAvro, `{"type":"record","name":"Order","namespace":"shop","fields":[]}`, "", "shop.Order"},
+		{sr.TypeAvro, `{"type":"enum","name":"Color","symbols":["R"]}`, "", "Color"},
+		{sr.TypeAvro, `"string"`, "", "error: has no name"},
+		{sr.TypeProtobuf, allProto, "", "weir.test.Unused"},
+		{sr.TypeProtobuf, allProto, "All.Inner", "weir.test.All.Inner"},
+		{sr.TypeProtobuf, allProto, "Gone", "error: no message weir.test.Gone"},
+	} {
+		got, err := format.RecordName(tc.typ, tc.schema, tc.message)
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if got != tc.want && !(strings.HasPrefix(tc.want, "error: ") && strings.Contains(got, strings.TrimPrefix(tc.want, "error: "))) {
+			t.Errorf("RecordName(%s, %.30q, %q) = %q, want %q", tc.typ, tc.schema, tc.message, got, tc.want)
+		}
+	}
+}

@@ -300,3 +300,34 @@ func (r *Registry) Register(ctx context.Context, subject string, s sr.Schema) (i
 	}
 	return ss.ID, nil
 }
+
+// RecordName returns the full name of the record a sink's schema writes:
+// an Avro schema's named type (a record, enum or fixed), or the Protobuf
+// message (message, or the file's first) of a .proto file. It is the
+// subject of the RecordNameStrategy.
+func RecordName(typ sr.SchemaType, schema, message string) (string, error) {
+	switch typ {
+	case sr.TypeAvro:
+		s, err := avro.Parse(schema)
+		if err != nil {
+			return "", fmt.Errorf("format: the sink's Avro schema: %w", err)
+		}
+		n, ok := s.(avro.NamedSchema)
+		if !ok {
+			return "", fmt.Errorf("format: the Avro schema is a %s, which has no name for a subject", s.Type())
+		}
+		return n.FullName(), nil
+	case sr.TypeProtobuf:
+		e := &ProtoEncoder{message: message}
+		fd, err := compileProto(context.Background(), mainProto, map[string]string{mainProto: schema})
+		if err != nil {
+			return "", fmt.Errorf("format: the sink's Protobuf schema: %w", err)
+		}
+		md, err := e.pick(fd)
+		if err != nil {
+			return "", err
+		}
+		return string(md.FullName()), nil
+	}
+	return "", fmt.Errorf("format: no record names in %s schemas", typ)
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/twmb/franz-go/pkg/sr"
+
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/format"
 	"github.com/weir-stream/weir/stream"
@@ -25,7 +27,7 @@ func (c *compiler) sink(path string, s *config.SinkStep) {
 			c.add(path+".format", "json, but the values reaching the sink are raw bytes (source format raw): use a json source, or a step that produces JSON")
 		}
 	case config.FormatAvro, config.FormatProtobuf:
-		enc := c.registryEncoder(path+".format", s.Topic+"-value", s.Format)
+		enc := c.registryEncoder(path+".format", s.Topic, s.Topic+"-value", s.Format)
 		if enc == nil {
 			break
 		}
@@ -39,7 +41,7 @@ func (c *compiler) sink(path string, s *config.SinkStep) {
 	switch s.KeyFormat.Type {
 	case "", config.FormatRaw:
 	case config.FormatAvro, config.FormatProtobuf:
-		if enc := c.registryEncoder(path+".key_format", s.Topic+"-key", s.KeyFormat); enc != nil {
+		if enc := c.registryEncoder(path+".key_format", s.Topic, s.Topic+"-key", s.KeyFormat); enc != nil {
 			codec = keyCodec{Codec: codec, key: enc}
 		}
 	default:
@@ -73,8 +75,9 @@ type registryEncoder interface {
 
 // registryEncoder makes the encoder of an avro or protobuf format (a
 // sink's values or keys), prepared when the job starts (OnStart), or
-// reports why not and returns nil. subject is the default subject.
-func (c *compiler) registryEncoder(path, subject string, f config.Format) registryEncoder {
+// reports why not and returns nil. subject is the default subject (of
+// the TopicNameStrategy, on topic).
+func (c *compiler) registryEncoder(path, topic, subject string, f config.Format) registryEncoder {
 	if f.Registry == "" {
 		c.add(path+".registry", "required for %s", f.Type)
 		return nil
@@ -90,6 +93,20 @@ func (c *compiler) registryEncoder(path, subject string, f config.Format) regist
 	}
 	if f.Subject != "" {
 		subject = f.Subject
+	}
+	if st := f.SubjectStrategy; schema != "" && (st == config.SubjectRecord || st == config.SubjectTopicRecord) {
+		typ := sr.TypeAvro
+		if f.Type == config.FormatProtobuf {
+			typ = sr.TypeProtobuf
+		}
+		name, err := format.RecordName(typ, schema, f.Message)
+		if err != nil {
+			c.add(path+".subject_strategy", "%v", err)
+			return nil
+		}
+		if subject = name; st == config.SubjectTopicRecord {
+			subject = topic + "-" + name
+		}
 	}
 	reg, err := c.env.Registry(f)
 	if err != nil {
