@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -254,7 +255,8 @@ func appendProtoMap(dst []byte, fd protoreflect.FieldDescriptor, m protoreflect.
 
 // appendProtoValue appends one value of fd's kind (an element, if fd is a
 // list). 64-bit integers are JSON numbers, not the strings of protojson:
-// the JSON model holds them exactly (int64).
+// the JSON model holds them exactly (int64); an unsigned one past
+// math.MaxInt64 is a decimal string, which it would not.
 func appendProtoValue(dst []byte, fd protoreflect.FieldDescriptor, v protoreflect.Value) ([]byte, error) {
 	switch fd.Kind() {
 	case protoreflect.BoolKind:
@@ -263,6 +265,12 @@ func appendProtoValue(dst []byte, fd protoreflect.FieldDescriptor, v protoreflec
 		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
 		return strconv.AppendInt(dst, v.Int(), 10), nil
 	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		if u := v.Uint(); u > math.MaxInt64 {
+			// Past what the JSON model's int64 holds: a string, exact.
+			dst = append(dst, '"')
+			dst = strconv.AppendUint(dst, u, 10)
+			return append(dst, '"'), nil
+		}
 		return strconv.AppendUint(dst, v.Uint(), 10), nil
 	case protoreflect.FloatKind:
 		return appendFloat(dst, v.Float(), 32)

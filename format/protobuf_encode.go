@@ -318,6 +318,13 @@ func protoScalar(fd protoreflect.FieldDescriptor, x any) (protoreflect.Value, er
 		}
 		return protoreflect.ValueOfInt32(int32(n)), err
 	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		if s, ok := x.(string); ok { // protojson's form
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return protoreflect.Value{}, fmt.Errorf("%q is not an integer (%s)", s, fd.Kind())
+			}
+			return protoreflect.ValueOfInt64(n), nil
+		}
 		n, err := integer(x)
 		return protoreflect.ValueOfInt64(n), err
 	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
@@ -327,6 +334,13 @@ func protoScalar(fd protoreflect.FieldDescriptor, x any) (protoreflect.Value, er
 		}
 		return protoreflect.ValueOfUint32(uint32(n)), err
 	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		if s, ok := x.(string); ok { // past math.MaxInt64, or protojson's form
+			u, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return protoreflect.Value{}, fmt.Errorf("%q is not an integer (%s)", s, fd.Kind())
+			}
+			return protoreflect.ValueOfUint64(u), nil
+		}
 		n, err := integer(x)
 		if err == nil && n < 0 {
 			err = fmt.Errorf("%d is out of the range of %s", n, fd.Kind())

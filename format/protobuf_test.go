@@ -170,7 +170,7 @@ func TestProtobufEncodeRejectsWhatDoesNotFit(t *testing.T) {
 			`{"u64":-1}`:                    "u64: -1 is out of the range of uint64",
 			`{"color":"PINK"}`:              `color: enum weir.test.All.Color: "PINK" is not one of its values`,
 			`{"s":5}`:                       "s: want a string, got a number",
-			`{"nums":[1,"x"]}`:              "nums: [1]: want an integer, got a string",
+			`{"nums":[1,"x"]}`:              `nums: [1]: "x" is not an integer (int64)`,
 			`{"name":"a","other":{"x":1}}`:  "other: set, but so is name, of the same oneof choice",
 			`{"ts":"yesterday"}`:            `ts: timestamp: "yesterday" is not an RFC 3339 time`,
 			`{"by_id":{"x":{}}}`:            `by_id: ["x"]: "x" is not an integer key`,
