@@ -17,7 +17,7 @@ flags=()
 # test runs them -p (the core count) at a time in this order, and one of
 # several minutes started last would run alone at the end.
 if [ -z "${WEIR_TEST_PKGS:-}" ]; then
-	slow="./runtime/replica ./e2e ./cli ./kafkaio/sink ./state"
+	slow="./runtime/replica ./e2e ./cli ./kafkaio/sink ./e2e/nexmark ./state"
 	rest=$(go list ./... | sed "s|^github.com/weir-stream/weir|.|" | grep -vxF -f <(tr ' ' '\n' <<<"$slow") | tr '\n' ' ')
 	export WEIR_TEST_PKGS="$slow $rest"
 fi

@@ -141,3 +141,12 @@ func Result(name, format string, v any, unit string) {
 func Info(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "# "+format+"\n", args...)
 }
+
+// LoadAvg is the 1, 5 and 15 minute load averages, or "unknown".
+func LoadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}

@@ -2516,14 +2516,8 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// loadAvg is the 1, 5 and 15 minute load averages, or "unknown".
-func loadAvg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "unknown"
-}
+// loadAvg is benchutil.LoadAvg.
+func loadAvg() string { return benchutil.LoadAvg() }
 
 // cpuDelta is b − a, or -1 if either is unknown (negative).
 func cpuDelta(a, b time.Duration) time.Duration {
