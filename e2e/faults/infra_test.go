@@ -41,8 +41,12 @@ const storageOutage = 30 * time.Second
 // the job runs: for file://, the storage directory is replaced by a regular
 // file (so that every read and write fails, for root too, which chmod would
 // not stop); for s3://, the scenario's own S3 server is stopped.
+//
+// The two run at once (CI's time budget): each has its own job, replicas
+// and store (the s3 one its own server), on the shared broker.
 func TestFaultStorageOutage(t *testing.T) {
 	t.Run("file", func(t *testing.T) {
+		t.Parallel()
 		c := kafkatest.NewReal(t)
 		s := newScenario(t, c, "storage_file", scenarioOptions{})
 		root := filepath.Join(s.dir, "checkpoints") // e2etest's default checkpoint.storage
@@ -79,6 +83,7 @@ func TestFaultStorageOutage(t *testing.T) {
 		s.finish()
 	})
 	t.Run("s3", func(t *testing.T) {
+		t.Parallel()
 		c := kafkatest.NewReal(t)
 		srv := startOwnS3(t)
 		prefix := kafkatest.Name(t, "faults")

@@ -61,7 +61,10 @@ type badRecord struct {
 // restarted, it counts every good record exactly once.
 func TestFaultPoisonRecords(t *testing.T) {
 	for _, policy := range []string{"skip", "dead-letter", "fail"} {
-		t.Run(policy, func(t *testing.T) { testPoison(t, policy) })
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel() // each has its own job and topics (CI's time budget)
+			testPoison(t, policy)
+		})
 	}
 }
 
