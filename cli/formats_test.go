@@ -342,26 +342,8 @@ func TestAvroEveryTypeThroughRun(t *testing.T) {
 			v, _ := h.AppendEncode(nil, ss.ID, nil)
 			prod.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: append(v, payload...)}, nil)
 		}
-		if err := prod.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "sample.avsc"), []byte(everyAvroType), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		file := filepath.Join(dir, "job.yaml")
-		yaml := fmt.Sprintf(`job:
-  name: %[1]s
-  pipeline:
-    - source: {topics: [%[2]s], format: {type: avro, registry: "%[4]s"}}
-    - filter: {where: 'value.child.n >= 0 && len(value.series) == 2 && value.level in ["LOW", "MID", "HIGH"]'}
-    - map: {value: value}
-    - sink: {topic: %[3]s, format: {type: avro, registry: "%[4]s", schema_file: "%[5]s/sample.avsc"}}
-`, job, in, out, url, dir) + runSettings(c, dir)
-		recs := runUntilCommitted(t, ctx, c, file, yaml, out, n)
-		if len(recs) != n {
-			t.Fatalf("%d outputs, want %d", len(recs), n)
-		}
+		recs := runIdentity(t, ctx, c, prod, identityJob{job, in, out, url, "avro", everyAvroType,
+			`value.child.n >= 0 && len(value.series) == 2 && value.level in ["LOW", "MID", "HIGH"]`}, n)
 		for _, r := range recs {
 			id, payload, err := h.DecodeID(r.Value)
 			if err != nil {
@@ -571,26 +553,8 @@ func TestProtobufEveryTypeThroughRun(t *testing.T) {
 			v, _ := h.AppendEncode(nil, ss.ID, []int{0})
 			prod.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: append(v, payload...)}, nil)
 		}
-		if err := prod.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "sample.proto"), []byte(everyProtoType), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		file := filepath.Join(dir, "job.yaml")
-		yaml := fmt.Sprintf(`job:
-  name: %[1]s
-  pipeline:
-    - source: {topics: [%[2]s], format: {type: protobuf, registry: "%[4]s"}}
-    - filter: {where: 'value.child.labels[0] == "x" && value.e64 > 0 && value.level in ["LOW", "MID", "HIGH"]'}
-    - map: {value: value}
-    - sink: {topic: %[3]s, format: {type: protobuf, registry: "%[4]s", schema_file: "%[5]s/sample.proto"}}
-`, job, in, out, url, dir) + runSettings(c, dir)
-		recs := runUntilCommitted(t, ctx, c, file, yaml, out, n)
-		if len(recs) != n {
-			t.Fatalf("%d outputs, want %d", len(recs), n)
-		}
+		recs := runIdentity(t, ctx, c, prod, identityJob{job, in, out, url, "protobuf", everyProtoType,
+			`value.child.labels[0] == "x" && value.e64 > 0 && value.level in ["LOW", "MID", "HIGH"]`}, n)
 		for _, r := range recs {
 			_, rest, err := h.DecodeID(r.Value)
 			if err != nil {
@@ -613,4 +577,37 @@ func TestProtobufEveryTypeThroughRun(t *testing.T) {
 			}
 		}
 	})
+}
+
+// identityJob is a job of the every-type tests: source (format) → filter
+// (where) → map {value: value} → sink (format, schema).
+type identityJob struct {
+	name, in, out, registry, format, schema, where string
+}
+
+// runIdentity flushes prod, runs j until n records of its output are
+// committed, and returns them.
+func runIdentity(t *testing.T, ctx context.Context, c *kafkatest.Cluster, prod *kgo.Client, j identityJob, n int) []*kgo.Record {
+	t.Helper()
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	schemaFile := filepath.Join(dir, "schema")
+	if err := os.WriteFile(schemaFile, []byte(j.schema), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := fmt.Sprintf(`job:
+  name: %s
+  pipeline:
+    - source: {topics: [%s], format: {type: %s, registry: "%s"}}
+    - filter: {where: '%s'}
+    - map: {value: value}
+    - sink: {topic: %s, format: {type: %s, registry: "%s", schema_file: "%s"}}
+`, j.name, j.in, j.format, j.registry, j.where, j.out, j.format, j.registry, schemaFile) + runSettings(c, dir)
+	recs := runUntilCommitted(t, ctx, c, filepath.Join(dir, "job.yaml"), yaml, j.out, n)
+	if len(recs) != n {
+		t.Fatalf("%d outputs, want %d", len(recs), n)
+	}
+	return recs
 }

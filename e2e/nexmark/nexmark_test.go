@@ -35,14 +35,7 @@ const (
 	nxParts  = 4
 )
 
-// nxInput is the generated input, written once to both layouts: every
-// event to <prefix>-nexmark (keyed by nexmark.Key), and the persons and
-// the auctions to <prefix>-nexmark-persons and <prefix>-nexmark-auctions.
-type nxInput struct {
-	prefix string
-	events []nexmark.Event
-}
-
+// generate makes the input of every query (nxEvents events, seed nxSeed).
 func generate(t *testing.T) []nexmark.Event {
 	t.Helper()
 	g, err := nexmark.NewGenerator(nexmark.Config{Seed: nxSeed, Events: nxEvents, EventRate: nxRate})
