@@ -482,6 +482,8 @@ const (
 	OpFirst           = "first"
 	OpLast            = "last"
 	OpCollect         = "collect"
+	OpMaxBy           = "max_by"
+	OpMinBy           = "min_by"
 	EmitUpdate        = "update"
 	EmitClose         = "close"
 	JoinLeft          = "left"
@@ -498,8 +500,16 @@ const (
 // docs list them. The one-aggregate form (aggregate.op) takes the first
 // five (LegacyAggregateOps).
 func AggregateOps() []string {
-	return []string{OpCount, OpSum, OpMin, OpMax, OpAvg, OpCountDistinct, OpFirst, OpLast, OpCollect}
+	return []string{OpCount, OpSum, OpMin, OpMax, OpAvg, OpCountDistinct, OpFirst, OpLast, OpCollect, OpMaxBy, OpMinBy}
 }
+
+// HasLimit reports whether aggregate op keeps a bounded list and takes a
+// limit: collect, max_by and min_by.
+func HasLimit(op string) bool { return op == OpCollect || op == OpMaxBy || op == OpMinBy }
+
+// HasBy reports whether aggregate op orders its values by a second
+// expression (by): max_by and min_by.
+func HasBy(op string) bool { return op == OpMaxBy || op == OpMinBy }
 
 // LegacyAggregateOps returns the values of aggregate.op, the
 // one-aggregate form.
@@ -508,8 +518,8 @@ func LegacyAggregateOps() []string { return []string{OpCount, OpSum, OpMin, OpMa
 // OnErrors returns the values of on_error.
 func OnErrors() []string { return []string{OnErrorFail, OnErrorSkip, OnErrorDeadLetter} }
 
-// DefaultCollectLimit is collect's default limit, and MaxCollectLimit its
-// largest: a collected list lives in one state value.
+// DefaultCollectLimit is the default limit of collect, max_by and min_by,
+// and MaxCollectLimit their largest: the list lives in one state value.
 const (
 	DefaultCollectLimit = 100
 	MaxCollectLimit     = 10000
@@ -571,7 +581,7 @@ func stepsDefaults(steps []Step) {
 				a.Aggs = []Agg{legacyAgg(a.Op, a.Field)}
 			}
 			for j := range a.Aggs {
-				if a.Aggs[j].Op == OpCollect && a.Aggs[j].Limit == 0 {
+				if HasLimit(a.Aggs[j].Op) && a.Aggs[j].Limit == 0 {
 					a.Aggs[j].Limit = DefaultCollectLimit
 				}
 			}

@@ -233,7 +233,7 @@ func legacyAgg(op, field string) Agg {
 		}
 		agg.Arg = &Expr{Src: src}
 	}
-	if op == OpCollect {
+	if HasLimit(op) {
 		agg.Limit = DefaultCollectLimit
 	}
 	return agg
@@ -259,7 +259,7 @@ func (d *decoder) agg(k, val *yaml.Node, path string) (Agg, bool) {
 		case isOp:
 			e, ok := d.expr(val, path)
 			agg.Op, agg.Arg = k.Value, &e
-			if k.Value == OpCollect {
+			if HasLimit(k.Value) {
 				agg.Limit = DefaultCollectLimit
 			}
 			return agg, ok
@@ -281,6 +281,10 @@ func (d *decoder) agg(k, val *yaml.Node, path string) (Agg, bool) {
 				var limit int
 				d.node(reflect.ValueOf(&limit).Elem(), v2, sub)
 				agg.Limit = limit
+			case ok2.Value == "by":
+				e, good := d.expr(v2, sub)
+				agg.By = &e
+				ok = ok && good
 			case slices.Contains(AggregateOps(), ok2.Value):
 				if agg.Op != "" {
 					d.problem(sub, d.at(ok2), "a second op (%s already): one op per aggregate; give each its own name", agg.Op)
@@ -305,10 +309,10 @@ func (d *decoder) agg(k, val *yaml.Node, path string) (Agg, bool) {
 				ok = ok && good
 			default:
 				msg := "unknown key"
-				if s := suggest(ok2.Value, append(AggregateOps(), "limit")); s != "" {
+				if s := suggest(ok2.Value, append(AggregateOps(), "limit", "by")); s != "" {
 					msg += fmt.Sprintf(" (did you mean %s?)", s)
 				}
-				d.problem(sub, d.at(ok2), "%s: an aggregate is one op (%s) and, for collect, limit", msg, strings.Join(AggregateOps(), ", "))
+				d.problem(sub, d.at(ok2), "%s: an aggregate is one op (%s) and, for collect, max_by and min_by, limit; for max_by and min_by, by", msg, strings.Join(AggregateOps(), ", "))
 				ok = false
 			}
 		}
@@ -316,7 +320,7 @@ func (d *decoder) agg(k, val *yaml.Node, path string) (Agg, bool) {
 			d.problem(path, d.at(val), "no op: write one of %s, as in %s: {sum: value.amount}", strings.Join(AggregateOps(), ", "), k.Value)
 			return agg, false
 		}
-		if agg.Op == OpCollect && agg.Limit == 0 {
+		if HasLimit(agg.Op) && agg.Limit == 0 {
 			agg.Limit = DefaultCollectLimit
 		}
 		return agg, ok

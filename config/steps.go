@@ -73,13 +73,18 @@ type FlatMapStep struct {
 type Agg struct {
 	// Name is the output field.
 	Name string
-	// Op is count, sum, min, max, avg, count_distinct, first, last or
-	// collect.
+	// Op is count, sum, min, max, avg, count_distinct, first, last,
+	// collect, max_by or min_by.
 	Op string
 	// Arg is the expression aggregated; nil for count.
 	Arg *Expr
-	// Limit bounds collect's list (DefaultCollectLimit unless set, at
-	// most MaxCollectLimit; the latest Limit values are kept); 0 elsewhere.
+	// By is what max_by and min_by order the records by (a number or a
+	// string); nil for the other ops.
+	By *Expr
+	// Limit bounds the list of collect (the latest Limit values are kept)
+	// and of max_by and min_by (the first Limit values tied at the
+	// extreme): DefaultCollectLimit unless set, at most MaxCollectLimit;
+	// 0 for the other ops.
 	Limit int
 	// File, Line and Column locate the aggregate's key in the job file.
 	File         string

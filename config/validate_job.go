@@ -226,11 +226,15 @@ func validateAggregate(v *validator, path string, a *AggregateStep, windowed boo
 				v.addAt(p, at, "count takes no expression: write count: true")
 			case g.Op != OpCount && (g.Arg == nil || strings.TrimSpace(g.Arg.Src) == ""):
 				v.addAt(p, at, "%s needs an expression, as in {%s: value.amount}", g.Op, g.Op)
+			case HasBy(g.Op) && (g.By == nil || strings.TrimSpace(g.By.Src) == ""):
+				v.addAt(p, at, "%s needs by, what to order the records by: {%s: value, by: value.price}", g.Op, g.Op)
+			case !HasBy(g.Op) && g.By != nil:
+				v.addAt(p+".by", at, "set, but only max_by and min_by order by an expression")
 			}
 			switch {
-			case g.Op != OpCollect && g.Limit != 0:
-				v.addAt(p+".limit", at, "set, but only collect has a limit")
-			case g.Op == OpCollect && (g.Limit < 1 || g.Limit > MaxCollectLimit):
+			case !HasLimit(g.Op) && g.Limit != 0:
+				v.addAt(p+".limit", at, "set, but only collect, max_by and min_by have a limit")
+			case HasLimit(g.Op) && (g.Limit < 1 || g.Limit > MaxCollectLimit):
 				v.addAt(p+".limit", at, "%d: must be between 1 and %d (the list lives in one state value)", g.Limit, MaxCollectLimit)
 			}
 		}

@@ -171,6 +171,7 @@ func (c *compiler) legacyAggs(path string, a *config.AggregateStep) []config.Agg
 // (nil for count).
 type aggArg struct {
 	prog *expression.Program
+	by   *expression.Program // max_by, min_by
 }
 
 // reservedAggNames are the output fields an aggregate's name cannot take.
@@ -207,22 +208,36 @@ func (c *compiler) compileAggs(path string, aggs []config.Agg, legacy bool) (*ag
 			bad("count counts records and takes no expression (count: true); to count the distinct values of one, use count_distinct")
 		case op != opCount && a.Arg == nil && !legacy:
 			bad("%s needs an expression: %s: {%s: <expr>}", a.Op, a.Name, a.Op)
-		case op != opCollect && a.Limit != 0:
-			bad("limit is collect's: remove it")
+		case !config.HasLimit(a.Op) && a.Limit != 0:
+			bad("limit is for collect, max_by and min_by: remove it")
+		case config.HasBy(a.Op) && a.By == nil:
+			bad("%s needs by, what to order the records by: %s: {%s: value, by: value.price}", a.Op, a.Name, a.Op)
+		case !config.HasBy(a.Op) && a.By != nil:
+			bad("by is for max_by and min_by: remove it")
 		case a.Limit < 0:
 			bad("limit %d: must be at least 1 (default %d)", a.Limit, defaultCollectLimit)
 		}
 		seen[a.Name] = true
 		d := aggDef{name: a.Name, op: op, limit: a.Limit, strict: legacy}
-		if op == opCollect && d.limit == 0 {
+		if config.HasLimit(a.Op) && d.limit == 0 {
 			d.limit = defaultCollectLimit
 		}
 		var arg aggArg
 		if a.Arg != nil {
 			arg.prog = c.compileExpr(p+"."+a.Op, *a.Arg, expression.Any)
 		}
+		if a.By != nil {
+			arg.by = c.compileExpr(p+".by", *a.By, expression.Any)
+		}
 		set.defs = append(set.defs, d)
 		args = append(args, arg)
+	}
+	set.width = len(set.defs)
+	for i := range set.defs {
+		if op := set.defs[i].op; op == opMaxBy || op == opMinBy {
+			set.defs[i].byAt = set.width
+			set.width++
+		}
 	}
 	if !slices.ContainsFunc(args, func(a aggArg) bool { return a.prog != nil }) {
 		args = nil
@@ -270,8 +285,17 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 	return stream.Transform(c.cur, name+"-args", func(e stream.Elem, r Rec, emit func(aggIn) error) error {
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
-		in := aggIn{rec: withOrigin(e, r), args: make([]any, len(args))}
+		in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
 		for i, a := range args {
+			if a.by != nil {
+				by, err := t.ev.Eval(a.by, elemVars(&t.vars, e, r))
+				if err != nil {
+					return fmt.Errorf("aggregate %s: by: %w", set.defs[i].name, err)
+				}
+				if in.args[set.defs[i].byAt], err = set.defs[i].checkBy(by); err != nil {
+					return err
+				}
+			}
 			var v any
 			if a.prog != nil {
 				var err error

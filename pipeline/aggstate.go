@@ -30,16 +30,19 @@ const (
 	opFirst
 	opLast
 	opCollect
+	opMaxBy
+	opMinBy
 )
 
 // aggOps maps the YAML names of the operations to them.
 var aggOps = map[string]aggOp{
 	"count": opCount, "sum": opSum, "min": opMin, "max": opMax, "avg": opAvg,
 	"count_distinct": opCountDistinct, "first": opFirst, "last": opLast, "collect": opCollect,
+	"max_by": opMaxBy, "min_by": opMinBy,
 }
 
 // aggOpNames lists the operations for messages, in the documented order.
-const aggOpNames = "count, sum, min, max, avg, count_distinct, first, last or collect"
+const aggOpNames = "count, sum, min, max, avg, count_distinct, first, last, collect, max_by or min_by"
 
 // defaultCollectLimit is collect's limit when the step sets none.
 const defaultCollectLimit = 100
@@ -49,7 +52,10 @@ const defaultCollectLimit = 100
 type aggDef struct {
 	name  string
 	op    aggOp
-	limit int // collect
+	limit int // collect, max_by, min_by
+	// byAt is, for max_by and min_by, the index in a record's arguments
+	// of the value it orders by (after one argument per aggregate).
+	byAt int
 	// strict: a null argument is an error rather than skipped (the legacy
 	// `{op: sum, field: f}` form, whose field must be a number).
 	strict bool
@@ -69,6 +75,9 @@ type aggDef struct {
 //   - count_distinct: n distinct values; in a window also set, the sorted
 //     canonical encodings of the values (appendCanonical).
 //   - collect: list, the last limit values, oldest first; n values seen.
+//   - max_by, min_by: n records with a by value, the extreme by value v,
+//     and list, the first limit values of the records tied at it, in
+//     arrival order.
 type slot struct {
 	n     int64
 	i     int64
@@ -88,6 +97,9 @@ type aggAcc struct {
 // aggSet is the compiled list of aggregates of one step.
 type aggSet struct {
 	defs []aggDef
+	// width is the length of a record's arguments: one per aggregate,
+	// then the by values of max_by and min_by.
+	width int
 }
 
 func (s *aggSet) newAcc() aggAcc { return aggAcc{slots: make([]slot, len(s.defs))} }
@@ -133,6 +145,22 @@ func (d *aggDef) checkArg(v any) (any, error) {
 		return nil, fmt.Errorf("aggregate %s: %s of %s: not a number or a string", d.name, d.opName(), describe(v))
 	}
 	return v, nil
+}
+
+// checkBy checks the by value of max_by or min_by: a number or a string,
+// as min and max take; a null leaves the record out of the aggregate.
+func (d *aggDef) checkBy(v any) (any, error) {
+	v = normalize(v)
+	switch x := v.(type) {
+	case nil, int64, string:
+		return v, nil
+	case float64:
+		if math.IsNaN(x) {
+			return nil, fmt.Errorf("aggregate %s: %s by NaN", d.name, d.opName())
+		}
+		return v, nil
+	}
+	return nil, fmt.Errorf("aggregate %s: %s by %s: not a number or a string", d.name, d.opName(), describe(v))
 }
 
 func (d *aggDef) opName() string {
@@ -202,8 +230,15 @@ func describe(v any) string {
 func (s *aggSet) fold(acc *aggAcc, args []any, distinctNew []bool) {
 	for i := range s.defs {
 		d, sl, v := &s.defs[i], &acc.slots[i], args[i]
-		if d.op == opCount {
+		switch d.op {
+		case opCount:
 			sl.n++
+			continue
+		case opMaxBy, opMinBy:
+			// The value may be null; a null by leaves the record out.
+			if by := args[d.byAt]; by != nil {
+				foldBy(d, sl, by, v)
+			}
 			continue
 		}
 		if v == nil {
@@ -251,6 +286,27 @@ func (s *aggSet) fold(acc *aggAcc, args []any, distinctNew []bool) {
 				sl.n++
 			}
 		}
+	}
+}
+
+// foldBy adds a record to a max_by or min_by slot: by is its order, v
+// its value. A new extreme starts the list again; a tie joins it while
+// there is room.
+func foldBy(d *aggDef, sl *slot, by, v any) {
+	c := 1
+	if sl.n > 0 {
+		c = compareOrdered(by, sl.v)
+		if d.op == opMinBy {
+			c = -c
+		}
+	}
+	sl.n++
+	switch {
+	case c > 0:
+		sl.v = by
+		sl.list = append(sl.list[:0], v)
+	case c == 0 && len(sl.list) < d.limit:
+		sl.list = append(sl.list, v)
 	}
 }
 
@@ -370,6 +426,18 @@ func (s *aggSet) merge(a, b aggAcc) aggAcc {
 		case opCountDistinct:
 			x.set = mergeSorted(x.set, y.set)
 			x.n = int64(len(x.set))
+		case opMaxBy, opMinBy:
+			c := compareOrdered(y.v, x.v)
+			if d.op == opMinBy {
+				c = -c
+			}
+			switch {
+			case c > 0:
+				x.v, x.list = y.v, y.list
+			case c == 0:
+				x.list = append(x.list, y.list[:min(len(y.list), d.limit-len(x.list))]...)
+			}
+			x.n += y.n
 		}
 	}
 	return a
@@ -399,7 +467,7 @@ func mergeSorted(a, b []string) []string {
 // result returns aggregate i's result: count and count_distinct an int64,
 // sum an int64 or a float64 (null if it had no value), avg a float64
 // (null if none), min, max, first and last the value (null if none),
-// collect the list ([] if none).
+// collect, max_by and min_by the list ([] if none).
 func (s *aggSet) result(acc *aggAcc, i int) any {
 	d, sl := &s.defs[i], &acc.slots[i]
 	switch d.op {
@@ -418,7 +486,7 @@ func (s *aggSet) result(acc *aggAcc, i int) any {
 			return nil
 		}
 		return sl.f / float64(sl.n)
-	case opCollect:
+	case opCollect, opMaxBy, opMinBy:
 		// A copy: the accumulator's list is reused by the next record's
 		// decode, and the result may outlive it.
 		return append([]any{}, sl.list...)
@@ -434,6 +502,7 @@ func (s *aggSet) result(acc *aggAcc, i int) any {
 //	min, max,
 //	first, last:    the value (appendValue), if n > 0
 //	collect:        uvarint(len(list)), the values
+//	max_by, min_by: if n > 0, the by value (appendValue), uvarint(len(list)), the values
 //	count_distinct: (in a window) the set: uvarint(len) per string, then it
 //
 // Values are encoded by appendValue: a tag byte, then the value.
@@ -480,6 +549,12 @@ func (c *aggCodec) Append(dst []byte, acc aggAcc) ([]byte, error) {
 			if sl.n > 0 {
 				dst = appendValue(dst, sl.v)
 			}
+		case opMaxBy, opMinBy:
+			if sl.n == 0 {
+				break
+			}
+			dst = appendValue(dst, sl.v)
+			fallthrough
 		case opCollect:
 			dst = binary.AppendUvarint(dst, uint64(len(sl.list)))
 			for _, v := range sl.list {
@@ -525,6 +600,12 @@ func (c *aggCodec) Decode(src []byte) (aggAcc, error) {
 			if sl.n > 0 {
 				sl.v = r.value(0)
 			}
+		case opMaxBy, opMinBy:
+			if sl.n == 0 {
+				break
+			}
+			sl.v = r.value(0)
+			fallthrough
 		case opCollect:
 			n := r.uvarint()
 			if n > uint64(len(r.src)) {

@@ -258,3 +258,50 @@ func TestLegacyCodec(t *testing.T) {
 		}
 	}
 }
+
+// TestAggMaxBy: max_by and min_by keep the values tied at the extreme of
+// by (a number or a string; a null by is left out), at most limit; the
+// codec round-trips them, and merging two sessions is folding both.
+func TestAggMaxBy(t *testing.T) {
+	s := &aggSet{defs: []aggDef{
+		{name: "top", op: opMaxBy, limit: 2, byAt: 2},
+		{name: "low", op: opMinBy, limit: 100, byAt: 3},
+	}, width: 4}
+	fold := func(acc *aggAcc, recs ...[2]any) {
+		args := make([]any, s.width)
+		for _, r := range recs {
+			for i := range s.defs {
+				by, err := s.defs[i].checkBy(r[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				args[i], args[s.defs[i].byAt] = r[1], by
+			}
+			s.fold(acc, args, nil)
+		}
+	}
+	x := [][2]any{{int64(3), "a"}, {nil, "skipped"}, {3.0, nil}, {int64(1), "b"}}
+	y := [][2]any{{int64(3), "c"}, {int64(1), "d"}, {int64(5), "e"}}
+	a, b, both := s.newAcc(), s.newAcc(), s.newAcc()
+	fold(&a, x...)
+	fold(&b, y...)
+	fold(&both, append(x, y...)...)
+	if got, want := results(s, &a), `top=[]interface {}{"a", interface {}(nil)} low=[]interface {}{"b"} `; got != want {
+		t.Errorf("fold: %s\n  want %s", got, want)
+	}
+	c := &aggCodec{set: s}
+	enc, err := c.Append(nil, both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := c.Decode(enc)
+	if err != nil || results(s, &dec) != results(s, &both) {
+		t.Fatalf("codec: %s, %v\n  want %s", results(s, &dec), err, results(s, &both))
+	}
+	if got, want := results(s, new(s.merge(a, b))), results(s, &both); got != want {
+		t.Errorf("merged %s\n  want %s", got, want)
+	}
+	if _, err := s.defs[0].checkBy([]any{}); err == nil || err.Error() != "aggregate top: max_by by a list: not a number or a string" {
+		t.Errorf("by a list: %v", err)
+	}
+}

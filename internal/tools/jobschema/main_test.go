@@ -68,8 +68,10 @@ func yamlToJSON(t *testing.T, y []byte) any {
 func TestExamplesMatchTheSchema(t *testing.T) {
 	s := compileSchema(t)
 	files, err := filepath.Glob(filepath.Join(root, "examples", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no examples: %v", err)
+	more, err2 := filepath.Glob(filepath.Join(root, "examples", "*", "*.yaml"))
+	files = append(files, more...)
+	if err != nil || err2 != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v %v", err, err2)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)

@@ -167,9 +167,10 @@ func (g generator) aggregate() obj {
 		ops = append(ops, kv{op, exprSchema()})
 	}
 	ops = append(ops, kv{"limit", obj{{"type", "integer"}, {"minimum", 1}, {"maximum", config.MaxCollectLimit}}})
+	ops = append(ops, kv{"by", exprSchema()})
 	aggObject := obj{{"type", "object"}, {"additionalProperties", false}, {"minProperties", 1}, {"properties", ops}}
 	named := obj{
-		{"description", "a named aggregate: count: true, <op>: <expression>, or <name>: {<op>: <expression>} (collect also takes limit)"},
+		{"description", "a named aggregate: count: true, <op>: <expression>, or <name>: {<op>: <expression>} (collect, max_by and min_by also take limit; max_by and min_by take by)"},
 		{"anyOf", []any{
 			obj{{"const", true}},
 			exprSchema(),
