@@ -30,7 +30,8 @@ func BuildProcessor(dir string) (string, error) {
 }
 
 // BuildExample builds the Go program examples/<name> (a job defined in Go,
-// whose main calls cli.Main) into dir and returns its path.
+// whose main calls cli.Main; name may have a directory, as nexmark/q4)
+// into dir, named after its last element, and returns its path.
 func BuildExample(dir, name string) (string, error) {
 	return build(dir, name, "./examples/"+name)
 }
@@ -41,7 +42,7 @@ func build(dir, name, pkg string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, name)
+	bin := filepath.Join(dir, filepath.Base(name))
 	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = root
 	var stderr bytes.Buffer
