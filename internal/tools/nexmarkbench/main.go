@@ -1,14 +1,18 @@
 // Command nexmarkbench is Weir's Nexmark benchmark (issue 16, `make
-// bench-nexmark`): the YAML queries of examples/nexmark, each run by one
-// `processor run` process on the real broker with exactly-once sinks and a
-// checkpoint every second, over the same generated events.
+// bench-nexmark`): the queries of examples/nexmark, each run by one
+// process (`processor run` for a YAML query, the Go job's own binary for
+// q4) on the real broker with exactly-once sinks and a checkpoint every
+// second, over the same generated events.
 //
 // It writes -events Nexmark events (package nexmark, seed 0, the
 // reference's event rate of 10 000 000 events/s of event time unless
 // -event-rate says otherwise) once: every event to <run>-nexmark (q0, q1,
 // q2 read it) and the persons and auctions to <run>-nexmark-persons and
 // <run>-nexmark-auctions (q3 and q8 join them), -partitions partitions
-// each. Then, in one run:
+// each; and to each partition of <run>-nexmark one person an hour of
+// event time after the last event, so that the watermark passes every
+// window and auction expiry (a task whose inputs are all idle keeps its
+// watermark). Then, in one run:
 //
 //   - the raw pipe, the baseline, before the queries and after them (its
 //     figure is over both passes): in this process, per partition of
@@ -18,7 +22,9 @@
 //     the process starts and stops once its sources have read every record
 //     of their topics (weir_source_records_read_total) and a checkpoint
 //     has completed after that (weir_checkpoint_last_completed_id), so that
-//     every output is committed: events/s is the query's input events over
+//     every output is committed (for q4, q5 and q7, whose results come
+//     when the watermark passes, also until the output topic has committed
+//     records): events/s is the query's input events over
 //     that time; also the process's CPU time over it (cores used, and
 //     events per core-second), the checkpoint durations of the run (trigger
 //     to complete, from its control topics: p50, p99), and its state size
@@ -75,8 +81,17 @@ type config struct {
 // queryInputs are the topics (suffixes of <run>) each query reads.
 var queryInputs = map[string][]string{
 	"q0": {"-nexmark"}, "q1": {"-nexmark"}, "q2": {"-nexmark"},
-	"q3": {"-nexmark-persons", "-nexmark-auctions"}, "q8": {"-nexmark-persons", "-nexmark-auctions"},
+	"q3": {"-nexmark-persons", "-nexmark-auctions"}, "q4": {"-nexmark"}, "q5": {"-nexmark"},
+	"q7": {"-nexmark"}, "q8": {"-nexmark-persons", "-nexmark-auctions"},
 }
+
+// closing are the queries whose results come when the watermark passes a
+// window's end or an auction's expiry.
+var closing = map[string]bool{"q4": true, "q5": true, "q7": true}
+
+// goJobs are the queries defined in Go: examples/nexmark/<q>, a program
+// whose topics are set by NEXMARK_TOPIC and <Q>_TOPIC.
+var goJobs = map[string]bool{"q4": true}
 
 func main() {
 	var c config
@@ -88,7 +103,7 @@ func main() {
 	flag.Int64Var(&c.eventRate, "event-rate", nexmark.DefaultEventRate, "events per second of event time (the events' timestamps)")
 	flag.IntVar(&c.partitions, "partitions", 8, "partitions of every topic (tasks of each stage)")
 	flag.DurationVar(&c.interval, "interval", time.Second, "checkpoint.interval of the jobs")
-	flag.StringVar(&queries, "queries", "q0,q1,q2,q3,q8", "the queries run, in order (examples/nexmark/<q>.yaml)")
+	flag.StringVar(&queries, "queries", "q0,q1,q2,q3,q4,q5,q7,q8", "the queries run, in order (examples/nexmark/<q>.yaml, or the Go job examples/nexmark/<q>)")
 	flag.StringVar(&c.examples, "examples", "examples/nexmark", "the directory of the query files")
 	flag.BoolVar(&c.keep, "keep", false, "keep the topics and the work directory")
 	flag.Parse()
@@ -103,7 +118,7 @@ func main() {
 	}
 	for _, q := range c.queries {
 		if _, ok := queryInputs[q]; !ok {
-			errs = append(errs, fmt.Errorf("queries: %q has no YAML job (there are q0, q1, q2, q3, q8)", q))
+			errs = append(errs, fmt.Errorf("queries: %q has no job (there are q0, q1, q2, q3, q4, q5, q7, q8)", q))
 		}
 	}
 	if c.events < int64(c.partitions) || c.partitions < 1 || c.eventRate < 1 {
@@ -209,8 +224,9 @@ func (b *bench) preload(ctx context.Context) error {
 			failed.CompareAndSwap(nil, &err)
 		}
 	}
-	var bytes int64
+	var bytes, last int64
 	for e, ok := g.Next(); ok; e, ok = g.Next() {
+		last = e.DateTime()
 		// The records' Kafka timestamps are the time they are written, not
 		// their event times (2025 by default, which the jobs read from
 		// date_time): a broker's retention would delete segments of
@@ -233,6 +249,19 @@ func (b *bench) preload(ctx context.Context) error {
 	}
 	if p := failed.Load(); p != nil {
 		return fmt.Errorf("preload: %w", *p)
+	}
+	// The flush: one person per partition, an hour after the last event.
+	man, err := kgo.NewClient(kgo.SeedBrokers(b.c.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return err
+	}
+	defer man.Close()
+	flush := nexmark.Event{Kind: nexmark.KindPerson, Person: nexmark.Person{ID: 1, Name: "flush", DateTime: last + time.Hour.Milliseconds()}}
+	for p := range int32(b.c.partitions) {
+		if err := man.ProduceSync(ctx, &kgo.Record{Topic: b.run + "-nexmark", Partition: p, Key: nexmark.Key(flush), Value: nexmark.AppendJSON(nil, flush)}).FirstErr(); err != nil {
+			return fmt.Errorf("preload: flush: %w", err)
+		}
+		b.counts["-nexmark"]++
 	}
 	benchutil.Info("preloaded %d events (%.1f MB of values; %d persons, %d auctions also split) in %v",
 		b.counts["-nexmark"], float64(bytes)/1e6, b.counts["-nexmark-persons"], b.counts["-nexmark-auctions"], time.Since(start).Round(time.Millisecond))
@@ -322,13 +351,26 @@ func (b *bench) query(ctx context.Context, q string) (float64, error) {
 	if err := b.createTopic(ctx, b.run+"-nexmark-"+q); err != nil {
 		return 0, err
 	}
-	src, err := os.ReadFile(filepath.Join(b.c.examples, q+".yaml"))
-	if err != nil {
-		return 0, err
+	bin, env := b.c.processor, childEnv()
+	var y string
+	if goJobs[q] {
+		// The Go job: its topics from the environment, its control
+		// topics under the prefix a YAML job named job would have.
+		var err error
+		if bin, err = e2etest.BuildExample(dir, "nexmark/"+q); err != nil {
+			return 0, err
+		}
+		env = append(env, "NEXMARK_TOPIC="+b.run+"-nexmark", strings.ToUpper(q)+"_TOPIC="+b.run+"-nexmark-"+q)
+		y = fmt.Sprintf("kafka:\n  brokers: [%s]\n  topic_prefix: _weir.%s.\n", strings.Join(b.c.brokers, ", "), job)
+	} else {
+		src, err := os.ReadFile(filepath.Join(b.c.examples, q+".yaml"))
+		if err != nil {
+			return 0, err
+		}
+		y = strings.ReplaceAll(string(src), "nexmark", b.run+"-nexmark")
+		y = strings.ReplaceAll(y, "name: "+b.run+"-nexmark-"+q, "name: "+job)
+		y = strings.ReplaceAll(y, "127.0.0.1:9092", strings.Join(b.c.brokers, ", "))
 	}
-	y := strings.ReplaceAll(string(src), "nexmark", b.run+"-nexmark")
-	y = strings.ReplaceAll(y, "name: "+b.run+"-nexmark-"+q, "name: "+job)
-	y = strings.ReplaceAll(y, "127.0.0.1:9092", strings.Join(b.c.brokers, ", "))
 	cfg := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(cfg, []byte(y), 0o600); err != nil {
 		return 0, err
@@ -347,9 +389,9 @@ func (b *bench) query(ctx context.Context, q string) (float64, error) {
 	}
 	defer logf.Close()
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, b.c.processor, "run", "-c", cfg, "--process.replica_id=r0", "--state.dir="+filepath.Join(dir, "state"),
+	cmd := exec.CommandContext(ctx, bin, "run", "-c", cfg, "--process.replica_id=r0", "--state.dir="+filepath.Join(dir, "state"),
 		"--checkpoint.storage=file://"+filepath.Join(dir, "checkpoints"), "--checkpoint.interval="+b.c.interval.String(), "--http.address="+addr, "--log.level=warn")
-	cmd.Env = childEnv()
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return 0, err
@@ -384,7 +426,7 @@ func (b *bench) query(ctx context.Context, q string) (float64, error) {
 		if read.IsZero() && n >= float64(input) {
 			read, readCkpt = time.Now(), ckpt
 		}
-		if !read.IsZero() && ckpt > readCkpt {
+		if !read.IsZero() && ckpt > readCkpt && (!closing[q] || b.committed(ctx, b.run+"-nexmark-"+q) > 0) {
 			break
 		}
 	}
@@ -410,6 +452,18 @@ func (b *bench) query(ctx context.Context, q string) (float64, error) {
 		q, input, wall.Round(time.Millisecond), firstAt.Sub(start).Round(time.Millisecond), cpu.Round(time.Millisecond))
 	b.topics = append(b.topics, "_weir."+job+".trigger", "_weir."+job+".ack", "_weir."+job+".commit", "_weir."+job+".members")
 	return rate, nil
+}
+
+// committed returns the records of topic visible to read_committed
+// consumers (the sum of its partitions' last stable offsets).
+func (b *bench) committed(ctx context.Context, topic string) int64 {
+	offs, err := b.adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	offs.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n
 }
 
 // scrape sums each metric's samples at http://addr/metrics.
