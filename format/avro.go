@@ -99,12 +99,24 @@ func appendAvroJSON(dst []byte, s avro.Schema, native any) ([]byte, error) {
 		}
 		return append(dst, '}'), nil
 	case *avro.UnionSchema:
-		// hamba decodes a union into map[string]any{<branch name>: value}
-		// (nil for null): the JSON form is the branch's value alone.
-		// A nullable union of two decodes into its value itself.
-		if null, typ := s.Indices(); len(s.Types()) == 2 && null >= 0 {
-			return appendAvroJSON(dst, s.Types()[typ], native)
+		if !unionWrapped(s) {
+			// Every branch is a type hamba resolves (a primitive or one
+			// of its logical types): it decodes the value itself. The
+			// first non-null branch that takes it writes it.
+			var err error
+			for _, b := range s.Types() {
+				if b.Type() == avro.Null {
+					continue
+				}
+				var out []byte
+				if out, err = appendAvroJSON(dst, b, native); err == nil {
+					return out, nil
+				}
+			}
+			return nil, fmt.Errorf("union: %w", err)
 		}
+		// Else hamba decodes every branch into map[string]any{<branch
+		// name>: value} (nil for null): the JSON form is the value alone.
 		m, ok := native.(map[string]any)
 		if !ok || len(m) != 1 {
 			return nil, fmt.Errorf("union decoded as %T", native)
@@ -246,6 +258,39 @@ func appendFloat(dst []byte, f float64, bits int) ([]byte, error) {
 		return strconv.AppendFloat(dst, f, 'f', -1, bits), nil
 	}
 	return strconv.AppendFloat(dst, f, 'g', -1, bits), nil
+}
+
+// unionWrapped reports whether hamba decodes union s (into an interface)
+// in its map form, {<branch name>: value}: when a branch is a type its
+// default type resolver does not know (a record, enum, fixed, array or
+// map, or a logical type it does not register), every branch is. A union
+// of primitives decodes into the value itself.
+func unionWrapped(s *avro.UnionSchema) bool {
+	for _, b := range s.Types() {
+		switch b.Type() {
+		case avro.Record, avro.Enum, avro.Fixed, avro.Array, avro.Map, avro.Ref:
+			return true
+		}
+		if !resolvedLogical(b) {
+			return true
+		}
+	}
+	return false
+}
+
+// resolvedLogical reports whether b, a primitive, is plain or of a logical
+// type hamba's default type resolver registers (avro.NewTypeResolver).
+func resolvedLogical(b avro.Schema) bool {
+	l, ok := b.(avro.LogicalTypeSchema)
+	if !ok || l.Logical() == nil {
+		return true
+	}
+	switch string(b.Type()) + "." + string(l.Logical().Type()) {
+	case "int.date", "int.time-millis", "long.timestamp-millis", "long.timestamp-micros",
+		"long.time-micros", "bytes.decimal", "string.uuid":
+		return true
+	}
+	return false
 }
 
 // branchName is the name hamba gives a union branch in the map it decodes

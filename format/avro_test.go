@@ -124,6 +124,11 @@ const allTypes = `{
     {"name": "day", "type": {"type": "int", "logicalType": "date"}},
     {"name": "tod", "type": {"type": "int", "logicalType": "time-millis"}},
     {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+    {"name": "optrec", "type": ["null", "Inner"], "default": null},
+    {"name": "optarr", "type": ["null", {"type": "array", "items": "long"}], "default": null},
+    {"name": "optenum", "type": ["null", "Color"], "default": null},
+    {"name": "optts", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}], "default": null},
+    {"name": "either", "type": ["int", "string"], "default": 0},
     {"name": "withdefault", "type": "long", "default": 7}
   ]
 }`
@@ -144,18 +149,18 @@ func TestAvroRoundTripsEveryType(t *testing.T) {
 			{"values", `{"b":true,"i":-5,"l":9007199254740993,"f":1.5,"d":-0.25,"s":"h\u00e9\"llo\n","by":"AAEC/w==","fx":"AQIDBA==","e":"GREEN",
 				"arr":[1,2,3],"m":{"z":"1","a":"2"},"nested":{"x":3,"tags":["p","q"]},"opt":"here","multi":42,
 				"dec":"12.34","fdec":"-1.5","ts":"2026-12-02T10:11:12.345Z","tsu":"2026-12-02T10:11:12.345678Z","day":"2026-12-02","tod":"13:14:15.250",
-				"id":"6f1c2a36-59c3-4a57-9d6e-1e1c1b1b1b1b","withdefault":1}`,
+				"id":"6f1c2a36-59c3-4a57-9d6e-1e1c1b1b1b1b","optrec":{"x":9,"tags":["r"]},"optarr":[4,5],"optenum":"RED","optts":"2026-12-02T10:11:12.345Z","either":"s","withdefault":1}`,
 				`{"b":true,"i":-5,"l":9007199254740993,"f":1.5,"d":-0.25,"s":"h\u00e9\"llo\n","by":"AAEC/w==","fx":"AQIDBA==","e":"GREEN",
 				"arr":[1,2,3],"m":{"a":"2","z":"1"},"nested":{"x":3,"tags":["p","q"]},"opt":"here","multi":42,
 				"dec":"12.34","fdec":"-1.5","ts":"2026-12-02T10:11:12.345Z","tsu":"2026-12-02T10:11:12.345678Z","day":"2026-12-02","tod":"13:14:15.250",
-				"id":"6f1c2a36-59c3-4a57-9d6e-1e1c1b1b1b1b","withdefault":1}`},
+				"id":"6f1c2a36-59c3-4a57-9d6e-1e1c1b1b1b1b","optrec":{"x":9,"tags":["r"]},"optarr":[4,5],"optenum":"RED","optts":"2026-12-02T10:11:12.345Z","either":"s","withdefault":1}`},
 			{"nulls, numbers for times, a record in a union, defaults", `{"b":false,"i":0,"l":0,"f":0,"d":3,"s":"","by":"","fx":"AAAAAA==","e":"RED",
 				"arr":[],"m":{},"nested":{"x":0,"tags":[]},"multi":{"x":1,"tags":["t"]},
 				"dec":5,"fdec":"0.001","ts":1796206272345,"tsu":1796206272345678,"day":1,"tod":1000,"id":"x"}`,
 				`{"b":false,"i":0,"l":0,"f":0,"d":3,"s":"","by":"","fx":"AAAAAA==","e":"RED",
 				"arr":[],"m":{},"nested":{"x":0,"tags":[]},"opt":null,"multi":{"x":1,"tags":["t"]},
 				"dec":"5","fdec":"0.001","ts":"2026-12-02T10:11:12.345Z","tsu":"2026-12-02T10:11:12.345678Z","day":"1970-01-02","tod":"00:00:01",
-				"id":"x","withdefault":7}`},
+				"id":"x","optrec":null,"optarr":null,"optenum":null,"optts":null,"either":0,"withdefault":7}`},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				wire, err := enc.Append(nil, decodeJSON(t, tc.in))
