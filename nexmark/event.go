@@ -42,41 +42,41 @@ func (k Kind) String() string {
 
 // Person is a new user of the auction site. Times are Unix milliseconds.
 type Person struct {
-	ID           int64
-	Name         string
-	EmailAddress string
-	CreditCard   string
-	City         string
-	State        string
-	DateTime     int64
-	Extra        string
+	ID           int64  `avro:"id"`
+	Name         string `avro:"name"`
+	EmailAddress string `avro:"email_address"`
+	CreditCard   string `avro:"credit_card"`
+	City         string `avro:"city"`
+	State        string `avro:"state"`
+	DateTime     int64  `avro:"date_time"`
+	Extra        string `avro:"extra"`
 }
 
 // Auction is a new item put up for auction by the person Seller, open from
 // DateTime to Expires (Unix milliseconds).
 type Auction struct {
-	ID          int64
-	ItemName    string
-	Description string
-	InitialBid  int64
-	Reserve     int64
-	DateTime    int64
-	Expires     int64
-	Seller      int64
-	Category    int64
-	Extra       string
+	ID          int64  `avro:"id"`
+	ItemName    string `avro:"item_name"`
+	Description string `avro:"description"`
+	InitialBid  int64  `avro:"initial_bid"`
+	Reserve     int64  `avro:"reserve"`
+	DateTime    int64  `avro:"date_time"`
+	Expires     int64  `avro:"expires"`
+	Seller      int64  `avro:"seller"`
+	Category    int64  `avro:"category"`
+	Extra       string `avro:"extra"`
 }
 
 // Bid is a bid by the person Bidder on the auction Auction. Price is in
 // cents; DateTime is Unix milliseconds.
 type Bid struct {
-	Auction  int64
-	Bidder   int64
-	Price    int64
-	Channel  string
-	URL      string
-	DateTime int64
-	Extra    string
+	Auction  int64  `avro:"auction"`
+	Bidder   int64  `avro:"bidder"`
+	Price    int64  `avro:"price"`
+	Channel  string `avro:"channel"`
+	URL      string `avro:"url"`
+	DateTime int64  `avro:"date_time"`
+	Extra    string `avro:"extra"`
 }
 
 // Event is one Nexmark event: Kind says which one of Person, Auction and

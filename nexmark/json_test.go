@@ -126,3 +126,25 @@ func TestJSONShape(t *testing.T) {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 }
+
+// TestAvroRoundTrip: every kind of event round-trips through AvroCodec.
+func TestAvroRoundTrip(t *testing.T) {
+	c, err := NewAvroCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGenerator(Config{Seed: 7, Events: 500, EventRate: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for e, ok := g.Next(); ok; e, ok = g.Next() {
+		b, err := c.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Decode(b)
+		if err != nil || got != e {
+			t.Fatalf("%+v: round trip %+v, %v", e, got, err)
+		}
+	}
+}

@@ -2,7 +2,8 @@
 // and its JSON) to Kafka, as the input of Weir's Nexmark jobs:
 //
 //	go run ./internal/tools/nexmark -brokers localhost:9092 -topic nexmark \
-//	    -events 10000000 [-rate 0] [-seed 0] [-partitions 1] [-split] [-event-rate 10000000]
+//	    -events 10000000 [-rate 0] [-seed 0] [-partitions 1] [-split] [-event-rate 10000000] \
+//	    [-format json|avro -registry http://localhost:8081]
 //
 // Every event is one record, its value nexmark.AppendJSON's object (with
 // event_type and a top-level date_time in Unix ms), its key nexmark.Key
@@ -13,6 +14,13 @@
 // definition reads either layout). Topics missing are created with
 // -partitions partitions (replication factor 1); existing ones are used as
 // they are.
+//
+// With -format avro the values are Avro under nexmark.AvroSchema instead,
+// in the Confluent wire format (a zero byte, the schema ID, the payload):
+// the schema is registered with the -registry under each topic's
+// TopicNameStrategy subject, <topic>-value, before the first record, and a
+// Weir source reads them with format: {type: avro, registry: <url>} as the
+// same JSON objects (docs/nexmark.md).
 //
 // -rate is wall-clock events per second (0, the default: as fast as the
 // producer goes); -event-rate sets the events' own timestamps (events per
@@ -25,6 +33,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,6 +48,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/weir-stream/weir/internal/benchutil"
 	"github.com/weir-stream/weir/nexmark"
@@ -71,6 +81,8 @@ type options struct {
 	seed       uint64
 	partitions int
 	split      bool
+	format     string // "json" or "avro"
+	registry   string // the schema registry's URL, for avro
 }
 
 // parseFlags parses and validates args, reporting every bad flag at once.
@@ -87,6 +99,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", 0, "generator seed: the same seed writes the same events")
 	fs.IntVar(&o.partitions, "partitions", 1, "partitions of the topics it creates")
 	fs.BoolVar(&o.split, "split", false, "write persons, auctions and bids to three topics")
+	fs.StringVar(&o.format, "format", "json", "the values' format: json, or avro (nexmark.AvroSchema, registered with -registry)")
+	fs.StringVar(&o.registry, "registry", "", "the schema registry's URL, for -format avro")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -116,6 +130,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.partitions < 1 {
 		errs = append(errs, fmt.Errorf("-partitions %d: must be >= 1", o.partitions))
+	}
+	switch {
+	case o.format != "json" && o.format != "avro":
+		errs = append(errs, fmt.Errorf("-format %q: must be json or avro", o.format))
+	case o.format == "avro" && o.registry == "":
+		errs = append(errs, errors.New("-format avro needs -registry, the schema registry's URL (scripts/registry.sh up starts one)"))
+	case o.format == "json" && o.registry != "":
+		errs = append(errs, errors.New("-registry is for -format avro"))
 	}
 	return o, errors.Join(errs...)
 }
@@ -148,6 +170,13 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	defer cl.Close()
 	if err := ensureTopics(ctx, kadm.NewClient(cl), o, stderr); err != nil {
 		return err
+	}
+	var avroCodec *nexmark.AvroCodec
+	ids := map[string]int{} // topic → the value schema's ID (avro)
+	if o.format == "avro" {
+		if avroCodec, ids, err = registerAvro(ctx, o); err != nil {
+			return err
+		}
 	}
 
 	// Records are produced with a context the signal does not cancel: on
@@ -186,7 +215,16 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		k0 := len(slab)
 		slab = nexmark.AppendKey(slab, e)
 		v0 := len(slab)
-		slab = nexmark.AppendJSON(slab, e)
+		if avroCodec != nil {
+			payload, err := avroCodec.Encode(e)
+			if err != nil {
+				return fmt.Errorf("avro: %w", err)
+			}
+			slab = binary.BigEndian.AppendUint32(append(slab, 0), uint32(ids[o.topicOf(e.Kind)]))
+			slab = append(slab, payload...)
+		} else {
+			slab = nexmark.AppendJSON(slab, e)
+		}
 		r := &kgo.Record{Topic: o.topicOf(e.Kind), Key: slab[k0:v0:v0], Value: slab[v0:len(slab):len(slab)]}
 		cl.Produce(context.Background(), r, promise)
 		counts[e.Kind]++
@@ -207,6 +245,28 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		return fmt.Errorf("interrupted after %d of %d events", n, o.events)
 	}
 	return nil
+}
+
+// registerAvro registers nexmark.AvroSchema under <topic>-value for every
+// topic of o, and returns the codec and each topic's schema ID.
+func registerAvro(ctx context.Context, o options) (*nexmark.AvroCodec, map[string]int, error) {
+	c, err := nexmark.NewAvroCodec()
+	if err != nil {
+		return nil, nil, err
+	}
+	reg, err := sr.NewClient(sr.URLs(o.registry))
+	if err != nil {
+		return nil, nil, fmt.Errorf("registry: %w", err)
+	}
+	ids := map[string]int{}
+	for _, t := range o.topics() {
+		s, err := reg.CreateSchema(ctx, t+"-value", sr.Schema{Schema: nexmark.AvroSchema, Type: sr.TypeAvro})
+		if err != nil {
+			return nil, nil, fmt.Errorf("register the schema under %s-value at %s: %w", t, o.registry, err)
+		}
+		ids[t] = s.ID
+	}
+	return c, ids, nil
 }
 
 // ensureTopics creates the topics of o that do not exist, with

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/nexmark"
@@ -20,7 +22,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{brokers: []string{"a:9092", "b:9092"}, topic: "nexmark", events: 100, rate: 50, eventRate: nexmark.DefaultEventRate, seed: 7, partitions: 3, split: true}
+	want := options{brokers: []string{"a:9092", "b:9092"}, topic: "nexmark", events: 100, rate: 50, eventRate: nexmark.DefaultEventRate, seed: 7, partitions: 3, split: true, format: "json"}
 	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("parsed %+v\nwant   %+v", o, want)
 	}
@@ -42,6 +44,12 @@ func TestParseFlagsErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
+	}
+	if _, err := parseFlags([]string{"-brokers", "a:1", "-events", "1", "-format", "avro"}, io.Discard); err == nil || !strings.Contains(err.Error(), "-format avro needs -registry") {
+		t.Errorf("avro without a registry: %v", err)
+	}
+	if _, err := parseFlags([]string{"-brokers", "a:1", "-events", "1", "-format", "xml"}, io.Discard); err == nil || !strings.Contains(err.Error(), `-format "xml": must be json or avro`) {
+		t.Errorf("xml: %v", err)
 	}
 	if _, err := parseFlags([]string{"-bogus"}, io.Discard); err == nil {
 		t.Error("unknown flag accepted")
@@ -125,5 +133,61 @@ func TestRunRate(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "topic nm exists with 1 partitions (not -partitions 4)") {
 		t.Fatalf("no note of the existing topic: %s", stderr.String())
+	}
+}
+
+// TestRunAvro writes events as Avro (the schema registered under each
+// topic's <topic>-value, the Confluent framing) to kfake with franz-go's
+// fake registry, and decodes them back with the registered schema.
+func TestRunAvro(t *testing.T) {
+	c := kafkatest.NewKfake(t)
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	ctx := context.Background()
+	o := options{brokers: c.Brokers, topic: "nm", events: 2000, eventRate: 1000, seed: 5, partitions: 1, format: "avro", registry: reg.URL()}
+	if err := run(ctx, o, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := cl.SchemaByVersion(ctx, "nm-value", -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec, err := nexmark.NewAvroCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, err := nexmark.NewGenerator(nexmark.Config{Seed: 5, Events: 2000, EventRate: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ConsumeTopics("nm"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for n := 0; n < 2000; {
+		fs := kc.PollFetches(ctx)
+		if err := fs.Err(); err != nil {
+			t.Fatalf("after %d records: %v", n, err)
+		}
+		for _, r := range fs.Records() {
+			var h sr.ConfluentHeader
+			id, payload, err := h.DecodeID(r.Value)
+			if err != nil || id != ss.ID {
+				t.Fatalf("record %d: schema ID %d (want %d): %v", n, id, ss.ID, err)
+			}
+			got, err := codec.Decode(payload)
+			want, _ := gen.Next()
+			if err != nil || got != want {
+				t.Fatalf("record %d: %+v, %v; want %+v", n, got, err, want)
+			}
+			n++
+		}
 	}
 }
