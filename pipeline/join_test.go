@@ -43,15 +43,16 @@ func TestIntervalJoinExpiresState(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, "out", out.take("out"), `{"id":1,"payment":{"paid":1}}`)
-	left, err := state.NewMapState(b, "join/left", state.Int64Codec{}, state.BytesCodec{})
+	// The buffers' keys are (time, sequence) pairs: read them as bytes.
+	left, err := state.NewMapState(b, "join/left-records", state.BytesCodec{}, state.BytesCodec{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	right, err := state.NewMapState(b, "join/right", state.Int64Codec{}, state.BytesCodec{})
+	right, err := state.NewMapState(b, "join/right-records", state.BytesCodec{}, state.BytesCodec{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	empty := func(m *state.MapState[int64, []byte], key string) bool {
+	empty := func(m *state.MapState[[]byte, []byte], key string) bool {
 		b.SetCurrentKey([]byte(key))
 		ok, err := m.IsEmpty()
 		if err != nil {
