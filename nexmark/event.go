@@ -14,7 +14,10 @@
 // values that share nothing mutable with it.
 package nexmark
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // Kind is the kind of an event. Its value is the event's "event_type" in
 // JSON, as in nexmark-flink's tables: 0 person, 1 auction, 2 bid.
@@ -133,4 +136,14 @@ func AppendKey(dst []byte, e Event) []byte {
 // auctions by seller.
 func AppendIDKey(dst []byte, id int64) []byte {
 	return strconv.AppendInt(dst, id, 10)
+}
+
+// Flush returns the event that closes a finite input whose last event
+// happened at last (Unix ms): a person an hour later, written once to
+// each partition after the input so that every partition's watermark
+// passes every window and auction expiry of the input (a task whose
+// inputs are all idle keeps its watermark). It is no row of any query
+// over bids and auctions.
+func Flush(last int64) Event {
+	return Event{Kind: KindPerson, Person: Person{ID: 1, Name: "flush", DateTime: last + time.Hour.Milliseconds()}}
 }

@@ -116,7 +116,7 @@ func writeAvro(ctx context.Context, t *testing.T, c *kafkatest.Cluster, url, top
 		produce(e, -1)
 	}
 	for p := range int32(nxParts) {
-		produce(nexmark.Event{Kind: nexmark.KindPerson, Person: nexmark.Person{ID: 1, Name: "flush", DateTime: last + time.Hour.Milliseconds()}}, p)
+		produce(nexmark.Flush(last), p)
 	}
 	if err := cl.Flush(ctx); err != nil || failed != nil {
 		t.Fatalf("write %s: %v %v", topic, err, failed)
@@ -220,9 +220,8 @@ func rfc3339(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3
 func flush(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic string, events []nexmark.Event) {
 	t.Helper()
 	cl := c.Client(t, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	at := events[len(events)-1].DateTime() + time.Hour.Milliseconds()
+	e := nexmark.Flush(events[len(events)-1].DateTime())
 	for p := range int32(nxParts) {
-		e := nexmark.Event{Kind: nexmark.KindPerson, Person: nexmark.Person{ID: 1, Name: "flush", DateTime: at}}
 		if err := cl.ProduceSync(ctx, &kgo.Record{Partition: p, Key: nexmark.Key(e), Value: nexmark.AppendJSON(nil, e)}).FirstErr(); err != nil {
 			t.Fatalf("flush %s: %v", topic, err)
 		}

@@ -279,7 +279,7 @@ func (b *bench) preload(ctx context.Context) error {
 		return err
 	}
 	defer man.Close()
-	flush := nexmark.Event{Kind: nexmark.KindPerson, Person: nexmark.Person{ID: 1, Name: "flush", DateTime: last + time.Hour.Milliseconds()}}
+	flush := nexmark.Flush(last)
 	for p := range int32(b.c.partitions) {
 		if err := man.ProduceSync(ctx, &kgo.Record{Topic: b.run + "-nexmark", Partition: p, Key: nexmark.Key(flush), Value: nexmark.AppendJSON(nil, flush)}).FirstErr(); err != nil {
 			return fmt.Errorf("preload: flush: %w", err)
