@@ -15,6 +15,7 @@ import (
 
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/nexmark"
+	"github.com/weir-stream/weir/nexmark/produce"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -22,15 +23,15 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{brokers: []string{"a:9092", "b:9092"}, topic: "nexmark", events: 100, rate: 50, eventRate: nexmark.DefaultEventRate, seed: 7, partitions: 3, split: true, format: "json"}
+	want := options{brokers: []string{"a:9092", "b:9092"}, Options: produce.Options{Topic: "nexmark", Events: 100, Rate: 50, EventRate: nexmark.DefaultEventRate, Seed: 7, Partitions: 3, Split: true, Format: "json"}}
 	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("parsed %+v\nwant   %+v", o, want)
 	}
-	if got := o.topics(); !reflect.DeepEqual(got, []string{"nexmark-persons", "nexmark-auctions", "nexmark-bids"}) {
+	if got := o.Topics(); !reflect.DeepEqual(got, []string{"nexmark-persons", "nexmark-auctions", "nexmark-bids"}) {
 		t.Fatalf("split topics %v", got)
 	}
-	o.split = false
-	if got := o.topicOf(nexmark.KindBid); got != "nexmark" {
+	o.Split = false
+	if got := o.TopicOf(nexmark.KindBid); got != "nexmark" {
 		t.Fatalf("unsplit bid topic %q", got)
 	}
 }
@@ -62,7 +63,7 @@ func TestParseFlagsErrors(t *testing.T) {
 func TestRunKfake(t *testing.T) {
 	c := kafkatest.NewKfake(t)
 	ctx := context.Background()
-	o := options{brokers: c.Brokers, topic: "nm", events: 5000, eventRate: 1000, seed: 3, partitions: 2, split: true}
+	o := options{brokers: c.Brokers, Options: produce.Options{Topic: "nm", Events: 5000, EventRate: 1000, Seed: 3, Partitions: 2, Split: true, Format: "json"}}
 	var stderr bytes.Buffer
 	if err := run(ctx, o, &stderr); err != nil {
 		t.Fatal(err)
@@ -78,7 +79,7 @@ func TestRunKfake(t *testing.T) {
 	}
 	want := map[string]map[string][]string{} // topic → key → values
 	for e, ok := gen.Next(); ok; e, ok = gen.Next() {
-		tp := o.topicOf(e.Kind)
+		tp := o.TopicOf(e.Kind)
 		if want[tp] == nil {
 			want[tp] = map[string][]string{}
 		}
@@ -86,7 +87,7 @@ func TestRunKfake(t *testing.T) {
 		want[tp][k] = append(want[tp][k], string(nexmark.AppendJSON(nil, e)))
 	}
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ConsumeTopics(o.topics()...),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.ConsumeTopics(o.Topics()...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func TestRunKfake(t *testing.T) {
 
 func TestRunRate(t *testing.T) {
 	c := kafkatest.NewKfake(t)
-	o := options{brokers: c.Brokers, topic: "nm", events: 2000, rate: 10_000, eventRate: nexmark.DefaultEventRate, partitions: 1}
+	o := options{brokers: c.Brokers, Options: produce.Options{Topic: "nm", Events: 2000, Rate: 10_000, EventRate: nexmark.DefaultEventRate, Partitions: 1, Format: "json"}}
 	start := time.Now()
 	if err := run(context.Background(), o, io.Discard); err != nil {
 		t.Fatal(err)
@@ -126,12 +127,12 @@ func TestRunRate(t *testing.T) {
 	}
 
 	// Again, into the topic now existing, at full speed.
-	o.rate, o.partitions = 0, 4
+	o.Rate, o.Partitions = 0, 4
 	var stderr bytes.Buffer
 	if err := run(context.Background(), o, &stderr); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(stderr.String(), "topic nm exists with 1 partitions (not -partitions 4)") {
+	if !strings.Contains(stderr.String(), "topic nm exists with 1 partitions (not partitions 4)") {
 		t.Fatalf("no note of the existing topic: %s", stderr.String())
 	}
 }
@@ -144,7 +145,7 @@ func TestRunAvro(t *testing.T) {
 	reg := srfake.New()
 	t.Cleanup(reg.Close)
 	ctx := context.Background()
-	o := options{brokers: c.Brokers, topic: "nm", events: 2000, eventRate: 1000, seed: 5, partitions: 1, format: "avro", registry: reg.URL()}
+	o := options{brokers: c.Brokers, Options: produce.Options{Topic: "nm", Events: 2000, EventRate: 1000, Seed: 5, Partitions: 1, Format: "avro", Registry: reg.URL()}}
 	if err := run(ctx, o, io.Discard); err != nil {
 		t.Fatal(err)
 	}
