@@ -164,6 +164,10 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 # Tests start groups often: no initial rebalance delay.
 group.initial.rebalance.delay.ms=0
+# Time retention is checked every 10 s, not every 5 minutes: a test whose
+# topic holds records with old timestamps then fails every time, not once
+# in a while when a check falls inside it.
+log.retention.check.interval.ms=10000
 # Transactions that time out are aborted within a second, so tests of that path are quick.
 transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 EOF

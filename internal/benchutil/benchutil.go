@@ -21,8 +21,11 @@ import (
 // and waits until every partition has a leader: a client that looks a new
 // topic up too early is told it does not exist and asks again only after
 // its metadata min age (5s in kgo), which would land in a measured time.
+// The topic keeps its records forever: sinks write event-time timestamps
+// (Nexmark's are in 2025), which the broker's time retention would delete
+// under the benchmark.
 func CreateTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
-	resp, err := adm.CreateTopic(ctx, int32(partitions), 1, nil, topic)
+	resp, err := adm.CreateTopic(ctx, int32(partitions), 1, map[string]*string{"retention.ms": kadm.StringPtr("-1")}, topic)
 	if err == nil {
 		err = resp.Err
 	}

@@ -195,10 +195,23 @@ func (c *Cluster) Admin(t testing.TB) *kadm.Client {
 
 // CreateTopic creates a topic with the given partitions (replication factor 1)
 // and optional configs, and fails the test on any error.
+//
+// Unless configs set retention.ms, the topic keeps its records forever:
+// tests write records with fixed event-time timestamps (2026-01-01 and
+// the like), and the broker's time retention (7 days by default, checked
+// every 5 minutes) would otherwise delete them in the middle of a test
+// whenever its check falls there.
 func (c *Cluster) CreateTopic(t testing.TB, topic string, partitions int32, configs map[string]*string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if _, ok := configs["retention.ms"]; !ok {
+		withRetention := map[string]*string{"retention.ms": kadm.StringPtr("-1")}
+		for k, v := range configs {
+			withRetention[k] = v
+		}
+		configs = withRetention
+	}
 	adm := c.Admin(t)
 	resp, err := adm.CreateTopic(ctx, partitions, 1, configs, topic)
 	if err == nil {
