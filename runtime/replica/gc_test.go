@@ -224,12 +224,12 @@ func (s chkSamples) histogram() string {
 	return b.String()
 }
 
-// sampleChkDirs counts, every 200ms until ctx ends, the checkpoints with
+// sampleChkDirs counts, every 50ms until ctx ends, the checkpoints with
 // objects under chk-*/ (the planted leftover's aside) and reads the
 // replicas' gc backlog gauges.
 func sampleChkDirs(ctx context.Context, store *objstore.Store, rs []*testReplica) chkSamples {
 	s := chkSamples{counts: map[int]int{}}
-	tick := time.NewTicker(200 * time.Millisecond)
+	tick := time.NewTicker(50 * time.Millisecond) // a fast run (kfake, a file store) lasts a few seconds
 	defer tick.Stop()
 	for {
 		select {
