@@ -55,7 +55,8 @@ func generate(t *testing.T) []nexmark.Event {
 // kinds only (all if none), and waits for the broker to have them. The
 // records' Kafka timestamps are their write times: the jobs read the
 // event time from date_time, and the events' own times (2025) would let
-// the broker's retention delete the input's segments under the test.
+// the broker's retention delete the input's segments under the test in a
+// topic of default retention (kafkatest.CreateTopic's keep them anyway).
 func write(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic string, events []nexmark.Event, kinds ...nexmark.Kind) {
 	t.Helper()
 	cl := c.Client(t, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
