@@ -404,11 +404,10 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 
 	settings := fmt.Sprintf(devSettings, brokers[0], "file://"+filepath.ToSlash(filepath.Join(dir, "checkpoints")),
 		filepath.Join(dir, "state"), o.http)
-	noEnv := func(string) (string, bool) { return "", false }
 	var cfg *config.Config
 	if o.example.file != "" {
 		// The file's job, and the dev settings over its others.
-		if cfg, err = config.Load(config.Source{File: o.example.file, YAML: []byte(settings), Env: noEnv}); err != nil {
+		if cfg, err = config.Load(config.Source{File: o.example.file, YAML: []byte(settings), NoEnv: true}); err != nil {
 			return err
 		}
 		file := o.example.file
@@ -416,7 +415,7 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 			return err
 		}
 		o.example.file = file
-	} else if cfg, err = config.Load(config.Source{YAML: []byte(o.example.pipeline + settings), Env: noEnv}); err != nil {
+	} else if cfg, err = config.Load(config.Source{YAML: []byte(o.example.pipeline + settings), NoEnv: true}); err != nil {
 		return fmt.Errorf("embedded job: %w", err)
 	}
 

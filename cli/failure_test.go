@@ -83,7 +83,7 @@ func (j *failJob) start(ctx context.Context, id, file string) *proc {
 	t := j.t
 	t.Helper()
 	p := &proc{id: id, addr: freeAddr(t), log: &syncBuffer{}}
-	cfg, err := config.Load(config.Source{File: file, Env: func(string) (string, bool) { return "", false }})
+	cfg, err := config.Load(config.Source{File: file, NoEnv: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +369,7 @@ func TestMissingTopicsStopAtStart(t *testing.T) {
 				} else {
 					c.CreateTopic(t, j.in, 1, nil)
 				}
-				cfg, err := config.Load(config.Source{File: j.file("fail"), Env: func(string) (string, bool) { return "", false }})
+				cfg, err := config.Load(config.Source{File: j.file("fail"), NoEnv: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -406,7 +406,7 @@ func TestMissingBucketStopsAtStart(t *testing.T) {
 	j := &failJob{t: t, c: c, name: name, in: name + "-in", out: name + "-out", dir: t.TempDir()}
 	c.CreateTopic(t, j.in, 1, nil)
 	c.CreateTopic(t, j.out, 1, nil)
-	cfg, err := config.Load(config.Source{File: j.file("fail"), Env: func(string) (string, bool) { return "", false }})
+	cfg, err := config.Load(config.Source{File: j.file("fail"), NoEnv: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,10 +27,22 @@ checkpoint:
   interval: 1s
 `
 
-func noEnv(string) (string, bool) { return "", false }
-
-func envOf(m map[string]string) func(string) (string, bool) {
-	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+// setEnv makes m the only WEIR_* configuration variables for the rest of
+// the test, whatever the shell set (the test Kafka's WEIR_KAFKA_BROKERS).
+func setEnv(t *testing.T, m map[string]string) {
+	t.Helper()
+	for _, k := range config.Keys() {
+		name := config.EnvName(k)
+		if old, ok := os.LookupEnv(name); ok {
+			if err := os.Unsetenv(name); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.Setenv(name, old) })
+		}
+	}
+	for k, v := range m {
+		t.Setenv(k, v)
+	}
 }
 
 func TestLoadClicksJob(t *testing.T) {
@@ -39,7 +51,7 @@ func TestLoadClicksJob(t *testing.T) {
 	if err := os.WriteFile(path, []byte(clicksJob), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(config.Source{File: path, Env: noEnv})
+	cfg, err := config.Load(config.Source{File: path, NoEnv: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,13 +88,13 @@ func TestPrecedenceYAMLEnvFlags(t *testing.T) {
 	if err := flags.Parse([]string{"--checkpoint.interval=250ms"}); err != nil {
 		t.Fatal(err)
 	}
-	env := envOf(map[string]string{
+	setEnv(t, map[string]string{
 		"WEIR_KAFKA_BROKERS":             "a:1,b:2",
 		"WEIR_CHECKPOINT_INTERVAL":       "5s", // the flag wins
 		"WEIR_CHECKPOINT_MAX_CONCURRENT": "2",
 		"WEIR_LOG_FORMAT":                "json",
 	})
-	cfg, err := config.Load(config.Source{YAML: []byte(clicksJob), Env: env, Flags: flags})
+	cfg, err := config.Load(config.Source{YAML: []byte(clicksJob), Flags: flags})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +115,7 @@ func TestPrecedenceYAMLEnvFlags(t *testing.T) {
 func TestUnknownKeysByPath(t *testing.T) {
 	bad := strings.Replace(clicksJob, "  interval: 1s\n", "  intervall: 2s\n", 1) + "state:\n  dri: /tmp\n"
 	bad = strings.Replace(bad, "aggregate: {op: count}", "aggregate: {op: count, window: 5s}", 1)
-	_, err := config.Load(config.Source{YAML: []byte(bad), Env: noEnv})
+	_, err := config.Load(config.Source{YAML: []byte(bad), NoEnv: true})
 	if err == nil {
 		t.Fatal("unknown keys accepted")
 	}
@@ -137,7 +149,7 @@ checkpoint:
 log:
   level: loud
 `
-	_, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv})
+	_, err := config.Load(config.Source{YAML: []byte(yaml), NoEnv: true})
 	if err == nil {
 		t.Fatal("bad config accepted")
 	}
@@ -176,7 +188,7 @@ log:
 
 func TestTransactionTimeoutMustExceedCheckpoint(t *testing.T) {
 	yaml := strings.Replace(clicksJob, "delivery: exactly-once}", "delivery: exactly-once, transaction_timeout: 30s}", 1)
-	_, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv})
+	_, err := config.Load(config.Source{YAML: []byte(yaml), NoEnv: true})
 	if err == nil || !strings.Contains(err.Error(), "job.pipeline[2].sink.transaction_timeout") {
 		t.Fatalf("short transaction timeout: %v", err)
 	}
@@ -184,7 +196,7 @@ func TestTransactionTimeoutMustExceedCheckpoint(t *testing.T) {
 
 func TestMissingBrokersNamesTheVariable(t *testing.T) {
 	yaml := strings.Replace(clicksJob, "  brokers: [127.0.0.1:9092]\n", "  client_id: x\n", 1)
-	_, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv})
+	_, err := config.Load(config.Source{YAML: []byte(yaml), NoEnv: true})
 	if err == nil || !strings.Contains(err.Error(), "kafka.brokers: required") || !strings.Contains(err.Error(), "WEIR_KAFKA_BROKERS") {
 		t.Fatalf("missing brokers: %v", err)
 	}
@@ -241,8 +253,8 @@ func TestProblemsSayWhereAndWhat(t *testing.T) {
 	if err := flags.Parse([]string{"--checkpoint.timeout=30", "--http.pprof=yes"}); err != nil {
 		t.Fatal(err)
 	}
-	env := envOf(map[string]string{"WEIR_CHECKPOINT_MAX_CONCURRENT": "two"})
-	_, err := config.Load(config.Source{File: path, Env: env, Flags: flags})
+	setEnv(t, map[string]string{"WEIR_CHECKPOINT_MAX_CONCURRENT": "two"})
+	_, err := config.Load(config.Source{File: path, Flags: flags})
 	if err == nil {
 		t.Fatal("bad values accepted")
 	}
@@ -282,7 +294,7 @@ func TestYAMLSyntaxErrorAlone(t *testing.T) {
 	if err := os.WriteFile(path, []byte("job:\n  name: x\n   pipeline: [\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := config.Load(config.Source{File: path, Env: noEnv})
+	_, err := config.Load(config.Source{File: path, NoEnv: true})
 	if err == nil {
 		t.Fatal("broken YAML accepted")
 	}
@@ -296,7 +308,7 @@ func TestYAMLSyntaxErrorAlone(t *testing.T) {
 // replaces a YAML list takes the list's place.
 func TestOriginsOfValidationProblems(t *testing.T) {
 	yaml := strings.Replace(clicksJob, "[127.0.0.1:9092]", "[127.0.0.1:9092, nohostport]", 1)
-	_, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv})
+	_, err := config.Load(config.Source{YAML: []byte(yaml), NoEnv: true})
 	if err == nil || !strings.Contains(err.Error(), `yaml:9:29: kafka.brokers[1]: "nohostport" is not host:port`) {
 		t.Fatalf("want the list item's position: %v", err)
 	}
@@ -305,7 +317,7 @@ func TestOriginsOfValidationProblems(t *testing.T) {
 	if err := flags.Parse([]string{"--kafka.brokers=a:1,nohost"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = config.Load(config.Source{YAML: []byte(clicksJob), Env: noEnv, Flags: flags})
+	_, err = config.Load(config.Source{YAML: []byte(clicksJob), NoEnv: true, Flags: flags})
 	if err == nil || !strings.Contains(err.Error(), `flag --kafka.brokers: kafka.brokers[1]: "nohost" is not host:port`) {
 		t.Fatalf("want the flag: %v", err)
 	}
@@ -328,7 +340,7 @@ func TestStorageURLChecked(t *testing.T) {
 		{"ftp://host/x", `scheme "ftp" is not one of azblob, file, gs, mem, s3`},
 	} {
 		yaml := clicksJob + "  storage: \"" + tc.url + "\"\n"
-		_, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv})
+		_, err := config.Load(config.Source{YAML: []byte(yaml), NoEnv: true})
 		if err == nil || !strings.Contains(err.Error(), "checkpoint.storage: ") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("storage %q: want a problem saying %q, got %v", tc.url, tc.want, err)
 		}
@@ -338,7 +350,7 @@ func TestStorageURLChecked(t *testing.T) {
 		"gs://bucket", "azblob://c?protocol=http&domain=127.0.0.1:10000", "file:///var/lib/weir/chk", "mem://",
 	} {
 		yaml := clicksJob + "  storage: \"" + ok + "\"\n"
-		if _, err := config.Load(config.Source{YAML: []byte(yaml), Env: noEnv}); err != nil {
+		if _, err := config.Load(config.Source{YAML: []byte(yaml), NoEnv: true}); err != nil {
 			t.Errorf("storage %q refused: %v", ok, err)
 		}
 	}
@@ -358,7 +370,7 @@ kafka:
 `
 
 func TestKeyByAndParallelism(t *testing.T) {
-	cfg, err := config.Load(config.Source{YAML: []byte(viewsJob), Env: noEnv})
+	cfg, err := config.Load(config.Source{YAML: []byte(viewsJob), NoEnv: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +380,8 @@ func TestKeyByAndParallelism(t *testing.T) {
 	if cfg.Job.Parallelism != 4 || cfg.Job.MaxParallelism != 128 {
 		t.Fatalf("parallelism %d, max %d: want 4 and the default 128", cfg.Job.Parallelism, cfg.Job.MaxParallelism)
 	}
-	cfg, err = config.Load(config.Source{YAML: []byte(viewsJob), Env: envOf(map[string]string{"WEIR_JOB_PARALLELISM": "2", "WEIR_JOB_MAX_PARALLELISM": "16"})})
+	setEnv(t, map[string]string{"WEIR_JOB_PARALLELISM": "2", "WEIR_JOB_MAX_PARALLELISM": "16"})
+	cfg, err = config.Load(config.Source{YAML: []byte(viewsJob)})
 	if err != nil || cfg.Job.Parallelism != 2 || cfg.Job.MaxParallelism != 16 {
 		t.Fatalf("from the environment: %v, %+v", err, cfg.Job)
 	}
@@ -383,7 +396,7 @@ func TestKeyByAndParallelism(t *testing.T) {
 		{"parallelism: 4", "max_parallelism: 40000", "yaml:4:20: job.max_parallelism: 40000: must be between 1 and 32768"},
 		{"key_by: {field: page, parallelism: 6}", "key_by: {field: page}\n      aggregate: {op: count}", "yaml:7:7: job.pipeline[1]: must have exactly one of source, filter, map, flat_map, key_by, window, aggregate, dedupe, join, route, sink (has key_by and aggregate)"},
 	} {
-		_, err := config.Load(config.Source{YAML: []byte(strings.Replace(viewsJob, c.from, c.to, 1)), Env: noEnv})
+		_, err := config.Load(config.Source{YAML: []byte(strings.Replace(viewsJob, c.from, c.to, 1)), NoEnv: true})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v\nwant %s", c.to, err, c.want)
 		}
@@ -395,26 +408,66 @@ func TestKeyByAndParallelism(t *testing.T) {
 // a pipeline is refused at its line, by key path.
 func TestGoJob(t *testing.T) {
 	const settings = "kafka: {brokers: [127.0.0.1:9092]}\n"
-	cfg, err := config.Load(config.Source{YAML: []byte(settings), Env: noEnv, GoJob: "views-per-page-go"})
+	cfg, err := config.Load(config.Source{YAML: []byte(settings), NoEnv: true, GoJob: "views-per-page-go"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Job.Name != "views-per-page-go" || cfg.Kafka.TopicPrefix != "_weir.views-per-page-go." {
 		t.Fatalf("job %+v, topic prefix %q: want the Go job's name and the prefix derived from it", cfg.Job, cfg.Kafka.TopicPrefix)
 	}
-	if _, err := config.Load(config.Source{YAML: []byte("job: {name: views-per-page-go}\n" + settings), Env: noEnv, GoJob: "views-per-page-go"}); err != nil {
+	if _, err := config.Load(config.Source{YAML: []byte("job: {name: views-per-page-go}\n" + settings), NoEnv: true, GoJob: "views-per-page-go"}); err != nil {
 		t.Fatalf("the Go job's own name refused: %v", err)
 	}
 
-	_, err = config.Load(config.Source{YAML: []byte("job: {name: other}\n" + settings), Env: noEnv, GoJob: "views-per-page-go"})
+	_, err = config.Load(config.Source{YAML: []byte("job: {name: other}\n" + settings), NoEnv: true, GoJob: "views-per-page-go"})
 	if want := `yaml:1:13: job.name: "other", but this program runs the job "views-per-page-go" defined in Go`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("want %q, got %v", want, err)
 	}
-	_, err = config.Load(config.Source{YAML: []byte(clicksJob), Env: noEnv, GoJob: "clicks-per-user"})
+	_, err = config.Load(config.Source{YAML: []byte(clicksJob), NoEnv: true, GoJob: "clicks-per-user"})
 	if want := `yaml:5:5: job.pipeline: must be empty: this program runs the job "clicks-per-user" defined in Go`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("want %q, got %v", want, err)
 	}
 	if ps := unjoin(err); len(ps) != 1 {
 		t.Fatalf("want the pipeline's problem alone, not its steps' too: %v", err)
+	}
+}
+
+// TestEnvAndFlagLayers pins how the environment and the flags (resolved by
+// viper) sit over the YAML: an empty variable sets the empty string, and a
+// flag the user gave hides its variable, even a bad one.
+func TestEnvAndFlagLayers(t *testing.T) {
+	setEnv(t, map[string]string{
+		"WEIR_KAFKA_CLIENT_ID":           "",
+		"WEIR_CHECKPOINT_MAX_CONCURRENT": "two", // hidden by the flag
+	})
+	flags := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	for _, k := range config.Keys() {
+		flags.String(k, "", "")
+	}
+	if err := flags.Parse([]string{"--checkpoint.max_concurrent=3"}); err != nil {
+		t.Fatal(err)
+	}
+	y := strings.Replace(clicksJob, "  brokers: [127.0.0.1:9092]\n", "  brokers: [127.0.0.1:9092]\n  client_id: from-yaml\n", 1)
+	cfg, err := config.Load(config.Source{YAML: []byte(y), Flags: flags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The empty variable replaced the YAML's value (and the derived default
+	// then filled it).
+	if got := cfg.Origin("kafka.client_id"); got != "environment variable WEIR_KAFKA_CLIENT_ID" || cfg.Kafka.ClientID == "from-yaml" {
+		t.Errorf("client_id %q from %q, want the empty variable's", cfg.Kafka.ClientID, got)
+	}
+	if cfg.Checkpoint.MaxConcurrent != 3 {
+		t.Errorf("max_concurrent %d, want the flag's 3", cfg.Checkpoint.MaxConcurrent)
+	}
+	if got := cfg.Origin("checkpoint.max_concurrent"); got != "flag --checkpoint.max_concurrent" {
+		t.Errorf("origin %q", got)
+	}
+	cfg, err = config.Load(config.Source{YAML: []byte(y), NoEnv: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kafka.ClientID != "from-yaml" || cfg.Checkpoint.MaxConcurrent == 3 {
+		t.Errorf("NoEnv: client_id %q, max_concurrent %d", cfg.Kafka.ClientID, cfg.Checkpoint.MaxConcurrent)
 	}
 }

@@ -22,7 +22,7 @@ func TestValidateScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/validate", func(t *testing.T, path string) {
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			y := d.Input + "\nkafka: {brokers: [\"k:9092\"]}\n"
-			cfg, err := config.Load(config.Source{YAML: []byte(y), Env: noEnv})
+			cfg, err := config.Load(config.Source{YAML: []byte(y), NoEnv: true})
 			if err != nil {
 				return err.Error() + "\n"
 			}

@@ -24,7 +24,7 @@ func TestExprPos(t *testing.T) {
     - sink: {topic: out}
 kafka: {brokers: ["k:9092"]}
 `
-	cfg, err := config.Load(config.Source{YAML: []byte(y), Env: noEnv})
+	cfg, err := config.Load(config.Source{YAML: []byte(y), NoEnv: true})
 	if err != nil {
 		t.Fatal(err)
 	}

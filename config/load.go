@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -28,9 +30,10 @@ type Source struct {
 	// Flags are command-line flags whose names are key paths
 	// ("checkpoint.interval"); only flags the user set count.
 	Flags *pflag.FlagSet
-	// Env reads environment variables WEIR_<SECTION>_<KEY>; nil means
-	// os.LookupEnv.
-	Env func(string) (string, bool)
+	// NoEnv reads no environment variables: processor dev and tests, whose
+	// configuration must not change with the shell's WEIR_* variables.
+	// Otherwise every key path has one, WEIR_<SECTION>_<KEY> (EnvName).
+	NoEnv bool
 	// GoJob is the name of the job defined in Go (stream.Job, run by
 	// cli.Main) that the configuration is for; empty for a YAML job. The
 	// job is then the Go program's, not the configuration's: job.pipeline
@@ -100,23 +103,7 @@ func Check(src Source) (*Config, error) {
 	}
 
 	fields := scalarFields(root)
-	lookup := src.Env
-	if lookup == nil {
-		lookup = os.LookupEnv
-	}
-	for _, k := range sortedKeys(fields) {
-		env := EnvName(k)
-		if s, ok := lookup(env); ok {
-			d.text(fields[k], s, k, "environment variable "+env)
-		}
-	}
-	if src.Flags != nil {
-		src.Flags.Visit(func(f *pflag.Flag) {
-			if fv, ok := fields[f.Name]; ok {
-				d.text(fv, f.Value.String(), f.Name, "flag --"+f.Name)
-			}
-		})
-	}
+	overlay(src, fields, &d)
 
 	if src.GoJob != "" {
 		cfg.goJob = src.GoJob
@@ -420,6 +407,39 @@ func keysOf(t reflect.Type) []string {
 		}
 	}
 	return keys
+}
+
+// overlay decodes the layers above the YAML into fields: the environment
+// variables and the flags the user set, whose precedence (a flag over its
+// variable) viper resolves. The YAML is not viper's to read: it is decoded
+// from yaml.v3 nodes, so that a problem names its line and column, which
+// viper does not keep. Each value is decoded by d, with its origin.
+func overlay(src Source, fields map[string]reflect.Value, d *decoder) {
+	v := viper.NewWithOptions(viper.WithLogger(slog.New(slog.DiscardHandler)))
+	v.AllowEmptyEnv(true) // WEIR_X= sets X to "", as in the YAML
+	keys := sortedKeys(fields)
+	for _, k := range keys {
+		if !src.NoEnv {
+			_ = v.BindEnv(k, EnvName(k)) // fails only without a key
+		}
+		if src.Flags != nil {
+			if f := src.Flags.Lookup(k); f != nil {
+				_ = v.BindPFlag(k, f) // fails only for a nil flag
+			}
+		}
+	}
+	for _, k := range keys {
+		if !v.IsSet(k) {
+			continue
+		}
+		origin := "environment variable " + EnvName(k)
+		if src.Flags != nil {
+			if f := src.Flags.Lookup(k); f != nil && f.Changed {
+				origin = "flag --" + k
+			}
+		}
+		d.text(fields[k], v.GetString(k), k, origin)
+	}
 }
 
 // EnvName returns the environment variable of a key path:

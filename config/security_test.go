@@ -64,7 +64,8 @@ func TestKafkaSecurityChecked(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := config.Load(config.Source{YAML: []byte(kafkaBlock(tc.kafka)), Env: envOf(tc.env)})
+			setEnv(t, tc.env)
+			_, err := config.Load(config.Source{YAML: []byte(kafkaBlock(tc.kafka))})
 			if len(tc.want) == 0 {
 				if err != nil {
 					t.Fatalf("valid configuration refused:\n%v", err)
@@ -118,7 +119,7 @@ func TestSecretsInTheFileAreWarnedAbout(t *testing.T) {
 	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(config.Source{File: path, Env: noEnv})
+	cfg, err := config.Load(config.Source{File: path, NoEnv: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,8 @@ func TestSecretsInTheFileAreWarnedAbout(t *testing.T) {
 	}
 
 	y = kafkaBlock(`sasl: {mechanism: PLAIN, username: weir}`)
-	cfg, err = config.Load(config.Source{YAML: []byte(y), Env: envOf(map[string]string{"WEIR_KAFKA_SASL_PASSWORD": "from-env"})})
+	setEnv(t, map[string]string{"WEIR_KAFKA_SASL_PASSWORD": "from-env"})
+	cfg, err = config.Load(config.Source{YAML: []byte(y)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,8 @@ kafka:
 
 func TestLoadWindowJob(t *testing.T) {
 	for _, src := range []config.Source{
-		{YAML: []byte(windowJob), Env: noEnv},
-		{File: "../examples/views-per-page-per-minute.yaml", Env: noEnv},
+		{YAML: []byte(windowJob), NoEnv: true},
+		{File: "../examples/views-per-page-per-minute.yaml", NoEnv: true},
 	} {
 		cfg, err := config.Load(src)
 		if err != nil {
@@ -54,7 +54,7 @@ func TestLoadWindowJob(t *testing.T) {
 		}
 	}
 	// Defaults: a timestamp's format is unix_ms.
-	cfg, err := config.Load(config.Source{YAML: []byte(strings.Replace(windowJob, "field: ts, format: unix_ms", "field: ts", 1)), Env: noEnv})
+	cfg, err := config.Load(config.Source{YAML: []byte(strings.Replace(windowJob, "field: ts, format: unix_ms", "field: ts", 1)), NoEnv: true})
 	if err != nil || cfg.Job.Pipeline[0].Source.Timestamp.Format != config.TimeUnixMs {
 		t.Fatalf("default format: %v %+v", err, cfg)
 	}
@@ -67,7 +67,7 @@ func TestLoadWindowJob(t *testing.T) {
 	} {
 		y := strings.Replace(windowJob, "{type: tumbling, size: 1m, allowed_lateness: 10s, late_topic: clicks-late}", c.window, 1)
 		y = strings.Replace(y, "{op: count}", c.aggregate, 1)
-		if _, err := config.Load(config.Source{YAML: []byte(y), Env: noEnv}); err != nil {
+		if _, err := config.Load(config.Source{YAML: []byte(y), NoEnv: true}); err != nil {
 			t.Errorf("%s %s: %v", c.window, c.aggregate, err)
 		}
 	}
@@ -131,7 +131,7 @@ func TestWindowProblemsByPathAndLine(t *testing.T) {
 		if y == windowJob {
 			t.Fatalf("%q is not in the job", c.from)
 		}
-		_, err := config.Load(config.Source{YAML: []byte(y), Env: noEnv})
+		_, err := config.Load(config.Source{YAML: []byte(y), NoEnv: true})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s → %s:\n%v\nwant %s", c.from, c.to, err, c.want)
 		}

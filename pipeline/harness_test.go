@@ -88,7 +88,7 @@ func compileYAML(t *testing.T, yaml string) (*stream.Job, error) {
 		t.Fatal(err)
 	}
 	t.Chdir(dir)
-	cfg, err := config.Load(config.Source{File: "job.yaml", YAML: []byte("kafka: {brokers: [127.0.0.1:9092]}\n"), Env: func(string) (string, bool) { return "", false }})
+	cfg, err := config.Load(config.Source{File: "job.yaml", YAML: []byte("kafka: {brokers: [127.0.0.1:9092]}\n"), NoEnv: true})
 	if err != nil {
 		return nil, err
 	}

@@ -213,7 +213,7 @@ func TestCompileSourceSettings(t *testing.T) {
 // TestExampleCompiles loads examples/clicks-per-user.yaml as the processor
 // does and compiles it.
 func TestExampleCompiles(t *testing.T) {
-	cfg, err := config.Load(config.Source{File: "../examples/clicks-per-user.yaml", Env: func(string) (string, bool) { return "", false }})
+	cfg, err := config.Load(config.Source{File: "../examples/clicks-per-user.yaml", NoEnv: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -176,7 +176,7 @@ func expect(t *testing.T, what string, got []string, want ...string) {
 
 func loadExample(t *testing.T, file string) config.Job {
 	t.Helper()
-	cfg, err := config.Load(config.Source{File: file, Env: func(string) (string, bool) { return "", false }})
+	cfg, err := config.Load(config.Source{File: file, NoEnv: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,9 +52,7 @@ func TestPlan(t *testing.T) {
 				var job *stream.Job
 				in := plan.Inputs{SourcePartitions: 8, TopicPrefix: "_weir.j."}
 				if d.Cmd == "yaml" {
-					cfg, err := config.Load(config.Source{YAML: []byte(d.Input), Env: func(k string) (string, bool) {
-						return "127.0.0.1:9092", k == "WEIR_KAFKA_BROKERS"
-					}})
+					cfg, err := config.Load(config.Source{YAML: []byte(d.Input + "\nkafka: {brokers: [127.0.0.1:9092]}\n"), NoEnv: true})
 					if err != nil {
 						return "config: " + err.Error() + "\n"
 					}

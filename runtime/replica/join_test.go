@@ -147,7 +147,7 @@ func TestTableJoinCopartitioning(t *testing.T) {
 		c.CreateTopic(t, table, 3, nil)
 		c.CreateTopic(t, out, 2, nil)
 		cfg, err := config.Load(config.Source{YAML: []byte(joinYAML(job, in, table, out, c.Brokers[0], "file:///unused", t.TempDir())),
-			Env: func(string) (string, bool) { return "", false }})
+			NoEnv: true})
 		if err != nil {
 			t.Fatal(err)
 		}

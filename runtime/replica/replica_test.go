@@ -102,7 +102,7 @@ type testReplica struct {
 
 func startReplica(ctx context.Context, t *testing.T, id, yaml string) *testReplica {
 	t.Helper()
-	cfg, err := config.Load(config.Source{YAML: []byte(yaml), Env: func(string) (string, bool) { return "", false }})
+	cfg, err := config.Load(config.Source{YAML: []byte(yaml), NoEnv: true})
 	if err != nil {
 		t.Fatal(err)
 	}

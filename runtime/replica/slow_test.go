@@ -223,7 +223,7 @@ func (s *slowCount) ProcessElement(ctx *stream.Context[[]byte], _ []byte) error 
 // ends.
 func startJobReplica(ctx context.Context, t *testing.T, id, yaml string, j *stream.Job) *testReplica {
 	t.Helper()
-	cfg, err := config.Load(config.Source{YAML: []byte(yaml), Env: func(string) (string, bool) { return "", false }})
+	cfg, err := config.Load(config.Source{YAML: []byte(yaml), NoEnv: true})
 	if err != nil {
 		t.Fatal(err)
 	}
