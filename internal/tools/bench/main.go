@@ -198,6 +198,7 @@ type config struct {
 	skipRecovery   bool
 	verify         bool
 	keep           bool
+	pprof          bool
 	timeout        time.Duration
 	brokerPID      int
 	// -tls: the broker's SASL_SSL listener and TLS directory
@@ -244,6 +245,7 @@ func main() {
 	flag.BoolVar(&c.skipRecovery, "skip-recovery", false, "skip the recovery measurements")
 	flag.BoolVar(&c.verify, "verify", true, "verify the outputs (every key's counts exactly 1..n) at the end")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (job files, replica logs, state, checkpoints) and the topics")
+	flag.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler on every replica's HTTP address (http.pprof), printed as each starts: curl -o cpu.prof http://ADDR/debug/pprof/profile?seconds=10")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.IntVar(&c.brokerPID, "broker-pid", 0, "broker process whose CPU time is reported (default: the pid file of scripts/kafka.sh, if found)")
 	flag.BoolVar(&c.tls, "tls", false, "measure TLS: the raw pipe and the headline count job over plaintext and over SASL_SSL with SCRAM-SHA-512, interleaved (no latency or recovery measurements)")
@@ -1572,6 +1574,10 @@ func (j *job) start(id string) (*proc, error) {
 		"--state.dir="+filepath.Join(j.dir, "state-"+id),
 		"--http.address="+p.http,
 	)
+	if j.b.c.pprof {
+		p.cmd.Args = append(p.cmd.Args, "--http.pprof=true")
+		benchutil.Info("replica %s of %s serves its profiler at http://%s/debug/pprof/", id, j.name, p.http)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	// The job file and these flags alone configure the replica: the
 	// product reads WEIR_<SECTION>_<KEY> variables, and `kafka.sh env`
