@@ -31,8 +31,34 @@ var ErrWriterClosed = errors.New("shuffle: writer closed")
 // buffer is franz-go's default (50 000 records), past which Write blocks.
 const Linger = 5 * time.Millisecond
 
+// NewClient returns a producer for shuffle writers to share (WriterConfig's
+// Client): the writer's tuning, then opts (brokers, TLS, SASL), then the
+// manual partitioner the writers rely on. One idempotent producer keeps
+// each partition's records in the order they were produced, whichever
+// writer produced them, which is all a Writer's barrier needs.
+//
+// Sharing is what keeps the broker's cost per record low: with M = 128 key
+// groups, T upstream tasks that each had their own producer sent T
+// requests of M batches of a few records each; one producer per replica
+// sends the same records in T times fewer, fuller batches (Kafka Streams'
+// EOS v2 has one producer per thread, not per task, for the same reason).
+func NewClient(opts []kgo.Opt) (*kgo.Client, error) {
+	all := []kgo.Opt{kgo.ProducerLinger(Linger)}
+	all = append(all, opts...)
+	all = append(all, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(all...)
+	if err != nil {
+		return nil, fmt.Errorf("shuffle: producer: %w", err)
+	}
+	return cl, nil
+}
+
 // WriterConfig configures a Writer.
 type WriterConfig struct {
+	// Client is a producer shared with other writers, made by NewClient;
+	// the writer does not close it. Nil: the writer makes its own from
+	// ClientOpts and closes it with Close.
+	Client     *kgo.Client
 	ClientOpts []kgo.Opt      // base options: brokers, TLS, SASL
 	Topic      string         // the shuffle topic
 	Partitions int            // M: the topic's partition count, one per key group
@@ -48,6 +74,7 @@ type WriterConfig struct {
 // use.
 type Writer struct {
 	cl      *kgo.Client
+	own     bool // cl is the writer's: Close closes it
 	topic   string
 	m       int
 	task    kgo.RecordHeader // weir-task, shared read-only by every record
@@ -61,8 +88,8 @@ type Writer struct {
 	watermark prometheus.Counter
 }
 
-// NewWriter returns a writer for cfg. It makes a Kafka client; it does not
-// check the topic, which EnsureTopics made.
+// NewWriter returns a writer for cfg, with its own Kafka client unless
+// cfg.Client is set. It does not check the topic, which EnsureTopics made.
 func NewWriter(cfg WriterConfig) (*Writer, error) {
 	switch {
 	case cfg.Topic == "":
@@ -72,17 +99,17 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	case !cfg.Task.Valid():
 		return nil, fmt.Errorf("shuffle: writer %s: invalid task %q", cfg.Topic, cfg.Task.String())
 	}
-	// Tuning first, so that ClientOpts may override it; then what the
-	// writer's correctness rests on, which they may not.
-	opts := []kgo.Opt{kgo.ProducerLinger(Linger)}
-	opts = append(opts, cfg.ClientOpts...)
-	opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic(cfg.Topic))
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("shuffle: writer %s: %w", cfg.Topic, err)
+	cl, own := cfg.Client, false
+	if cl == nil {
+		var err error
+		if cl, err = NewClient(cfg.ClientOpts); err != nil {
+			return nil, fmt.Errorf("shuffle: writer %s: %w", cfg.Topic, err)
+		}
+		own = true
 	}
 	w := &Writer{
 		cl:        cl,
+		own:       own,
 		topic:     cfg.Topic,
 		m:         cfg.Partitions,
 		task:      kgo.RecordHeader{Key: HeaderTask, Value: []byte(cfg.Task.String())},
@@ -224,10 +251,15 @@ func (w *Writer) Watermark(ctx context.Context, wm int64, idle bool) error {
 	return nil
 }
 
-// Close fails what is not yet acknowledged and closes the client. Records
-// are durable only once a barrier's Wait returned nil.
+// Close makes every later call fail with ErrWriterClosed and, if the client
+// is the writer's own, closes it, failing what is not yet acknowledged. A
+// shared client goes on producing what the writer handed it until its owner
+// closes it. Either way records are durable only once a barrier's Wait
+// returned nil.
 func (w *Writer) Close() {
 	closed := ErrWriterClosed
 	w.err.CompareAndSwap(nil, &closed)
-	w.cl.Close()
+	if w.own {
+		w.cl.Close()
+	}
 }

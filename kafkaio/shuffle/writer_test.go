@@ -363,3 +363,110 @@ func TestNewWriterRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedClient: writers of two upstream tasks on one producer
+// (NewClient) keep each task's barriers in order with its own records in
+// every partition; one writer's Close and one writer's failure leave the
+// other writing, and neither closes the shared client.
+func TestSharedClient(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		const m, perRound = 8, 200
+		ctx, opts, topic := setup(t, c, m)
+		cl, err := shuffle.NewClient(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ws := make([]*shuffle.Writer, 2)
+		for i := range ws {
+			if ws[i], err = shuffle.NewWriter(shuffle.WriterConfig{Client: cl, Topic: topic, Partitions: m,
+				Task: control.TaskID{Stage: "up", Index: i}, Gen: 4}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Round 1: both write, interleaved, then both barrier 1. Round 2:
+		// writer 0 fails (an oversized record) and is closed; writer 1
+		// writes round 2 and barrier 2, whose Wait must succeed.
+		written := make([]int, 2)
+		write := func(i, round int) {
+			r := &kgo.Record{Key: []byte("key-" + strconv.Itoa(written[i]%53)), Value: []byte(fmt.Sprintf("%d/%d", round, written[i]))}
+			if err := ws[i].Write(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			written[i]++
+		}
+		for range perRound {
+			write(0, 1)
+			write(1, 1)
+		}
+		for i := range ws {
+			p, err := ws[i].Barrier(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ws[0].Write(ctx, &kgo.Record{Key: []byte("k"), Value: make([]byte, 2<<20)}); err != nil {
+			t.Fatal(err)
+		}
+		for ws[0].Err() == nil {
+			select {
+			case <-ctx.Done():
+				t.Fatal("the oversized record never failed")
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		ws[0].Close()
+		for range perRound {
+			write(1, 2)
+		}
+		p, err := ws[1].Barrier(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Wait(ctx); err != nil {
+			t.Fatalf("writer 1's barrier after writer 0 failed and closed: %v", err)
+		}
+		ws[1].Close()
+		if err := cl.Ping(ctx); err != nil {
+			t.Fatalf("the shared client after both writers closed: %v", err)
+		}
+
+		rd := newReader(t, ctx, opts, topic, 0, m, nil)
+		total := written[0] + written[1] + 2*m + m
+		recs := readUntil(t, ctx, rd, func(got []*kgo.Record) bool { return len(got) >= total })
+		if len(recs) != total {
+			t.Fatalf("read %d records, want %d", len(recs), total)
+		}
+		parser := shuffle.Parser{Stage: "up"}
+		barriers := [2][m]uint64{} // last barrier per upstream and partition
+		count := [2]int{}
+		for _, r := range recs {
+			meta, err := parser.Parse(r.Headers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := meta.Upstream
+			if meta.Barrier {
+				if meta.ID != barriers[u][r.Partition]+1 {
+					t.Fatalf("upstream %d partition %d: barrier %d after %d", u, r.Partition, meta.ID, barriers[u][r.Partition])
+				}
+				barriers[u][r.Partition] = meta.ID
+				continue
+			}
+			var round, seq int
+			if _, err := fmt.Sscanf(string(r.Value), "%d/%d", &round, &seq); err != nil {
+				t.Fatal(err)
+			}
+			if uint64(round) != barriers[u][r.Partition]+1 {
+				t.Fatalf("upstream %d partition %d: record %s after barrier %d", u, r.Partition, r.Value, barriers[u][r.Partition])
+			}
+			count[u]++
+		}
+		if count[0] != written[0] || count[1] != written[1] {
+			t.Fatalf("read %v records per upstream, want %v", count, written)
+		}
+	})
+}

@@ -85,6 +85,10 @@ type Replica struct {
 	// Owned by Run's goroutine.
 	gen      uint64
 	tasks    map[control.TaskID]*task.Task
+	// shuffleCl is the producer the generation's tasks share for their
+	// shuffle writes (nil: none of them writes one), closed by stopTasks
+	// once they all stopped.
+	shuffleCl *kgo.Client
 	coord    *coordRole
 	lastView membership.View
 	lastGen  *control.Generation
@@ -891,6 +895,9 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	mine := g.Assignment[r.opts.ReplicaID]
 	r.log.Info("generation", "generation", g.Gen, "restore_from", g.RestoreFrom, "tasks", len(mine))
 	start := time.Now()
+	if err := r.openShuffleClient(mine); err != nil {
+		return err
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
@@ -966,10 +973,27 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	return nil
 }
 
+// openShuffleClient makes the producer that the shuffle writers of the
+// tasks in mine share, if any of them writes a shuffle: one producer per
+// replica and generation, not one per task (shuffle.NewClient says why).
+func (r *Replica) openShuffleClient(mine []control.TaskID) error {
+	for _, id := range mine {
+		if st := r.plan.Stage(id.Stage); st != nil && len(st.Outputs) > 0 {
+			cl, err := shuffle.NewClient(r.kopts)
+			if err != nil {
+				return err
+			}
+			r.shuffleCl = cl
+			return nil
+		}
+	}
+	return nil
+}
+
 func (r *Replica) taskConfig(id control.TaskID, g control.Generation) task.Config {
 	return task.Config{
 		Job: r.opts.Job, ID: id, Gen: g.Gen, RestoreFrom: g.RestoreFrom, Skip: g.Skip,
-		Kafka: r.kopts, Prefix: r.cfg.Kafka.TopicPrefix, Store: r.store,
+		Kafka: r.kopts, Shuffle: r.shuffleCl, Prefix: r.cfg.Kafka.TopicPrefix, Store: r.store,
 		StateDir: filepath.Join(r.cfg.State.Dir, r.cfg.Job.Name, task.StateName(id)),
 		Cache:    r.cache, Acks: r.acks,
 		RecordCacheBytes:         cmp.Or(r.cfg.State.RecordCacheBytes, -1), // config: 0 is off
@@ -1089,6 +1113,9 @@ func (r *Replica) clearFailed() {
 var errTaskFailed = errors.New("replica: task failed")
 
 func (r *Replica) stopTasks(ctx context.Context) {
+	// The shared shuffle producer goes last: a stopping task's writers may
+	// still hand it records, which the restored upstream writes again.
+	defer r.closeShuffleClient()
 	if len(r.tasks) == 0 {
 		return
 	}
@@ -1105,6 +1132,16 @@ func (r *Replica) stopTasks(ctx context.Context) {
 	wg.Wait()
 	clear(r.tasks)
 	r.met.tasks.Set(0)
+}
+
+// closeShuffleClient closes the generation's shared shuffle producer, if
+// any, failing what it has not yet written: records of a generation that is
+// over, which no downstream task of a later one reads.
+func (r *Replica) closeShuffleClient() {
+	if r.shuffleCl != nil {
+		r.shuffleCl.Close()
+		r.shuffleCl = nil
+	}
 }
 
 // localTaskNames lists the tasks whose state directory exists on this

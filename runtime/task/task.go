@@ -52,6 +52,10 @@ type Config struct {
 	Skip []control.Position
 	// Kafka are the base client options (seed brokers, TLS, SASL).
 	Kafka []kgo.Opt
+	// Shuffle is the producer the task's shuffle writers share with the
+	// replica's other tasks (shuffle.NewClient), closed by its owner once
+	// every task writing to it stopped; nil: each writer makes its own.
+	Shuffle *kgo.Client
 	// Prefix is the job's prefix of transactional IDs and groups
 	// (kafka.topic_prefix).
 	Prefix string
@@ -287,7 +291,7 @@ func (t *Task) open(ctx context.Context, name string) error {
 	for _, sh := range st.Outputs {
 		i := len(specs) + sh.Edge
 		w, err := shuffle.NewWriter(shuffle.WriterConfig{
-			ClientOpts: cfg.Kafka, Topic: sh.Topic, Partitions: sh.Partitions,
+			Client: cfg.Shuffle, ClientOpts: cfg.Kafka, Topic: sh.Topic, Partitions: sh.Partitions,
 			Task: cfg.ID, Gen: cfg.Gen, Logger: t.log, Metrics: cfg.Metrics.shuffleMetrics(),
 		})
 		if err != nil {
