@@ -83,15 +83,15 @@ type Replica struct {
 	sinks   []stream.KafkaSink // the job's sinks with their defaults (sinkSpecs)
 
 	// Owned by Run's goroutine.
-	gen      uint64
-	tasks    map[control.TaskID]*task.Task
+	gen   uint64
+	tasks map[control.TaskID]*task.Task
 	// shuffleCl is the producer the generation's tasks share for their
 	// shuffle writes (nil: none of them writes one), closed by stopTasks
 	// once they all stopped.
 	shuffleCl *kgo.Client
-	coord    *coordRole
-	lastView membership.View
-	lastGen  *control.Generation
+	coord     *coordRole
+	lastView  membership.View
+	lastGen   *control.Generation
 	// failed is the job's permanent failure, from the commit topic, until
 	// a resumed or generation record follows it; loggedAt is the commit
 	// offset of the failure last logged, so that each is logged once.
