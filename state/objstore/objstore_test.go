@@ -140,8 +140,14 @@ func TestLayoutAndNames(t *testing.T) {
 	if got := fileURLDefaults("file:///tmp/x"); !strings.Contains(got, "no_tmp_dir=true") {
 		t.Errorf("file URL %q", got)
 	}
-	if got := fileURLDefaults("file:///tmp/x?no_tmp_dir="); strings.Contains(got, "true") {
-		t.Errorf("explicit setting overridden: %q", got)
+	if got := fileURLDefaults("file:///tmp/x?no_tmp_dir="); strings.Contains(got, "true") || !strings.Contains(got, "metadata=skip") {
+		t.Errorf("explicit setting overridden, or the other default missing: %q", got)
+	}
+	if got := fileURLDefaults("file:///tmp/x"); !strings.Contains(got, "metadata=skip") {
+		t.Errorf("file URL %q writes sidecars", got)
+	}
+	if got := fileURLDefaults("file:///tmp/x?metadata=&no_tmp_dir=true"); got != "file:///tmp/x?metadata=&no_tmp_dir=true" {
+		t.Errorf("explicit settings changed: %q", got)
 	}
 	if got := fileURLDefaults("s3://b?region=x"); got != "s3://b?region=x" {
 		t.Errorf("s3 URL changed: %q", got)
