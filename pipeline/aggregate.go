@@ -8,6 +8,7 @@ import (
 
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/expression"
+	"github.com/weir-stream/weir/internal/jsontext"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/stream"
 )
@@ -93,7 +94,7 @@ func (c *compiler) aggregate(path string, a *config.AggregateStep) {
 	case legacy && a.Field != "":
 		field := a.Field
 		read = func(r Rec, dst []any) []any {
-			o, _ := r.V.(map[string]any)
+			o, _ := r.object()
 			return append(dst[:0], normalize(o[field]))
 		}
 	default:
@@ -133,10 +134,10 @@ func (c *compiler) aggregate(path string, a *config.AggregateStep) {
 	}
 	fields := append([]string{"key"}, names...)
 	if args == nil {
-		c.cur = stream.Process(c.cur, name, newRunningAgg(set, fields, legacyOp, func(r Rec, dst []any) ([]any, Rec) { return read(r, dst), r }))
+		c.cur = stream.Process(c.cur, name, newRunningAgg(set, legacyOp, func(r Rec, dst []any) ([]any, Rec) { return read(r, dst), r }))
 	} else {
 		in := c.aggArgs(name, set, args, opts)
-		c.cur = stream.Process(in, name, newRunningAgg(set, fields, "", func(in aggIn, _ []any) ([]any, Rec) { return in.args, in.rec }))
+		c.cur = stream.Process(in, name, newRunningAgg(set, "", func(in aggIn, _ []any) ([]any, Rec) { return in.args, in.rec }))
 	}
 	if err := c.job.Err(); err != nil {
 		c.addJob(path, err)
@@ -282,9 +283,21 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 	// The function is shared by the tasks: evalTasks are pooled, as in
 	// compiler.transform.
 	pool := &sync.Pool{New: func() any { return &evalTask{ev: expression.NewEvaluator()} }}
+	// Only an argument's expression reads the value: counts alone leave
+	// it undecoded.
+	reads := false
+	for _, a := range args {
+		reads = reads || a.by != nil || a.prog != nil
+	}
 	return stream.Transform(c.cur, name+"-args", func(e stream.Elem, r Rec, emit func(aggIn) error) error {
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
+		if reads {
+			var err error
+			if r, err = r.decoded(); err != nil {
+				return err
+			}
+		}
 		in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
 		for i, a := range args {
 			if a.by != nil {
@@ -320,8 +333,11 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 // canonical encoding, so that the count is exact and the accumulator stays
 // small). For every record it emits {"key":…, <name>: <result so far>…}.
 type runningAgg[T any] struct {
-	set    *aggSet
-	fields []string
+	set *aggSet
+	// prefix[i] is `,"<name>":` of aggregate i: the result is written as
+	// JSON text directly (Rec.raw), as AppendJSON would write the object
+	// {"key":…, <name>: …} in the step's order, without building the map.
+	prefix [][]byte
 	split  func(in T, dst []any) ([]any, Rec)
 	// legacy is the one-aggregate form's op: its value state is
 	// "<operator>/<op>" in legacyCodec, as before named aggregates.
@@ -334,14 +350,18 @@ type runningAgg[T any] struct {
 	kbuf     []byte
 }
 
-func newRunningAgg[T any](set *aggSet, fields []string, legacy string, split func(in T, dst []any) ([]any, Rec)) func() stream.KeyedProcessFunction[T, Rec] {
+func newRunningAgg[T any](set *aggSet, legacy string, split func(in T, dst []any) ([]any, Rec)) func() stream.KeyedProcessFunction[T, Rec] {
 	// The running form keeps count_distinct in map state.
 	inMap := &aggSet{defs: slices.Clone(set.defs)}
 	for i := range inMap.defs {
 		inMap.defs[i].inMap = inMap.defs[i].op == opCountDistinct
 	}
+	prefix := make([][]byte, len(set.defs))
+	for i, d := range set.defs {
+		prefix[i] = append(jsontext.AppendText([]byte{','}, d.name), ':')
+	}
 	return func() stream.KeyedProcessFunction[T, Rec] {
-		return &runningAgg[T]{set: inMap, fields: fields, split: split, legacy: legacy, isNew: make([]bool, len(set.defs))}
+		return &runningAgg[T]{set: inMap, prefix: prefix, split: split, legacy: legacy, isNew: make([]bool, len(set.defs))}
 	}
 }
 
@@ -392,12 +412,15 @@ func (f *runningAgg[T]) ProcessElement(ctx *stream.Context[Rec], in T) error {
 	if err := f.acc.Put(acc); err != nil {
 		return err
 	}
-	v := make(map[string]any, len(f.fields))
-	v["key"] = string(ctx.Key())
+	// A new slice per result: the Rec may outlive this call.
+	out := make([]byte, 0, 16+len(ctx.Key())+12*len(f.prefix))
+	out = jsontext.Append(append(out, `{"key":`...), ctx.Key())
 	for i := range f.set.defs {
-		v[f.set.defs[i].name] = f.set.result(&acc, i)
+		if out, err = AppendJSON(append(out, f.prefix[i]...), f.set.result(&acc, i), nil); err != nil {
+			return err
+		}
 	}
-	return ctx.Emit(Rec{V: v, Fields: f.fields, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset})
+	return ctx.Emit(Rec{raw: append(out, '}'), Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset})
 }
 
 // windowAgg is the stream.AggregateFunc of a windowed aggregate: its
@@ -472,7 +495,7 @@ func newNumberField(name string) numberField { return numberField{name: name} }
 // value returns the field's value, 0 if there is none (the check let only
 // values with one through).
 func (f numberField) value(r Rec) float64 {
-	o, _ := r.V.(map[string]any)
+	o, _ := r.object() // check decoded it once already: it decodes
 	switch x := o[f.name].(type) {
 	case int64:
 		return float64(x)
@@ -483,7 +506,10 @@ func (f numberField) value(r Rec) float64 {
 }
 
 func (f numberField) check(r Rec) (bool, error) {
-	o, _ := r.V.(map[string]any)
+	o, err := r.object()
+	if err != nil {
+		return false, err
+	}
 	v, ok := o[f.name]
 	switch x := v.(type) {
 	case int64:

@@ -43,6 +43,10 @@ func (c *compiler) dedupe(path string, d *config.DedupeStep) {
 		if p == nil {
 			return emit(dedupeIn[Rec]{v: r, dk: e.Key()})
 		}
+		r, err := r.decoded() // the key expression reads the value
+		if err != nil {
+			return err
+		}
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
 		// The key is read before the element is done: t (and its buffer)

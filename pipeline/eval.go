@@ -29,12 +29,26 @@ type evalTask struct {
 // shared by the job's tasks, so evalTasks are pooled (one per task in
 // practice: a task takes one, runs fn, gives it back).
 func (c *compiler) transform(path, kind, onError, deadLetterTopic string, fn stepFunc) {
+	c.transformStep(path, kind, onError, deadLetterTopic, true, fn)
+}
+
+// transformStep is transform; decode says whether fn reads the record's
+// value, which it then gets decoded (Rec.decoded), and passes on decoded
+// if it emits it. Only a step that never reads the value as a whole (a
+// key_by on a field) sets decode false.
+func (c *compiler) transformStep(path, kind, onError, deadLetterTopic string, decode bool, fn stepFunc) {
 	opts := c.onError(path, onError, deadLetterTopic)
 	if len(c.problems) > 0 || c.cur == nil {
 		return
 	}
 	pool := &sync.Pool{New: func() any { return &evalTask{ev: expression.NewEvaluator()} }}
 	c.cur = stream.Transform(c.cur, c.opName(kind), func(e stream.Elem, r Rec, emit func(Rec) error) error {
+		if decode {
+			var err error
+			if r, err = r.decoded(); err != nil {
+				return err
+			}
+		}
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
 		return fn(t, e, r, emit)
@@ -74,6 +88,8 @@ func (c *compiler) onError(path, onError, deadLetterTopic string) []stream.Trans
 // elemVars fills v with what an expression sees of r in a stateless
 // operator: its value, the element's key, timestamp and headers, and r's
 // origin (the element's if r has none yet).
+//
+// r's value must be decoded (Rec.decoded): compiler.transform does it.
 func elemVars(v *expression.Vars, e stream.Elem, r Rec) *expression.Vars {
 	*v = expression.Vars{Value: r.V, Key: e.Key(), Timestamp: e.Timestamp(), Headers: headers(e.Headers()),
 		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}

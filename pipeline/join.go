@@ -209,6 +209,10 @@ func (sidedCodec) Decode(src []byte) (sided, error) {
 // x (written last if new): the output of a join. r's value is not
 // modified (other operators may share it).
 func withField(r Rec, field string, x any) (Rec, error) {
+	r, err := r.decoded()
+	if err != nil {
+		return r, err
+	}
 	obj, ok := r.V.(map[string]any)
 	if !ok {
 		return r, fmt.Errorf("join: the record's value is %s, not an object: only an object can get the field %q", describe(r.V), field)
@@ -243,10 +247,13 @@ func (j *tableJoin) Open(oc stream.OpenContext) error {
 
 func (j *tableJoin) ProcessElement(ctx *stream.Context[Rec], in sided) error {
 	if in.right {
+		var err error
+		if in.r, err = in.r.decoded(); err != nil {
+			return err
+		}
 		if in.r.V == nil { // a tombstone (or a JSON null): the key leaves the table
 			return j.table.Clear()
 		}
-		var err error
 		if j.buf, err = (RecCodec{}).Append(j.buf[:0], in.r); err != nil {
 			return err
 		}
@@ -262,6 +269,9 @@ func (j *tableJoin) ProcessElement(ctx *stream.Context[Rec], in sided) error {
 	var tv any
 	if ok {
 		t, err := RecCodec{}.Decode(b)
+		if err == nil {
+			t, err = t.decoded()
+		}
 		if err != nil {
 			return err
 		}
@@ -329,6 +339,10 @@ func (j *intervalJoin) Open(oc stream.OpenContext) error {
 }
 
 func (j *intervalJoin) ProcessElement(ctx *stream.Context[Rec], in sided) error {
+	var err error
+	if in.r, err = in.r.decoded(); err != nil { // both sides' values are read
+		return err
+	}
 	ts := ctx.Timestamp().UnixMilli()
 	if wm := ctx.CurrentWatermark(); !wm.IsZero() && ts < wm.UnixMilli() {
 		return nil // late: the other side's records it could join may be gone
@@ -362,7 +376,9 @@ func (j *intervalJoin) ProcessElement(ctx *stream.Context[Rec], in sided) error 
 			return false
 		}
 		var r Rec
-		r, derr = RecCodec{}.Decode(b)
+		if r, derr = (RecCodec{}).Decode(b); derr == nil {
+			r, derr = r.decoded()
+		}
 		j.matches = append(j.matches, r)
 		return derr == nil
 	})

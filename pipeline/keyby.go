@@ -83,8 +83,10 @@ func (c *compiler) keyBy(path string, k *config.KeyByStep, rest []config.Step) {
 		})
 	} else {
 		field := k.Field
-		c.transform(path, "key_by", k.OnError, k.DeadLetterTopic, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
-			key, err := fieldKey(t.buf[:0], r.V, field)
+		// The one field is read from the text if the value is not decoded:
+		// a record that only travels to its key group is never decoded.
+		c.transformStep(path, "key_by", k.OnError, k.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
+			key, err := recFieldKey(t.buf[:0], r, field)
 			if err != nil {
 				return err
 			}
@@ -105,6 +107,24 @@ func (c *compiler) keyBy(path string, k *config.KeyByStep, rest []config.Step) {
 func fieldKey(dst []byte, v any, name string) ([]byte, error) {
 	o, _ := v.(map[string]any)
 	f, ok := o[name]
+	return fieldValueKey(dst, f, ok, name)
+}
+
+// recFieldKey is fieldKey of r's value, read from its text if it is not
+// decoded (rawField: the same field DecodeJSON would give).
+func recFieldKey(dst []byte, r Rec, name string) ([]byte, error) {
+	if r.raw == nil {
+		return fieldKey(dst, r.V, name)
+	}
+	f, ok, err := rawField(r.raw, name)
+	if err != nil {
+		return nil, err
+	}
+	return fieldValueKey(dst, f, ok, name)
+}
+
+// fieldValueKey appends the key of field name's value f (ok: present).
+func fieldValueKey(dst []byte, f any, ok bool, name string) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: key_by: the value has no top-level field %q", stream.ErrDecode, name)
 	}

@@ -224,7 +224,7 @@ func (c *compiler) flush() {
 	// step is that applies it.
 	c.job.At(p.path)
 	defer c.job.At(c.site)
-	c.cur = stream.KeyBy(c.cur, recKey, append([]stream.ShuffleOption{stream.ShuffleCodec(stream.Codec[Rec](RecCodec{}))}, p.opts...)...)
+	c.cur = stream.KeyBy(c.cur, recKey, append([]stream.ShuffleOption{stream.ShuffleCodec(stream.Codec[Rec](RecCodec{Borrow: true}))}, p.opts...)...)
 	if err := c.job.Err(); err != nil {
 		c.addJob(p.path, err)
 	}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -33,6 +34,13 @@ type Rec struct {
 	// them): encoding writes those fields first, in this order, then any
 	// other field in key order. Nil: key order. Shared, never modified.
 	Fields []string
+	// raw is the value's JSON text while no step has read it: a source's
+	// or a shuffle's record value, decoded only when a step needs it
+	// (decoded), and written as is by the encoders when none did, so that
+	// a record that only travels (a key_by on a field, a count) is never
+	// decoded into maps. V and Fields are nil while raw is set; raw is
+	// never empty (an empty value is V nil).
+	raw []byte
 	// Topic, Partition and Offset are the origin of the source record the
 	// Rec came from, kept across shuffles; Topic is empty until a step
 	// needs them (elemVars then reads the stream element's).
@@ -44,10 +52,47 @@ type Rec struct {
 	key []byte
 }
 
+// decoded returns r with its value decoded, if it was not: every step that
+// reads a value calls it first (compiler.transform does for the stateless
+// steps). The text was checked when it was read (JSONCodec.Decode) or
+// written by RecCodec, so the error is for a corrupt shuffle record.
+func (r Rec) decoded() (Rec, error) {
+	if r.raw == nil {
+		return r, nil
+	}
+	v, fields, err := DecodeJSON(r.raw)
+	if err != nil {
+		return r, err
+	}
+	r.V, r.Fields, r.raw = v, fields, nil
+	return r, nil
+}
+
+// object returns r's value as an object (decoding it if need be), nil if
+// it is not one.
+func (r Rec) object() (map[string]any, error) {
+	r, err := r.decoded()
+	o, _ := r.V.(map[string]any)
+	return o, err
+}
+
+// appendValue appends r's value as JSON: its text as read if no step
+// decoded it, else V in its field order.
+func (r Rec) appendValue(dst []byte) ([]byte, error) {
+	if r.raw != nil {
+		return append(dst, r.raw...), nil
+	}
+	return AppendJSON(dst, r.V, r.Fields)
+}
+
 // RecCodec encodes a Rec for a shuffle topic: its origin, then its value as
 // JSON in its field order. Decoding keeps the field order of the value's
 // top level. It keeps no state: the tasks of a job share it.
-type RecCodec struct{}
+//
+// Decode keeps the value's JSON text undecoded (Rec.decoded decodes it
+// when a step reads it): a copy of it, or src itself if Borrow is set,
+// for a caller that never reuses src (a shuffle record's value).
+type RecCodec struct{ Borrow bool }
 
 // Append implements stream.Codec.
 func (RecCodec) Append(dst []byte, r Rec) ([]byte, error) {
@@ -55,11 +100,11 @@ func (RecCodec) Append(dst []byte, r Rec) ([]byte, error) {
 	dst = append(dst, r.Topic...)
 	dst = binary.AppendVarint(dst, int64(r.Partition))
 	dst = binary.AppendVarint(dst, r.Offset)
-	return AppendJSON(dst, r.V, r.Fields)
+	return r.appendValue(dst)
 }
 
 // Decode implements stream.Codec.
-func (RecCodec) Decode(src []byte) (Rec, error) {
+func (c RecCodec) Decode(src []byte) (Rec, error) {
 	var r Rec
 	n, k := binary.Uvarint(src)
 	if k <= 0 || uint64(len(src)-k) < n {
@@ -77,22 +122,38 @@ func (RecCodec) Decode(src []byte) (Rec, error) {
 		return r, errors.New("pipeline: a shuffled record with a bad offset")
 	}
 	r.Partition, r.Offset = int32(p), o
-	var err error
-	r.V, r.Fields, err = DecodeJSON(src[k:])
-	return r, err
+	if v := src[k:]; len(v) > 0 {
+		r.raw = borrowOrCopy(v, c.Borrow) // decoded if a step reads it (Rec.decoded)
+	}
+	return r, nil
+}
+
+func borrowOrCopy(b []byte, borrow bool) []byte {
+	if borrow {
+		return b
+	}
+	return bytes.Clone(b)
 }
 
 // JSONCodec encodes a Rec's value as JSON: the codec of sinks and dead
-// letters. Decode reads a JSON document (the source's codec).
-type JSONCodec struct{}
+// letters. Decode reads a JSON document (the source's codec); Borrow is
+// RecCodec's (the source sets it: a Kafka record's value is never reused).
+type JSONCodec struct{ Borrow bool }
 
 // Append implements stream.Codec.
-func (JSONCodec) Append(dst []byte, r Rec) ([]byte, error) { return AppendJSON(dst, r.V, r.Fields) }
+func (JSONCodec) Append(dst []byte, r Rec) ([]byte, error) { return r.appendValue(dst) }
 
-// Decode implements stream.Codec.
-func (JSONCodec) Decode(src []byte) (Rec, error) {
-	v, fields, err := DecodeJSON(src)
-	return Rec{V: v, Fields: fields}, err
+// Decode implements stream.Codec. It checks that src is one JSON document
+// (the parse that DecodeJSON does, without building the value) and keeps
+// the text: the value is built only if a step reads it (Rec.decoded).
+func (c JSONCodec) Decode(src []byte) (Rec, error) {
+	if len(src) == 0 {
+		return Rec{}, nil
+	}
+	if err := checkJSON(src); err != nil {
+		return Rec{}, err
+	}
+	return Rec{raw: borrowOrCopy(src, c.Borrow)}, nil
 }
 
 // textCodec is a raw source's codec: the value is its bytes as a string.
@@ -100,6 +161,10 @@ func (JSONCodec) Decode(src []byte) (Rec, error) {
 type textCodec struct{}
 
 func (textCodec) Append(dst []byte, r Rec) ([]byte, error) {
+	r, err := r.decoded() // a JSON string's text is written without quotes
+	if err != nil {
+		return nil, err
+	}
 	if s, ok := r.V.(string); ok {
 		return append(dst, s...), nil
 	}
@@ -174,6 +239,45 @@ func DecodeJSON(b []byte) (any, []string, error) {
 		return m, fields, nil
 	}
 	return d.value(v), nil, nil
+}
+
+// checkJSON reports whether b is what DecodeJSON accepts, without
+// building the value: the same parse, so that a record is rejected at its
+// source exactly as before decoding became lazy.
+func checkJSON(b []byte) error {
+	d := decoders.Get().(*jsonDecoder)
+	defer decoders.Put(d)
+	if _, err := d.p.ParseBytes(b); err != nil {
+		return fmt.Errorf("%w: not JSON: %v", stream.ErrDecode, err)
+	}
+	return nil
+}
+
+// rawField returns the top-level field name of the JSON object b as
+// DecodeJSON would decode it (the last one if the name repeats), and
+// whether b is an object with that field; the value is built only for that
+// field. appendFieldKey uses it to key a record without decoding it.
+func rawField(b []byte, name string) (any, bool, error) {
+	d := decoders.Get().(*jsonDecoder)
+	defer decoders.Put(d)
+	v, err := d.p.ParseBytes(b)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: not JSON: %v", stream.ErrDecode, err)
+	}
+	o, err := v.Object()
+	if err != nil {
+		return nil, false, nil
+	}
+	var f *fastjson.Value
+	o.Visit(func(k []byte, x *fastjson.Value) {
+		if string(k) == name {
+			f = x
+		}
+	})
+	if f == nil {
+		return nil, false, nil
+	}
+	return d.value(f), true, nil
 }
 
 func (d *jsonDecoder) value(v *fastjson.Value) any {

@@ -141,7 +141,13 @@ func (c *compiler) registryEncoder(path, topic, subject string, f config.Format)
 type registryCodec struct{ enc registryEncoder }
 
 // Append implements stream.Codec.
-func (a registryCodec) Append(dst []byte, r Rec) ([]byte, error) { return a.enc.Append(dst, r.V) }
+func (a registryCodec) Append(dst []byte, r Rec) ([]byte, error) {
+	r, err := r.decoded()
+	if err != nil {
+		return nil, err
+	}
+	return a.enc.Append(dst, r.V)
+}
 
 // Decode implements stream.Codec; nothing reads such a sink's records
 // back through it.

@@ -17,7 +17,7 @@ func (c *compiler) source(path string, s *config.SourceStep) {
 	if len(s.Topics) == 0 {
 		c.add(path+".topics", "required: at least one topic")
 	}
-	var codec stream.Codec[Rec] = JSONCodec{}
+	var codec stream.Codec[Rec] = JSONCodec{Borrow: true} // a Kafka value: never reused
 	switch s.Format.Type {
 	case "", config.FormatJSON:
 		src.Format = stream.FormatJSON

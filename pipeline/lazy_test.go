@@ -1,0 +1,143 @@
+package pipeline
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/weir-stream/weir/stream"
+)
+
+// lazyDocs are values whose decoding has edges: duplicate fields (the last
+// wins), escapes, numbers an int64 does not hold, nesting, non-objects.
+var lazyDocs = []string{
+	`{"page":"home","user":"u1"}`,
+	`{"page": "a\u0041\n", "n": 1}`,
+	`{"page":1,"page":2}`,
+	`{"page":-0}`, `{"page":1.50}`, `{"page":1e3}`, `{"page":12345678901234567890}`, `{"page":-9223372036854775808}`,
+	`{"page":true}`, `{"page":null}`, `{"page":{"x":1}}`, `{"page":[1,2]}`,
+	`{"other":1}`, `{}`, `[1,2]`, `"page"`, `42`, `null`,
+	` { "page" : "spaced" , "b" : [ 1 , { "c" : null } ] } `,
+}
+
+// TestRecFieldKeyMatchesDecoded: the key of `key_by: {field}` read from a
+// value's text is exactly the key of the decoded value, error or not.
+func TestRecFieldKeyMatchesDecoded(t *testing.T) {
+	for _, doc := range lazyDocs {
+		lazy, err := JSONCodec{}.Decode([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		if lazy.raw == nil {
+			t.Fatalf("%s: decoded eagerly", doc)
+		}
+		eager, err := lazy.decoded()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gerr := recFieldKey(nil, lazy, "page")
+		want, werr := fieldKey(nil, eager.V, "page")
+		if (gerr == nil) != (werr == nil) || !bytes.Equal(got, want) {
+			t.Errorf("%s: from the text %q (%v), decoded %q (%v)", doc, got, gerr, want, werr)
+		}
+		if gerr != nil && !errors.Is(gerr, stream.ErrDecode) {
+			t.Errorf("%s: %v does not wrap ErrDecode", doc, gerr)
+		}
+	}
+}
+
+// TestLazyValueRoundTrips: a value no step decoded is written as it was
+// read, through a sink and through a shuffle; once decoded it is what
+// DecodeJSON gives; RecCodec keeps the origin either way.
+func TestLazyValueRoundTrips(t *testing.T) {
+	for _, doc := range lazyDocs {
+		r, err := JSONCodec{Borrow: true}.Decode([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := JSONCodec{}.Append(nil, r)
+		if err != nil || string(out) != doc {
+			t.Fatalf("sink wrote %q (%v), want %q as read", out, err, doc)
+		}
+		r.Topic, r.Partition, r.Offset = "clicks", 3, 99
+		enc, err := RecCodec{}.Append(nil, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := RecCodec{Borrow: true}.Decode(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.Topic != "clicks" || back.Partition != 3 || back.Offset != 99 || string(back.raw) != doc {
+			t.Fatalf("shuffled %q: %+v", doc, back)
+		}
+		dec, err := back.decoded()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, fields, _ := DecodeJSON([]byte(doc))
+		if dec.raw != nil || !reflect.DeepEqual(dec.V, v) || !reflect.DeepEqual(dec.Fields, fields) {
+			t.Fatalf("%s decoded to %#v %v, want %#v %v", doc, dec.V, dec.Fields, v, fields)
+		}
+		if again, _ := dec.decoded(); !reflect.DeepEqual(again, dec) {
+			t.Fatalf("decoding twice changed %+v", dec)
+		}
+	}
+	if r, err := (JSONCodec{}).Decode(nil); err != nil || r.raw != nil || r.V != nil {
+		t.Fatalf("an empty value: %+v, %v", r, err)
+	}
+	if _, err := (JSONCodec{}).Decode([]byte(`{"a":`)); !errors.Is(err, stream.ErrDecode) {
+		t.Fatalf("malformed JSON: %v, want ErrDecode at the source", err)
+	}
+}
+
+// TestDecodeCopiesUnlessBorrowed: without Borrow, Decode keeps a copy, so
+// that a caller may reuse its buffer (state reads do); with it, src.
+func TestDecodeCopiesUnlessBorrowed(t *testing.T) {
+	buf := []byte(`{"a":1}`)
+	r, _ := JSONCodec{}.Decode(buf)
+	b, _ := JSONCodec{Borrow: true}.Decode(buf)
+	enc, _ := RecCodec{}.Append(nil, r)
+	s, _ := RecCodec{}.Decode(enc)
+	copy(buf, `{"b":2}`)
+	for i := range enc {
+		enc[i] = 0
+	}
+	if string(r.raw) != `{"a":1}` || string(s.raw) != `{"a":1}` {
+		t.Fatalf("a reused buffer changed a copied value: %q, %q", r.raw, s.raw)
+	}
+	if string(b.raw) != `{"b":2}` {
+		t.Fatalf("a borrowed value is not src: %q", b.raw)
+	}
+}
+
+// TestRecFieldKeyProperty: for random objects, the key read from the text
+// is the decoded value's.
+func TestRecFieldKeyProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		names := rapid.SliceOfN(rapid.SampledFrom([]string{"page", "user", "p", "pagé"}), 0, 5).Draw(t, "names")
+		vals := rapid.SliceOfN(rapid.SampledFrom([]string{`"x"`, `"a\"b"`, `7`, `-3.25`, `1e400`, `9007199254740993`, `null`, `{}`, `[]`, `false`}), len(names), len(names)).Draw(t, "values")
+		var doc bytes.Buffer
+		doc.WriteByte('{')
+		for i, n := range names {
+			if i > 0 {
+				doc.WriteByte(',')
+			}
+			doc.WriteString(`"` + n + `":` + vals[i])
+		}
+		doc.WriteByte('}')
+		lazy, err := JSONCodec{}.Decode(doc.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		eager, _ := lazy.decoded()
+		got, gerr := recFieldKey(nil, lazy, "page")
+		want, werr := fieldKey(nil, eager.V, "page")
+		if (gerr == nil) != (werr == nil) || !bytes.Equal(got, want) {
+			t.Fatalf("%s: from the text %q (%v), decoded %q (%v)", doc.String(), got, gerr, want, werr)
+		}
+	})
+}
