@@ -11,7 +11,8 @@ import (
 )
 
 // valveModel is the reference: the output is the maximum over time of the
-// minimum over the active inputs, each input's watermark the maximum it was
+// minimum over the active inputs, or, while every input is idle, of the
+// maximum over all inputs; each input's watermark the maximum it was
 // given; idle iff every input is idle.
 type valveModel struct {
 	wm   []int64
@@ -36,6 +37,10 @@ func (m *valveModel) step() {
 	}
 	if any {
 		m.out = max(m.out, lowest)
+	} else {
+		for _, wm := range m.wm {
+			m.out = max(m.out, wm)
+		}
 	}
 }
 

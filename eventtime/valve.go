@@ -12,8 +12,13 @@ var ErrState = errors.New("eventtime: invalid valve state")
 // Valve combines the watermarks of n inputs (Flink's StatusWatermarkValve):
 // its output is the minimum over the active inputs' watermarks, and never
 // decreases; an idle input does not hold it back. The output is idle iff
-// every input is idle, and then keeps its last value. Every input starts
-// active at MinWatermark.
+// every input is idle. When the last active input goes idle, the output
+// rises to the highest watermark of any input, as Flink's valve flushes
+// its channels: no input will advance any more, so what one input has
+// reached is what the others are held to. (Without it, inputs that went
+// idle at one instant, as the partitions of a restored task that read
+// nothing new do, left the output at the lowest of them for good, and no
+// window after it ever closed.) Every input starts active at MinWatermark.
 type Valve struct {
 	wm   []int64 // by input: the highest watermark seen
 	idle []bool  // by input
@@ -83,6 +88,19 @@ func (v *Valve) SetIdle(i int, idle bool) {
 		v.join(v.wm[i])
 	}
 	v.update()
+	if v.active == 0 {
+		v.flush()
+	}
+}
+
+// flush raises the output to the highest watermark of any input: every
+// input is idle.
+func (v *Valve) flush() {
+	for _, wm := range v.wm {
+		if wm > v.out {
+			v.out = wm
+		}
+	}
 }
 
 // Output returns the valve's watermark, and whether every input is idle.
@@ -108,7 +126,8 @@ func (v *Valve) Snapshot() ValveState {
 // partitions than when it snapshotted) cannot say which input is which: then
 // every input restarts active at the restored output, so the output neither
 // goes back nor advances before every input passed it. A state whose inputs
-// and idle flags differ in length is an error wrapping ErrState.
+// and idle flags differ in length is an error wrapping ErrState. A state
+// of every input idle flushes the output (see Valve).
 func (v *Valve) Restore(s ValveState) error {
 	if len(s.Inputs) != len(s.Idle) {
 		return fmt.Errorf("%w: %d input watermarks, %d idle flags", ErrState, len(s.Inputs), len(s.Idle))
@@ -126,6 +145,9 @@ func (v *Valve) Restore(s ValveState) error {
 	}
 	v.rescan()
 	v.update()
+	if v.active == 0 {
+		v.flush() // a state of every input idle, snapshotted without it
+	}
 	return nil
 }
 

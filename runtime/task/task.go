@@ -500,8 +500,17 @@ func (t *Task) advanceWatermark(out *emitter) error {
 	if w.current == w.sent && idle == w.sentIdle {
 		return nil
 	}
+	// An idle mark carries no watermark: a watermark that advanced as the
+	// inputs went idle (the valve's flush) goes first, so that downstream
+	// valves flush to it in turn.
+	first := idle && w.current != w.sent && w.current > eventtime.MinWatermark
 	for _, o := range t.outs {
 		if sh, ok := o.(shuffleOutput); ok {
+			if first {
+				if err := sh.w.Watermark(t.ctx, w.current, false); err != nil {
+					return fmt.Errorf("shuffle watermark: %w", err)
+				}
+			}
 			if err := sh.w.Watermark(t.ctx, w.current, idle); err != nil {
 				return fmt.Errorf("shuffle watermark: %w", err)
 			}

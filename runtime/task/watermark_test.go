@@ -95,6 +95,43 @@ func TestSourceWatermarks(t *testing.T) {
 	}
 }
 
+// TestRestoredPartitionsIdleTogether: a restored source task whose
+// partitions read nothing new goes idle on all of them at one instant (their
+// idle timeouts all run from the task's start). Its watermark must then
+// reach what the most advanced partition had reached, not stay at the
+// least advanced one's, or no window after that one ever closes (the
+// TestYAMLLanguageUnderKills stall: a table's partition at its rows' time,
+// the orders' partition far ahead, both idle after a restart).
+func TestRestoredPartitionsIdleTogether(t *testing.T) {
+	spec := stream.WatermarkSpec{MaxOutOfOrderness: 10 * time.Millisecond, IdleTimeout: time.Second}
+	now := time.UnixMilli(0)
+	w, err := newSourceWatermarks(spec, []string{"orders", "table"}, 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.observe([]*kgo.Record{{Topic: "table", Timestamp: time.UnixMilli(50)}, {Topic: "orders", Timestamp: time.UnixMilli(900)}}, now)
+	if wm, _ := w.output(now); wm != 50-11 {
+		t.Fatalf("output %d, want the table's %d", wm, 50-11)
+	}
+	w.current = 50 - 11
+	snap := w.snapshot()
+
+	r, err := newSourceWatermarks(spec, []string{"orders", "table"}, 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if wm, idle := r.output(now); wm != 50-11 || idle {
+		t.Fatalf("restored output %d idle %v, want %d, active", wm, idle, 50-11)
+	}
+	now = now.Add(1500 * time.Millisecond) // nothing read: both idle at once
+	if wm, idle := r.output(now); wm != 900-11 || !idle {
+		t.Fatalf("output %d idle %v with every partition idle, want the orders' %d, idle", wm, idle, 900-11)
+	}
+}
+
 // TestShuffleWatermarks: a downstream task's valve takes watermark records
 // by (partition, upstream) pair; idle pairs are left out, and a data
 // record makes its pair active again.
