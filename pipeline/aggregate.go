@@ -495,7 +495,7 @@ func newNumberField(name string) numberField { return numberField{name: name} }
 // value returns the field's value, 0 if there is none (the check let only
 // values with one through).
 func (f numberField) value(r Rec) float64 {
-	o, _ := r.object() // check decoded it once already: it decodes
+	o, _ := r.object() // decodes a value no step has read yet
 	switch x := o[f.name].(type) {
 	case int64:
 		return float64(x)
