@@ -39,9 +39,12 @@ const Linger = 5 * time.Millisecond
 //
 // Sharing is what keeps the broker's cost per record low: with M = 128 key
 // groups, T upstream tasks that each had their own producer sent T
-// requests of M batches of a few records each; one producer per replica
-// sends the same records in T times fewer, fuller batches (Kafka Streams'
+// requests of M batches of a few records each; a producer shared by k tasks
+// sends the same records in k times fewer, fuller batches (Kafka Streams'
 // EOS v2 has one producer per thread, not per task, for the same reason).
+// But the broker handles one connection's requests one at a time, so a
+// replica shares a few producers among its tasks, not one (the replica
+// decides how many).
 func NewClient(opts []kgo.Opt) (*kgo.Client, error) {
 	all := []kgo.Opt{kgo.ProducerLinger(Linger)}
 	all = append(all, opts...)

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,13 +86,14 @@ type Replica struct {
 	// Owned by Run's goroutine.
 	gen   uint64
 	tasks map[control.TaskID]*task.Task
-	// shuffleCl is the producer the generation's tasks share for their
-	// shuffle writes (nil: none of them writes one), closed by stopTasks
-	// once they all stopped.
-	shuffleCl *kgo.Client
-	coord     *coordRole
-	lastView  membership.View
-	lastGen   *control.Generation
+	// shuffleCls are the producers the generation's tasks share for their
+	// shuffle writes (none if no task writes one), shuffleFor each writing
+	// task's; closed by stopTasks once every task stopped.
+	shuffleCls []*kgo.Client
+	shuffleFor map[control.TaskID]*kgo.Client
+	coord      *coordRole
+	lastView   membership.View
+	lastGen    *control.Generation
 	// failed is the job's permanent failure, from the commit topic, until
 	// a resumed or generation record follows it; loggedAt is the commit
 	// offset of the failure last logged, so that each is logged once.
@@ -973,27 +975,52 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	return nil
 }
 
-// openShuffleClient makes the producer that the shuffle writers of the
-// tasks in mine share, if any of them writes a shuffle: one producer per
-// replica and generation, not one per task (shuffle.NewClient says why).
+// openShuffleClient makes the producers that the shuffle writers of the
+// tasks in mine share, if any of them writes a shuffle: shuffleProducers of
+// them per replica and generation, each writing task given one in turn.
 func (r *Replica) openShuffleClient(mine []control.TaskID) error {
+	var writers []control.TaskID
 	for _, id := range mine {
 		if st := r.plan.Stage(id.Stage); st != nil && len(st.Outputs) > 0 {
-			cl, err := shuffle.NewClient(r.kopts)
-			if err != nil {
-				return err
-			}
-			r.shuffleCl = cl
-			return nil
+			writers = append(writers, id)
 		}
 	}
+	if len(writers) == 0 {
+		return nil
+	}
+	n := shuffleProducers(len(writers), runtime.GOMAXPROCS(0))
+	for range n {
+		cl, err := shuffle.NewClient(r.kopts)
+		if err != nil {
+			r.closeShuffleClient()
+			return err
+		}
+		r.shuffleCls = append(r.shuffleCls, cl)
+	}
+	r.shuffleFor = make(map[control.TaskID]*kgo.Client, len(writers))
+	for i, id := range writers {
+		r.shuffleFor[id] = r.shuffleCls[i%n]
+	}
 	return nil
+}
+
+// shuffleProducers is how many producers the writers of a replica's
+// writing tasks share: two per core the replica may use, at most one per
+// writer. Fewer producers make fewer, fuller batches, which cost the broker
+// less per record (shuffle.NewClient), but the broker handles one
+// connection's requests one at a time, so that a single producer bounds
+// the replica's shuffle writes by one request handler (with 8 upstream
+// tasks on 2 cores, one producer gave the two-stage benchmark 185 000
+// records/s of processing, two 196 000, four 360 000 to 450 000, eight
+// 238 000; docs/benchmarks.md).
+func shuffleProducers(writers, procs int) int {
+	return max(1, min(writers, 2*procs))
 }
 
 func (r *Replica) taskConfig(id control.TaskID, g control.Generation) task.Config {
 	return task.Config{
 		Job: r.opts.Job, ID: id, Gen: g.Gen, RestoreFrom: g.RestoreFrom, Skip: g.Skip,
-		Kafka: r.kopts, Shuffle: r.shuffleCl, Prefix: r.cfg.Kafka.TopicPrefix, Store: r.store,
+		Kafka: r.kopts, Shuffle: r.shuffleFor[id], Prefix: r.cfg.Kafka.TopicPrefix, Store: r.store,
 		StateDir: filepath.Join(r.cfg.State.Dir, r.cfg.Job.Name, task.StateName(id)),
 		Cache:    r.cache, Acks: r.acks,
 		RecordCacheBytes:         cmp.Or(r.cfg.State.RecordCacheBytes, -1), // config: 0 is off
@@ -1134,14 +1161,13 @@ func (r *Replica) stopTasks(ctx context.Context) {
 	r.met.tasks.Set(0)
 }
 
-// closeShuffleClient closes the generation's shared shuffle producer, if
-// any, failing what it has not yet written: records of a generation that is
+// closeShuffleClient closes the generation's shared shuffle producers, failing what it has not yet written: records of a generation that is
 // over, which no downstream task of a later one reads.
 func (r *Replica) closeShuffleClient() {
-	if r.shuffleCl != nil {
-		r.shuffleCl.Close()
-		r.shuffleCl = nil
+	for _, cl := range r.shuffleCls {
+		cl.Close()
 	}
+	r.shuffleCls, r.shuffleFor = nil, nil
 }
 
 // localTaskNames lists the tasks whose state directory exists on this
