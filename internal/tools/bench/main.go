@@ -156,6 +156,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -178,6 +179,7 @@ import (
 	"github.com/weir-stream/weir/internal/benchutil"
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/internal/txnwatch"
+	"github.com/weir-stream/weir/kafkaio/shuffle"
 	"github.com/weir-stream/weir/keygroup"
 )
 
@@ -1802,6 +1804,10 @@ wait:
 			b.jobKind(), replicas, tr.name, b.c.records, t.wall.Round(time.Millisecond), rate, first.Sub(start).Round(time.Millisecond))
 	}
 	benchutil.Info("  CPU: replicas %v, broker %s, this process (observer) %v", t.cpu.Round(time.Millisecond), cpuString(t.brokerCPU), selfCPU.Round(time.Millisecond))
+	if read := j.scrapeSum(ctx, shuffle.MetricRecordsRead); read > 0 {
+		benchutil.Info("  shuffle: %.0f records read (%.2f per input record), %.0f dropped (%s)", read, read/float64(b.c.records),
+			j.scrapeSum(ctx, "weir_shuffle_dropped_records_total"), j.scrapeLabels(ctx, "weir_shuffle_dropped_records_total", "reason"))
+	}
 
 	// 2. Checkpoint durations over the run.
 	durs, byCoord, err := b.checkpointDurations(ctx, j.name, start, end)
@@ -1987,6 +1993,43 @@ func (j *job) scrapeSum(ctx context.Context, metric string) float64 {
 		}
 	}
 	return sum
+}
+
+// scrapeLabels sums metric over the replicas' /metrics by the value of
+// its label, as "value n, …".
+func (j *job) scrapeLabels(ctx context.Context, metric, label string) string {
+	sums := map[string]float64{}
+	for _, p := range j.running() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.http+"/metrics", nil)
+		if err != nil {
+			continue
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(data), "\n") {
+			name, val, ok := strings.Cut(line, " ")
+			if !ok || !strings.HasPrefix(name, metric+"{") {
+				continue
+			}
+			_, v, ok := strings.Cut(name, label+`="`)
+			if !ok {
+				continue
+			}
+			v, _, _ = strings.Cut(v, `"`)
+			if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+				sums[v] += f
+			}
+		}
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(sums)) {
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, sums[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // scrapeHistogram sums weir_checkpoint_duration_seconds over the replicas'
