@@ -25,7 +25,13 @@ import (
 // (Nexmark's are in 2025), which the broker's time retention would delete
 // under the benchmark.
 func CreateTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
-	resp, err := adm.CreateTopic(ctx, int32(partitions), 1, map[string]*string{"retention.ms": kadm.StringPtr("-1")}, topic)
+	return CreateTopicWith(ctx, adm, topic, partitions, map[string]*string{"retention.ms": kadm.StringPtr("-1")})
+}
+
+// CreateTopicWith is CreateTopic with the topic configuration configs: a
+// baseline's intermediate topic is given a shuffle topic's.
+func CreateTopicWith(ctx context.Context, adm *kadm.Client, topic string, partitions int, configs map[string]*string) error {
+	resp, err := adm.CreateTopic(ctx, int32(partitions), 1, configs, topic)
 	if err == nil {
 		err = resp.Err
 	}

@@ -33,17 +33,24 @@ func (e *TopicMismatchError) Error() string {
 
 func (e *TopicMismatchError) Unwrap() error { return ErrTopicMismatch }
 
-// topicConfigs are those of a shuffle topic, as Kafka Streams sets them for
-// repartition topics: records are deleted by Purge once no retained
-// checkpoint needs them, never by age (a stopped job must find its records
-// when it restarts), and segments roll often so that a purge frees disk.
-func topicConfigs() map[string]*string {
+// TopicConfigs returns the configuration of a shuffle topic, as Kafka
+// Streams sets it for repartition topics: records are deleted by Purge once
+// no retained checkpoint needs them, never by age (a stopped job must find
+// its records when it restarts), and segments roll often so that a purge
+// frees disk. Each segment's offset and time indexes are sized for its 50
+// MiB (an entry per 4 KiB of log, Kafka's index.interval.bytes, is 12 800
+// entries, 150 KiB at most), not Kafka's default 10 MiB for 1 GiB
+// segments: the broker maps both files of every partition's active
+// segment, and a job's shuffle topics have many partitions (128 per topic
+// by default).
+func TopicConfigs() map[string]*string {
 	s := func(v string) *string { return &v }
 	return map[string]*string{
-		"cleanup.policy": s("delete"),
-		"retention.ms":   s("-1"),
-		"segment.ms":     s("600000"),   // 10 minutes
-		"segment.bytes":  s("52428800"), // 50 MiB
+		"cleanup.policy":      s("delete"),
+		"retention.ms":        s("-1"),
+		"segment.ms":          s("600000"),   // 10 minutes
+		"segment.bytes":       s("52428800"), // 50 MiB
+		"segment.index.bytes": s("1048576"),  // 1 MiB
 	}
 }
 
@@ -74,7 +81,7 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, topics map[string]int, 
 			}
 			continue
 		}
-		resp, err := adm.CreateTopic(ctx, int32(want), rf, topicConfigs(), name)
+		resp, err := adm.CreateTopic(ctx, int32(want), rf, TopicConfigs(), name)
 		if err == nil {
 			err = resp.Err
 		}

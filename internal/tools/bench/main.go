@@ -809,7 +809,8 @@ func (b *bench) runTwoStage(ctx context.Context) error {
 // topic's count, -max-parallelism). Hop one, per input
 // partition: a read_committed consumer and an idempotent producer writing
 // each record, keyed by its page (decoded from the JSON value, as the
-// job's key_by does), to the partition of the page's key group. Hop two,
+// job's key_by does), to the partition of the page's key group; the topic
+// has the shuffle topic's configuration (shuffle.TopicConfigs). Hop two,
 // per task of the job's second stage (as many as input partitions): a
 // consumer of the task's contiguous range of intermediate partitions
 // (keygroup.Range) and an idempotent producer writing each record, keyed
@@ -819,7 +820,8 @@ func (b *bench) runTwoStage(ctx context.Context) error {
 func (b *bench) rawTwoHop(ctx context.Context, n int) (pass, error) {
 	mid, out := fmt.Sprintf("%s-hop%d-mid", b.id, n), fmt.Sprintf("%s-hop%d-out", b.id, n)
 	groups := b.c.maxParallelism
-	if err := benchutil.CreateTopic(ctx, b.adm, mid, groups); err != nil {
+	// The intermediate topic is configured as the job's shuffle topic is.
+	if err := benchutil.CreateTopicWith(ctx, b.adm, mid, groups, shuffle.TopicConfigs()); err != nil {
 		return pass{}, err
 	}
 	b.topics = append(b.topics, mid)
