@@ -103,7 +103,8 @@ func Compile(src string, want Type) (*Program, error) {
 	if err != nil {
 		return nil, compileError(src, err)
 	}
-	return &Program{src: src, want: want, uses: usedVars(prog.Node()), prog: prog}, nil
+	fields, ok := valueFields(checked.Node())
+	return &Program{src: src, want: want, uses: usedVars(prog.Node()), prog: prog, fields: fields, wholeValue: !ok}, nil
 }
 
 // checkResult rejects an expression whose result type is known and is not

@@ -108,7 +108,19 @@ type Program struct {
 	want Type
 	uses uses
 	prog *vm.Program
+	// fields are the top-level fields of value the expression reads, if
+	// wholeValue is false (valueFields).
+	fields     []string
+	wholeValue bool
 }
+
+// ValueFields returns the top-level fields of value that the expression
+// reads (sorted, shared: not to be modified), and whether they are all it
+// reads of value: then a value with only those fields gives the expression
+// the same result as the whole value. ok is false if the expression reads
+// value otherwise than by members with constant names (value itself,
+// len(value), value[k], $env). An expression without value reads no field.
+func (p *Program) ValueFields() (fields []string, ok bool) { return p.fields, !p.wholeValue }
 
 // Source returns the expression's source text.
 func (p *Program) Source() string { return p.src }

@@ -1,0 +1,56 @@
+package expression
+
+import (
+	"slices"
+
+	"github.com/expr-lang/expr/ast"
+)
+
+// valueFields returns the top-level fields of value that the expression n
+// (as written, before the patches) reads, sorted, and whether that is all
+// it reads of value: every use of value is a member with a constant name
+// (value.f, value?.f, value["f"]). Any other use (value itself, len(value),
+// value[k] with k computed, $env) reads the whole value: ok is false.
+func valueFields(n ast.Node) (fields []string, ok bool) {
+	members := memberVisitor{covered: map[*ast.IdentifierNode]bool{}}
+	ast.Walk(&n, &members)
+	uses := usesOfValue{covered: members.covered}
+	ast.Walk(&n, &uses)
+	if uses.whole {
+		return nil, false
+	}
+	slices.Sort(members.fields)
+	return slices.Compact(members.fields), true
+}
+
+// memberVisitor finds the members of value with a constant name.
+type memberVisitor struct {
+	covered map[*ast.IdentifierNode]bool
+	fields  []string
+}
+
+func (v *memberVisitor) Visit(n *ast.Node) {
+	m, ok := (*n).(*ast.MemberNode)
+	if !ok {
+		return
+	}
+	id, isID := m.Node.(*ast.IdentifierNode)
+	name, isName := m.Property.(*ast.StringNode)
+	if isID && isName && id.Value == "value" {
+		v.covered[id] = true
+		v.fields = append(v.fields, name.Value)
+	}
+}
+
+// usesOfValue finds a use of value other than those members, or of $env.
+type usesOfValue struct {
+	covered map[*ast.IdentifierNode]bool
+	whole   bool
+}
+
+func (v *usesOfValue) Visit(n *ast.Node) {
+	id, ok := (*n).(*ast.IdentifierNode)
+	if ok && (id.Value == "$env" || id.Value == "value" && !v.covered[id]) {
+		v.whole = true
+	}
+}

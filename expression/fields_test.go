@@ -1,0 +1,86 @@
+package expression
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+func TestValueFields(t *testing.T) {
+	for _, tc := range []struct {
+		src    string
+		fields []string
+		ok     bool
+	}{
+		{`value.amount > 0`, []string{"amount"}, true},
+		{`value.b + value.a + value.b`, []string{"a", "b"}, true},
+		{`value?.a ?? value["b c"]`, []string{"a", "b c"}, true},
+		{`value.a.b.c`, []string{"a"}, true},
+		{`all(value.items, .x > 0) && value.n > 1`, []string{"items", "n"}, true},
+		{`key + topic`, nil, true},
+		{`value`, nil, false},
+		{`len(value)`, nil, false},
+		{`value[key]`, nil, false},
+		{`value.a > 0 || value == nil`, nil, false},
+		{`$env.value.a`, nil, false},
+		{`{"p": value.page, "v": value}`, nil, false},
+	} {
+		p, err := Compile(tc.src, Any)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		want := tc.fields
+		fields, ok := p.ValueFields()
+		if ok != tc.ok || ok && !slices.Equal(fields, want) {
+			t.Errorf("%s: ValueFields() = %q, %v; want %q, %v", tc.src, fields, ok, want, tc.ok)
+		}
+	}
+}
+
+// TestValueFieldsProjection: an expression that reads only the fields
+// ValueFields names gives the same result, or the same error, on the value
+// with only those fields as on the whole value.
+func TestValueFieldsProjection(t *testing.T) {
+	exprs := []string{
+		`value.a`, `value.a > 1`, `value.a + value.b`, `value?.c ?? "none"`, `value["b"] * 2`,
+		`value.a > 0 && value.missing == nil`, `string(value.c) + key`, `value.d?.x`,
+	}
+	progs := make([]*Program, len(exprs))
+	for i, src := range exprs {
+		p, err := Compile(src, Any)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		progs[i] = p
+	}
+	field := rapid.SampledFrom([]any{nil, int64(3), int64(-1), 2.5, "s", true, map[string]any{"x": int64(1)}})
+	rapid.Check(t, func(t *rapid.T) {
+		whole := map[string]any{}
+		for _, k := range []string{"a", "b", "c", "d", "e"} {
+			if rapid.Bool().Draw(t, "has "+k) {
+				whole[k] = field.Draw(t, k)
+			}
+		}
+		i := rapid.IntRange(0, len(progs)-1).Draw(t, "expr")
+		p := progs[i]
+		fields, ok := p.ValueFields()
+		if !ok {
+			t.Fatalf("%s: reads the whole value", exprs[i])
+		}
+		part := map[string]any{}
+		for _, f := range fields {
+			if v, ok := whole[f]; ok {
+				part[f] = v
+			}
+		}
+		ev := NewEvaluator()
+		got, gerr := ev.Eval(p, &Vars{Value: part, Key: []byte("k")})
+		want, werr := ev.Eval(p, &Vars{Value: whole, Key: []byte("k")})
+		if fmt.Sprint(gerr) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s over %v: projection %v, %v; whole %v, %v", exprs[i], whole, got, gerr, want, werr)
+		}
+	})
+}
