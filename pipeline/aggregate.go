@@ -283,25 +283,24 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 	// The function is shared by the tasks: evalTasks are pooled, as in
 	// compiler.transform.
 	pool := &sync.Pool{New: func() any { return &evalTask{ev: expression.NewEvaluator()} }}
-	// Only an argument's expression reads the value: counts alone leave
-	// it undecoded.
-	reads := false
+	// Only an argument's expression reads the value, and most read a field
+	// or two of it (evalTask.view): counts alone leave it undecoded.
+	var progs []*expression.Program
 	for _, a := range args {
-		reads = reads || a.by != nil || a.prog != nil
+		progs = append(progs, a.by, a.prog)
 	}
+	rd := readsOf(progs...)
 	return stream.Transform(c.cur, name+"-args", func(e stream.Elem, r Rec, emit func(aggIn) error) error {
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
-		if reads {
-			var err error
-			if r, err = r.decoded(); err != nil {
-				return err
-			}
+		r, value, err := t.view(r, rd)
+		if err != nil {
+			return err
 		}
 		in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
 		for i, a := range args {
 			if a.by != nil {
-				by, err := t.ev.Eval(a.by, elemVars(&t.vars, e, r))
+				by, err := t.ev.Eval(a.by, elemVarsOf(&t.vars, e, r, value))
 				if err != nil {
 					return fmt.Errorf("aggregate %s: by: %w", set.defs[i].name, err)
 				}
@@ -312,7 +311,7 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 			var v any
 			if a.prog != nil {
 				var err error
-				if v, err = t.ev.Eval(a.prog, elemVars(&t.vars, e, r)); err != nil {
+				if v, err = t.ev.Eval(a.prog, elemVarsOf(&t.vars, e, r, value)); err != nil {
 					return fmt.Errorf("aggregate %s: %w", set.defs[i].name, err)
 				}
 			}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -20,6 +21,56 @@ type evalTask struct {
 	ev   *expression.Evaluator
 	vars expression.Vars
 	buf  []byte
+	proj map[string]any // view's projection, reused
+}
+
+// valueReads is what a step's expressions read of a record's value: the
+// whole value, or only some top-level fields (expression.ValueFields).
+type valueReads struct {
+	whole  bool
+	fields []string
+}
+
+// readsOf is what the programs read of the value together (nil programs
+// are skipped).
+func readsOf(progs ...*expression.Program) valueReads {
+	var rd valueReads
+	for _, p := range progs {
+		if p == nil {
+			continue
+		}
+		f, ok := p.ValueFields()
+		if !ok {
+			return valueReads{whole: true}
+		}
+		rd.fields = append(rd.fields, f...)
+	}
+	slices.Sort(rd.fields)
+	rd.fields = slices.Compact(rd.fields)
+	return rd
+}
+
+// view returns the value the step's expressions see of r: r's value if it
+// is decoded; else, for expressions that read only some fields, those
+// fields decoded from its text into t.proj (valid until the next view of
+// t; r stays undecoded, to be passed on as read); else r decoded, which
+// the step passes on. The projection's top level is never the result of
+// an expression that reads only fields of it, so reusing it is safe.
+func (t *evalTask) view(r Rec, rd valueReads) (Rec, any, error) {
+	switch {
+	case r.raw == nil:
+		return r, r.V, nil
+	case rd.whole:
+		r, err := r.decoded()
+		return r, r.V, err
+	case len(rd.fields) == 0:
+		return r, nil, nil
+	}
+	if t.proj == nil {
+		t.proj = make(map[string]any, len(rd.fields))
+	}
+	v, err := projectJSON(r.raw, rd.fields, t.proj)
+	return r, v, err
 }
 
 // transform defines the stateless operator of a step: a stream.Transform
@@ -91,7 +142,12 @@ func (c *compiler) onError(path, onError, deadLetterTopic string) []stream.Trans
 //
 // r's value must be decoded (Rec.decoded): compiler.transform does it.
 func elemVars(v *expression.Vars, e stream.Elem, r Rec) *expression.Vars {
-	*v = expression.Vars{Value: r.V, Key: e.Key(), Timestamp: e.Timestamp(), Headers: headers(e.Headers()),
+	return elemVarsOf(v, e, r, r.V)
+}
+
+// elemVarsOf is elemVars with the value the expressions see given: view's.
+func elemVarsOf(v *expression.Vars, e stream.Elem, r Rec, value any) *expression.Vars {
+	*v = expression.Vars{Value: value, Key: e.Key(), Timestamp: e.Timestamp(), Headers: headers(e.Headers()),
 		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	if r.Topic == "" {
 		v.Topic, v.Partition, v.Offset = e.Topic(), e.Partition(), e.Offset()

@@ -71,8 +71,13 @@ func (c *compiler) keyBy(path string, k *config.KeyByStep, rest []config.Step) {
 	}
 	c.checkLegacy(path, rest)
 	if p != nil {
-		c.transform(path, "key_by", k.OnError, k.DeadLetterTopic, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
-			key, err := t.ev.Key(p, elemVars(&t.vars, e, r), t.buf[:0])
+		rd := readsOf(p)
+		c.transformStep(path, "key_by", k.OnError, k.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
+			r, v, err := t.view(r, rd)
+			if err != nil {
+				return err
+			}
+			key, err := t.ev.Key(p, elemVarsOf(&t.vars, e, r, v), t.buf[:0])
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/weir-stream/weir/expression"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -140,4 +141,55 @@ func TestRecFieldKeyProperty(t *testing.T) {
 			t.Fatalf("%s: from the text %q (%v), decoded %q (%v)", doc.String(), got, gerr, want, werr)
 		}
 	})
+}
+
+// TestProjectionMatchesDecoded: for every document, what view gives an
+// expression that reads some fields has exactly those fields of the
+// decoded value (the last one of a repeated name), a non-object is the
+// decoded value, and the record stays undecoded; an expression that reads
+// the whole value gets the decoded record.
+func TestProjectionMatchesDecoded(t *testing.T) {
+	some := readsOf(mustCompile(t, `value.page`), mustCompile(t, `value.n ?? value.b`))
+	whole := readsOf(mustCompile(t, `value.page`), mustCompile(t, `len(value)`))
+	if !reflect.DeepEqual(some, valueReads{fields: []string{"b", "n", "page"}}) || !whole.whole {
+		t.Fatalf("readsOf: %+v, %+v", some, whole)
+	}
+	var task evalTask
+	for _, doc := range lazyDocs {
+		lazy, err := JSONCodec{}.Decode([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		eager, _ := lazy.decoded()
+		r, v, err := task.view(lazy, some)
+		if err != nil || r.raw == nil {
+			t.Fatalf("%s: view: %v, raw kept %v", doc, err, r.raw != nil)
+		}
+		want := eager.V
+		if o, ok := eager.V.(map[string]any); ok {
+			p := map[string]any{}
+			for _, f := range some.fields {
+				if x, ok := o[f]; ok {
+					p[f] = x
+				}
+			}
+			want = p
+		}
+		if !reflect.DeepEqual(v, want) {
+			t.Errorf("%s: projection %#v, want %#v", doc, v, want)
+		}
+		r, v, err = task.view(lazy, whole)
+		if err != nil || r.raw != nil || !reflect.DeepEqual(v, eager.V) || !reflect.DeepEqual(r.V, eager.V) {
+			t.Errorf("%s: whole view %#v (raw kept %v, %v), want %#v", doc, v, r.raw != nil, err, eager.V)
+		}
+	}
+}
+
+func mustCompile(t *testing.T, src string) *expression.Program {
+	t.Helper()
+	p, err := expression.Compile(src, expression.Any)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -46,8 +46,13 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 	if len(c.problems) > 0 {
 		return
 	}
-	c.transform(path, "map", m.OnError, m.DeadLetterTopic, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
-		vars := elemVars(&t.vars, e, r)
+	rd := readsOf(append([]*expression.Program{value, key}, fields...)...)
+	c.transformStep(path, "map", m.OnError, m.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
+		r, in, err := t.view(r, rd)
+		if err != nil {
+			return err
+		}
+		vars := elemVarsOf(&t.vars, e, r, in)
 		out := r
 		switch {
 		case value != nil:
@@ -55,7 +60,7 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 			if err != nil {
 				return fmt.Errorf("value: %w", err)
 			}
-			out.V, out.Fields = v, nil
+			out.V, out.Fields, out.raw = v, nil, nil
 		case fields != nil:
 			o := make(map[string]any, len(fields))
 			for i, p := range fields {
@@ -65,7 +70,7 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 				}
 				o[names[i]] = v
 			}
-			out.V, out.Fields = o, names
+			out.V, out.Fields, out.raw = o, names, nil
 		}
 		if key != nil {
 			k, err := t.ev.Key(key, vars, t.buf[:0])

@@ -280,6 +280,37 @@ func rawField(b []byte, name string) (any, bool, error) {
 	return d.value(f), true, nil
 }
 
+// projectJSON decodes of the JSON document b only the top-level fields
+// names, into m (emptied first): what an expression that reads only those
+// fields sees of the value (expression.Program.ValueFields), built without
+// the fields it does not read. A document that is not an object is
+// decoded whole, as DecodeJSON decodes it; an empty one is null.
+func projectJSON(b []byte, names []string, m map[string]any) (any, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	d := decoders.Get().(*jsonDecoder)
+	defer decoders.Put(d)
+	v, err := d.p.ParseBytes(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: not JSON: %v", stream.ErrDecode, err)
+	}
+	if v.Type() != fastjson.TypeObject {
+		return d.value(v), nil
+	}
+	o, _ := v.Object()
+	clear(m)
+	o.Visit(func(k []byte, x *fastjson.Value) {
+		for _, n := range names {
+			if string(k) == n {
+				m[n] = d.value(x) // the last one if the name repeats, as DecodeJSON
+				return
+			}
+		}
+	})
+	return m, nil
+}
+
 func (d *jsonDecoder) value(v *fastjson.Value) any {
 	switch v.Type() {
 	case fastjson.TypeObject:
