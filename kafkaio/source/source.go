@@ -280,7 +280,13 @@ type Source struct {
 	lifeCancel context.CancelFunc
 
 	// Owned by the goroutine that calls Next and Barrier.
-	buf         []*kgo.Record
+	buf []*kgo.Record
+	// polled is what the last poll fetched and Next has not yet returned,
+	// per partition in fetch order: Next takes all of a poll at once, so
+	// that the client starts its next fetch while the task works through
+	// this one (it fetches again only once its buffered fetch is taken),
+	// and returns it MaxBatchRecords at a time.
+	polled      []polledPartition
 	err         error // sticky: once Next or Barrier failed, both fail the same way
 	dlqPending  int   // dead letters handed over since the last flush
 	lastBarrier int64 // checkpoint of the last barrier placed
@@ -291,6 +297,14 @@ type Source struct {
 	emitted    []sourceEmitted    // barriers placed, neither completed nor aborted, ascending
 
 	commitMu sync.Mutex // serialises Complete, held across its commit request
+}
+
+// polledPartition is the part of a partition's fetch that Next has not
+// returned yet, with the offsets the fetch reported.
+type polledPartition struct {
+	p        *sourcePartition
+	recs     []*kgo.Record
+	lso, hwm int64
 }
 
 // sourceEmitted remembers a barrier's offsets until its checkpoint completes.
@@ -518,23 +532,10 @@ func (s *Source) Next(ctx context.Context) ([]*kgo.Record, error) {
 		return nil, s.err
 	}
 	for {
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return nil, ErrClosed
+		recs, err := s.takePolled()
+		if err == nil && len(recs) == 0 {
+			err = s.poll(ctx)
 		}
-		pollCtx, cancel := context.WithCancel(ctx)
-		s.pollCancel = cancel
-		s.mu.Unlock()
-
-		fetches := s.cl.PollRecords(pollCtx, s.maxBatch)
-
-		s.mu.Lock()
-		s.pollCancel = nil
-		s.mu.Unlock()
-		cancel()
-
-		recs, err := s.take(ctx, fetches)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 				s.err = err
@@ -548,12 +549,24 @@ func (s *Source) Next(ctx context.Context) ([]*kgo.Record, error) {
 	}
 }
 
-// take turns polled fetches into the next batch: it drops transaction
-// markers and rejected records, advances each partition's position past
-// everything it saw, and updates the metrics once per partition.
-func (s *Source) take(ctx context.Context, fetches kgo.Fetches) ([]*kgo.Record, error) {
-	clear(s.buf) // drop references to the previous batch's records
-	s.buf = s.buf[:0]
+// poll waits for the next fetches and keeps their records in s.polled.
+func (s *Source) poll(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	pollCtx, cancel := context.WithCancel(ctx)
+	s.pollCancel = cancel
+	s.mu.Unlock()
+
+	fetches := s.cl.PollFetches(pollCtx)
+
+	s.mu.Lock()
+	s.pollCancel = nil
+	s.mu.Unlock()
+	cancel()
+
 	for i := range fetches {
 		for j := range fetches[i].Topics {
 			ft := &fetches[i].Topics[j]
@@ -561,26 +574,52 @@ func (s *Source) take(ctx context.Context, fetches kgo.Fetches) ([]*kgo.Record, 
 				fp := &ft.Partitions[k]
 				if fp.Err != nil {
 					if err := s.fetchError(ctx, ft.Topic, fp); err != nil {
-						return nil, err
+						return err
 					}
 				}
 				p := s.parts[ft.Topic]
 				if p == nil || fp.Partition != p.partition {
 					continue // not ours (kgo's injected errors, for one)
 				}
-				if err := s.takePartition(p, fp); err != nil {
-					return nil, err
-				}
+				s.polled = append(s.polled, polledPartition{p: p, recs: fp.Records, lso: fp.LastStableOffset, hwm: fp.HighWatermark})
 			}
 		}
+	}
+	if len(s.polled) == 0 {
+		return ctx.Err() // woken with nothing: the caller's ctx ended, or a poll without records
+	}
+	return nil
+}
+
+// takePolled turns up to maxBatch polled records into the next batch: it
+// drops transaction markers and rejected records, advances each
+// partition's position past everything it took, and updates the metrics
+// once per partition and batch.
+func (s *Source) takePolled() ([]*kgo.Record, error) {
+	clear(s.buf) // drop references to the previous batch's records
+	s.buf = s.buf[:0]
+	for budget := s.maxBatch; budget > 0 && len(s.polled) > 0; {
+		pp := &s.polled[0]
+		n := min(budget, len(pp.recs))
+		if err := s.takePartition(pp.p, pp.recs[:n], pp.lso, pp.hwm); err != nil {
+			return nil, err
+		}
+		budget -= n
+		if pp.recs = pp.recs[n:]; len(pp.recs) == 0 {
+			s.polled[0] = polledPartition{}
+			s.polled = s.polled[1:]
+		}
+	}
+	if len(s.polled) == 0 {
+		s.polled = s.polled[:0:0] // let the emptied backing array go
 	}
 	return s.buf, nil
 }
 
-func (s *Source) takePartition(p *sourcePartition, fp *kgo.FetchPartition) error {
+func (s *Source) takePartition(p *sourcePartition, recs []*kgo.Record, lso, hwm int64) error {
 	next := p.next
 	var n, size int
-	for _, r := range fp.Records {
+	for _, r := range recs {
 		if r.Offset < next {
 			continue // never deliver an offset twice
 		}
@@ -607,11 +646,11 @@ func (s *Source) takePartition(p *sourcePartition, fp *kgo.FetchPartition) error
 		p.records.Add(float64(n))
 		p.bytes.Add(float64(size))
 	}
-	if fp.LastStableOffset >= 0 {
-		p.lso.Store(fp.LastStableOffset)
+	if lso >= 0 {
+		p.lso.Store(lso)
 	}
-	if fp.HighWatermark >= 0 {
-		p.hwm.Store(fp.HighWatermark)
+	if hwm >= 0 {
+		p.hwm.Store(hwm)
 	}
 	s.publishLag(p)
 	return nil

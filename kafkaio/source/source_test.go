@@ -614,3 +614,63 @@ func TestSourceNextWakes(t *testing.T) {
 		}
 	})
 }
+
+// TestSourceBatches: Next takes a whole poll from the client but returns it
+// at most MaxBatchRecords at a time, from every topic of the task, each
+// record once and in order; between two calls the positions are exactly
+// past what was returned, and the source is caught up only once it
+// returned everything.
+func TestSourceBatches(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := srcCtx(t)
+		a, b := kafkatest.Name(t, "a"), kafkatest.Name(t, "b")
+		c.CreateTopic(t, a, 1, nil)
+		c.CreateTopic(t, b, 1, nil)
+		prod := srcProducer(t, c)
+		const n = 500
+		var recs []*kgo.Record
+		for i := range n {
+			recs = append(recs, srcRec(a, 0, "a"+strconv.Itoa(i)), srcRec(b, 0, "b"+strconv.Itoa(i)))
+		}
+		srcProduce(t, ctx, prod, recs...)
+		const max = 7
+		src := srcOpen(t, ctx, c, source.Config{Topics: []string{a, b}, MaxBatchRecords: max})
+		got := map[string][]string{}
+		pos := map[string]int64{a: 0, b: 0}
+		for len(got[a])+len(got[b]) < 2*n {
+			batch, err := src.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(batch) == 0 || len(batch) > max {
+				t.Fatalf("a batch of %d records, want 1 to %d", len(batch), max)
+			}
+			for _, r := range batch {
+				if r.Offset != pos[r.Topic] {
+					t.Fatalf("%s offset %d, want %d", r.Topic, r.Offset, pos[r.Topic])
+				}
+				pos[r.Topic]++
+				got[r.Topic] = append(got[r.Topic], string(r.Value))
+			}
+			for _, topic := range []string{a, b} {
+				if off, _ := src.Positions().Lookup(topic, 0); off != pos[topic] {
+					t.Fatalf("position of %s %d after returning up to %d", topic, off, pos[topic])
+				}
+			}
+			if rest := 2*n - len(got[a]) - len(got[b]); rest > 0 && src.CaughtUp() {
+				t.Fatalf("caught up with %d records not returned", rest)
+			}
+		}
+		srcWantValues(t, a, srcRecsOf(got[a]), srcSeq("a", 0, n))
+		srcWantValues(t, b, srcRecsOf(got[b]), srcSeq("b", 0, n))
+		srcWaitCaughtUp(t, ctx, src)
+	})
+}
+
+func srcRecsOf(values []string) []*kgo.Record {
+	out := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		out[i] = &kgo.Record{Value: []byte(v)}
+	}
+	return out
+}
