@@ -125,7 +125,7 @@ func NewReader(ctx context.Context, cfg ReaderConfig) (*Reader, error) {
 	// Ahead of ClientOpts, which may override it: Kafka's default, not
 	// kgo's 5s, to bound how long a resumed partition with an unknown
 	// position waits for the fetch in flight (see Resume).
-	opts = append([]kgo.Opt{kgo.FetchMaxWait(FetchMaxWait)}, opts...)
+	opts = append([]kgo.Opt{kgo.FetchMaxWait(FetchMaxWait), kgo.MetadataMinAge(MetadataMinAge)}, opts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("shuffle: reader %s: %w", cfg.Topic, err)

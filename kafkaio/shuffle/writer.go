@@ -31,6 +31,14 @@ var ErrWriterClosed = errors.New("shuffle: writer closed")
 // buffer is franz-go's default (50 000 records), past which Write blocks.
 const Linger = 5 * time.Millisecond
 
+// MetadataMinAge is how soon a shuffle client may ask the brokers for
+// metadata again: franz-go refreshes it when a partition errs (a leader
+// moved, or a new topic's partition is not yet ready on its leader), and
+// its default of 5s held the writes of whole partitions, and with them
+// every downstream task's alignment, for seconds after a job first
+// created its shuffle topic. Kafka's Java client retries after 100ms.
+const MetadataMinAge = 250 * time.Millisecond
+
 // NewClient returns a producer for shuffle writers to share (WriterConfig's
 // Client): the writer's tuning, then opts (brokers, TLS, SASL), then the
 // manual partitioner the writers rely on. One idempotent producer keeps
@@ -46,7 +54,7 @@ const Linger = 5 * time.Millisecond
 // replica shares a few producers among its tasks, not one (the replica
 // decides how many).
 func NewClient(opts []kgo.Opt) (*kgo.Client, error) {
-	all := []kgo.Opt{kgo.ProducerLinger(Linger)}
+	all := []kgo.Opt{kgo.ProducerLinger(Linger), kgo.MetadataMinAge(MetadataMinAge)}
 	all = append(all, opts...)
 	all = append(all, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	cl, err := kgo.NewClient(all...)
