@@ -1973,6 +1973,31 @@ func (b *bench) alignTimes(ctx context.Context, jobName string, from, to time.Ti
 // replicas' /metrics; replicas not answering count 0.
 func (j *job) scrapeSum(ctx context.Context, metric string) float64 {
 	var sum float64
+	j.scrape(ctx, metric, func(_ string, v float64) { sum += v })
+	return sum
+}
+
+// scrapeLabels sums metric over the replicas' /metrics by the value of
+// its label, as "value n, …".
+func (j *job) scrapeLabels(ctx context.Context, metric, label string) string {
+	sums := map[string]float64{}
+	j.scrape(ctx, metric, func(name string, v float64) {
+		if _, l, ok := strings.Cut(name, label+`="`); ok {
+			l, _, _ = strings.Cut(l, `"`)
+			sums[l] += v
+		}
+	})
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(sums)) {
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, sums[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// scrape calls fn with each sample of metric (its name with labels, and
+// value) on every running replica's /metrics; replicas not answering are
+// left out.
+func (j *job) scrape(ctx context.Context, metric string, fn func(name string, v float64)) {
 	for _, p := range j.running() {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.http+"/metrics", nil)
 		if err != nil {
@@ -1990,48 +2015,10 @@ func (j *job) scrapeSum(ctx context.Context, metric string) float64 {
 				continue
 			}
 			if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-				sum += v
+				fn(name, v)
 			}
 		}
 	}
-	return sum
-}
-
-// scrapeLabels sums metric over the replicas' /metrics by the value of
-// its label, as "value n, …".
-func (j *job) scrapeLabels(ctx context.Context, metric, label string) string {
-	sums := map[string]float64{}
-	for _, p := range j.running() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.http+"/metrics", nil)
-		if err != nil {
-			continue
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			continue
-		}
-		data, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		for _, line := range strings.Split(string(data), "\n") {
-			name, val, ok := strings.Cut(line, " ")
-			if !ok || !strings.HasPrefix(name, metric+"{") {
-				continue
-			}
-			_, v, ok := strings.Cut(name, label+`="`)
-			if !ok {
-				continue
-			}
-			v, _, _ = strings.Cut(v, `"`)
-			if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-				sums[v] += f
-			}
-		}
-	}
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(sums)) {
-		parts = append(parts, fmt.Sprintf("%s %.0f", k, sums[k]))
-	}
-	return strings.Join(parts, ", ")
 }
 
 // scrapeHistogram sums weir_checkpoint_duration_seconds over the replicas'
