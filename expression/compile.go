@@ -104,7 +104,9 @@ func Compile(src string, want Type) (*Program, error) {
 		return nil, compileError(src, err)
 	}
 	fields, ok := valueFields(checked.Node())
-	return &Program{src: src, want: want, uses: usedVars(prog.Node()), prog: prog, fields: fields, wholeValue: !ok}, nil
+	field, isField := valueField(checked.Node())
+	return &Program{src: src, want: want, uses: usedVars(prog.Node()), prog: prog, fields: fields, wholeValue: !ok,
+		field: field, isField: isField}, nil
 }
 
 // checkResult rejects an expression whose result type is known and is not

@@ -112,6 +112,10 @@ type Program struct {
 	// wholeValue is false (valueFields).
 	fields     []string
 	wholeValue bool
+	// field is the expression's one field if it is a plain read of it
+	// (ValueField).
+	field   string
+	isField bool
 }
 
 // ValueFields returns the top-level fields of value that the expression
@@ -121,6 +125,11 @@ type Program struct {
 // value otherwise than by members with constant names (value itself,
 // len(value), value[k], $env). An expression without value reads no field.
 func (p *Program) ValueFields() (fields []string, ok bool) { return p.fields, !p.wholeValue }
+
+// ValueField returns the field f if the expression is nothing but a read
+// of it (value.f, value?.f, value["f"]): its result is then the value's
+// field f as decoded, or nil where value is an object without f.
+func (p *Program) ValueField() (f string, ok bool) { return p.field, p.isField }
 
 // Source returns the expression's source text.
 func (p *Program) Source() string { return p.src }

@@ -54,3 +54,22 @@ func (v *usesOfValue) Visit(n *ast.Node) {
 		v.whole = true
 	}
 }
+
+// valueField returns the name f if the expression n (as written) is
+// exactly a member of value with a constant name: value.f, value?.f or
+// value["f"].
+func valueField(n ast.Node) (string, bool) {
+	if c, ok := n.(*ast.ChainNode); ok {
+		n = c.Node
+	}
+	m, ok := n.(*ast.MemberNode)
+	if !ok {
+		return "", false
+	}
+	id, isID := m.Node.(*ast.IdentifierNode)
+	name, isName := m.Property.(*ast.StringNode)
+	if !isID || !isName || id.Value != "value" {
+		return "", false
+	}
+	return name.Value, true
+}

@@ -40,6 +40,44 @@ func TestValueFields(t *testing.T) {
 	}
 }
 
+// TestValueField: only a plain read of one field is one; its result is
+// that field of an object, nil where it is missing.
+func TestValueField(t *testing.T) {
+	for _, tc := range []struct {
+		src   string
+		field string
+	}{
+		{`value.amount`, "amount"},
+		{`value?.page`, "page"},
+		{`value["b c"]`, "b c"},
+		{`value.a.b`, ""},
+		{`value.a + 0`, ""},
+		{`value`, ""},
+		{`value[key]`, ""},
+		{`key`, ""},
+		{`(value.a)`, "a"},
+	} {
+		p, err := Compile(tc.src, Any)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		f, ok := p.ValueField()
+		if f != tc.field || ok != (tc.field != "") {
+			t.Errorf("%s: ValueField() = %q, %v; want %q", tc.src, f, ok, tc.field)
+		}
+		if !ok {
+			continue
+		}
+		ev := NewEvaluator()
+		for _, v := range []map[string]any{{f: "x"}, {f: int64(7)}, {"other": true}} {
+			got, err := ev.Eval(p, &Vars{Value: v})
+			if err != nil || got != v[f] {
+				t.Errorf("%s on %v: %v, %v; want %v", tc.src, v, got, err, v[f])
+			}
+		}
+	}
+}
+
 // TestValueFieldsProjection: an expression that reads only the fields
 // ValueFields names gives the same result, or the same error, on the value
 // with only those fields as on the whole value.
