@@ -258,6 +258,19 @@ func checkJSON(b []byte) error {
 // whether b is an object with that field; the value is built only for that
 // field. appendFieldKey uses it to key a record without decoding it.
 func rawField(b []byte, name string) (any, bool, error) {
+	var text []byte
+	if scanObject(b, func(k, x []byte) {
+		if string(k) == name {
+			text = x
+		}
+	}) {
+		if text == nil {
+			return nil, false, nil
+		}
+		if v, ok := scalarValue(text); ok {
+			return v, true, nil
+		}
+	}
 	d := decoders.Get().(*jsonDecoder)
 	defer decoders.Put(d)
 	v, err := d.p.ParseBytes(b)
@@ -291,6 +304,29 @@ func projectJSON(b []byte, names []string, m map[string]any) (any, error) {
 	}
 	d := decoders.Get().(*jsonDecoder)
 	defer decoders.Put(d)
+	// The fast path: the scanner finds the fields, and only a value that
+	// is not a plain scalar is parsed.
+	clear(m)
+	bad := false
+	ok := scanObject(b, func(k, x []byte) {
+		for _, n := range names {
+			if string(k) == n {
+				v, isScalar := scalarValue(x)
+				if !isScalar {
+					pv, err := d.p.ParseBytes(x)
+					bad = bad || err != nil
+					if err == nil {
+						v = d.value(pv)
+					}
+				}
+				m[n] = v // the last one if the name repeats, as DecodeJSON
+				return
+			}
+		}
+	})
+	if ok && !bad {
+		return m, nil
+	}
 	v, err := d.p.ParseBytes(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: not JSON: %v", stream.ErrDecode, err)
