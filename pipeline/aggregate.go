@@ -290,9 +290,43 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 		progs = append(progs, a.by, a.prog)
 	}
 	rd := readsOf(progs...)
+	// Arguments that are plain field reads (value.f; a count has none)
+	// are read from an undecoded value's text (scalarArgs).
+	plain := make([]string, len(args))
+	for i, a := range args {
+		if a.by != nil {
+			plain = nil
+			break
+		}
+		if a.prog == nil {
+			continue
+		}
+		f, ok := a.prog.ValueField()
+		if !ok {
+			plain = nil
+			break
+		}
+		plain[i] = f
+	}
 	return stream.Transform(c.cur, name+"-args", func(e stream.Elem, r Rec, emit func(aggIn) error) error {
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
+		if plain != nil && r.raw != nil {
+			if len(t.texts) < len(plain) {
+				t.texts = make([][]byte, len(plain))
+			}
+			in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
+			if scalarArgs(r.raw, plain, t.texts[:len(plain)], in.args) {
+				for i := range args {
+					v, err := set.defs[i].checkArg(in.args[i])
+					if err != nil {
+						return err
+					}
+					in.args[i] = v
+				}
+				return emit(in)
+			}
+		}
 		r, value, err := t.view(r, rd)
 		if err != nil {
 			return err

@@ -72,7 +72,19 @@ func (c *compiler) keyBy(path string, k *config.KeyByStep, rest []config.Step) {
 	c.checkLegacy(path, rest)
 	if p != nil {
 		rd := readsOf(p)
+		// An expression that only reads a field (value.f) keys an
+		// undecoded value by the field's text where that is the key
+		// (fieldTextKey), and runs otherwise.
+		plain, isPlain := p.ValueField()
 		c.transformStep(path, "key_by", k.OnError, k.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
+			if isPlain && r.raw != nil {
+				if key, ok := fieldTextKey(t.buf[:0], r.raw, plain); ok {
+					t.buf = key
+					r = withOrigin(e, r)
+					r.key = key
+					return emit(r)
+				}
+			}
 			r, v, err := t.view(r, rd)
 			if err != nil {
 				return err

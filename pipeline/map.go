@@ -47,7 +47,28 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 		return
 	}
 	rd := readsOf(append([]*expression.Program{value, key}, fields...)...)
+	// An object of plain field reads (value.f) is copied from the value's
+	// text, when it is undecoded: nothing is decoded but values that are
+	// not written as read (copyFields).
+	var copies []string
+	for _, p := range fields {
+		f, ok := p.ValueField()
+		if !ok {
+			copies = nil
+			break
+		}
+		copies = append(copies, f)
+	}
 	c.transformStep(path, "map", m.OnError, m.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
+		if copies != nil && key == nil && r.raw != nil {
+			if len(t.texts) < len(copies) {
+				t.texts = make([][]byte, len(copies))
+			}
+			if raw, ok := copyFields(r.raw, names, copies, t.texts[:len(copies)]); ok {
+				r.raw = raw
+				return emit(r)
+			}
+		}
 		r, in, err := t.view(r, rd)
 		if err != nil {
 			return err
