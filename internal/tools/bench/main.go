@@ -200,6 +200,7 @@ type config struct {
 	skipRecovery   bool
 	verify         bool
 	keep           bool
+	logLevel       string
 	pprof          bool
 	timeout        time.Duration
 	brokerPID      int
@@ -247,6 +248,7 @@ func main() {
 	flag.BoolVar(&c.skipRecovery, "skip-recovery", false, "skip the recovery measurements")
 	flag.BoolVar(&c.verify, "verify", true, "verify the outputs (every key's counts exactly 1..n) at the end")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (job files, replica logs, state, checkpoints) and the topics")
+	flag.StringVar(&c.logLevel, "log-level", "info", "log.level of every replica (debug shows the start-up's steps with their times; with -keep the logs stay in the work directory)")
 	flag.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler on every replica's HTTP address (http.pprof), printed as each starts: curl -o cpu.prof http://ADDR/debug/pprof/profile?seconds=10")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.IntVar(&c.brokerPID, "broker-pid", 0, "broker process whose CPU time is reported (default: the pid file of scripts/kafka.sh, if found)")
@@ -1557,8 +1559,8 @@ checkpoint:
   timeout: 1m
   storage: file://%s
 log:
-  level: info
-`, name, b.c.maxParallelism, b.in, srcFormat, keyBy, agg, j.out, strings.Join(tr.brokers, ", "), tr.yaml, b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"))
+  level: %s
+`, name, b.c.maxParallelism, b.in, srcFormat, keyBy, agg, j.out, strings.Join(tr.brokers, ", "), tr.yaml, b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"), b.c.logLevel)
 	return j, os.WriteFile(j.cfg, []byte(yaml), 0o600)
 }
 

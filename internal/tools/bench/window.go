@@ -128,8 +128,8 @@ checkpoint:
   interval: %s
   storage: file://%s
 log:
-  level: info
-`, name, input, source, steps, j.out, strings.Join(b.c.brokers, ", "), b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"))
+  level: %s
+`, name, input, source, steps, j.out, strings.Join(b.c.brokers, ", "), b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"), b.c.logLevel)
 	return j, os.WriteFile(j.cfg, []byte(yaml), 0o600)
 }
 
