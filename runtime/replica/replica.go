@@ -202,9 +202,10 @@ func (r *Replica) prepare(ctx context.Context) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	// Three independent round trips to the broker: in parallel, start-up
-	// time is what users wait for after every restart.
-	var parts int
+	// Independent round trips to the broker, in parallel: start-up time is
+	// what users wait for after every restart. The job's plan needs the
+	// input's partition count, and its shuffle topics the plan.
+	var p *plan.Plan
 	err = all(
 		func() error {
 			if err := controltopic.EnsureTopics(ctx, adm, r.topics, int16(r.cfg.Kafka.ReplicationFactor)); err != nil {
@@ -213,37 +214,23 @@ func (r *Replica) prepare(ctx context.Context) error {
 			return r.awaitControlTopics(ctx, adm)
 		},
 		func() error {
-			var err error
-			parts, err = r.inputPartitions(ctx, adm)
-			return err
+			parts, err := r.inputPartitions(ctx, adm)
+			if err != nil {
+				return err
+			}
+			p, err = plan.Build(r.opts.Job, plan.Inputs{
+				SourcePartitions: parts, Parallelism: r.cfg.Job.Parallelism, MaxParallelism: r.cfg.Job.MaxParallelism,
+				TopicPrefix: r.cfg.Kafka.TopicPrefix,
+			})
+			if err != nil {
+				return permanent{err} // the job and its configuration disagree
+			}
+			return r.ensureShuffleTopics(ctx, adm, p)
 		},
 		func() error { return r.checkSinks(ctx, adm) },
 	)
 	if err != nil {
 		return err
-	}
-	p, err := plan.Build(r.opts.Job, plan.Inputs{
-		SourcePartitions: parts, Parallelism: r.cfg.Job.Parallelism, MaxParallelism: r.cfg.Job.MaxParallelism,
-		TopicPrefix: r.cfg.Kafka.TopicPrefix,
-	})
-	if err != nil {
-		return permanent{err} // the job and its configuration disagree
-	}
-	if len(p.Shuffles) > 0 {
-		topics := make(map[string]int, len(p.Shuffles))
-		for _, sh := range p.Shuffles {
-			topics[sh.Topic] = sh.Partitions
-		}
-		err := shuffle.EnsureTopics(ctx, adm, topics, int16(r.cfg.Kafka.ReplicationFactor))
-		var ke *kerr.Error
-		if errors.Is(err, shuffle.ErrTopicMismatch) || (errors.As(err, &ke) && !ke.Retriable) {
-			// A wrong partition count, or one the brokers refuse (more
-			// than they allow, a policy, authorization): fix the settings.
-			return permanent{err}
-		}
-		if err != nil {
-			return fmt.Errorf("shuffle topics: %w", err)
-		}
 	}
 	r.plan, r.taskIDs = p, p.Tasks()
 	if r.store == nil {
@@ -265,6 +252,29 @@ func (r *Replica) prepare(ctx context.Context) error {
 	}
 	if r.cache == nil {
 		r.cache = pebble.NewCache(r.cfg.State.BlockCacheBytes)
+	}
+	return nil
+}
+
+// ensureShuffleTopics creates the shuffle topics of plan p, or checks
+// those that exist.
+func (r *Replica) ensureShuffleTopics(ctx context.Context, adm *kadm.Client, p *plan.Plan) error {
+	if len(p.Shuffles) == 0 {
+		return nil
+	}
+	topics := make(map[string]int, len(p.Shuffles))
+	for _, sh := range p.Shuffles {
+		topics[sh.Topic] = sh.Partitions
+	}
+	err := shuffle.EnsureTopics(ctx, adm, topics, int16(r.cfg.Kafka.ReplicationFactor))
+	var ke *kerr.Error
+	if errors.Is(err, shuffle.ErrTopicMismatch) || (errors.As(err, &ke) && !ke.Retriable) {
+		// A wrong partition count, or one the brokers refuse (more
+		// than they allow, a policy, authorization): fix the settings.
+		return permanent{err}
+	}
+	if err != nil {
+		return fmt.Errorf("shuffle topics: %w", err)
 	}
 	return nil
 }
@@ -924,6 +934,13 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 				return
 			}
 			r.tasks[id] = t
+			// Each task processes as soon as it is open: a source task
+			// without a sink need not wait for the sinks' fencing of the
+			// others (nothing it does needs them: the coordinator
+			// triggers a checkpoint only once every task reports running,
+			// below, and a task of a generation that fails to start is
+			// stopped with the others, its output never committed).
+			t.Run()
 		})
 	}
 	// A large restore is legitimate work, not a stall of the loop.
@@ -966,10 +983,6 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 			return fmt.Errorf("report %d tasks running: %w", len(mine), err)
 		}
 		r.log.Debug("reported tasks running", "generation", g.Gen, "tasks", len(mine), "send", time.Since(sent))
-	}
-	// Every task is open: all start processing now.
-	for _, id := range mine {
-		r.tasks[id].Run()
 	}
 	r.ready.Store(true)
 	return nil
