@@ -53,6 +53,17 @@ type ReaderConfig struct {
 // Reader fetches a range of partitions of a shuffle topic read_uncommitted,
 // with no consumer group: positions are the task's, kept in its snapshots.
 // One goroutine owns it (Poll, Pause, Resume, Seek); Close may come from any.
+//
+// Seeks and resumes are applied at the next Poll, together: one SetOffsets
+// of every partition sought since the last Poll, then one
+// ResumeFetchPartitions of every partition resumed. franz-go (v1.22.3) can
+// lose a broker's fetch loop when a session stop (SetOffsets) closely
+// follows a call that started that loop (the previous SetOffsets, or a
+// ResumeFetchPartitions while every partition was paused): the client then
+// never fetches from that broker again, though its partitions have records
+// and are not paused. A Poll's one SetOffsets comes first, and the next
+// one only after a poll has waited for a fetch (see flush and
+// TestStallAfterSeekResume); unstall remains as a safety net.
 type Reader struct {
 	cl      *kgo.Client
 	topic   string
@@ -77,6 +88,13 @@ type Reader struct {
 	// asked the broker.
 	seekAt    []time.Time
 	lastCheck time.Time
+	noUnstall bool // tests: no unstall, to see stalls
+	// What the next Poll applies (flush): seekTo the offset to give
+	// SetOffsets (-1: none), resumeDue the partitions to resume in the
+	// client; pending says whether there is any.
+	seekTo    []int64
+	resumeDue []bool
+	pending   bool
 }
 
 // NewReader checks that the topic has at least Hi partitions and starts
@@ -99,6 +117,9 @@ func NewReader(ctx context.Context, cfg ReaderConfig) (*Reader, error) {
 		paused:  make([]bool, cfg.Hi-cfg.Lo),
 		rewind:  make([]int64, cfg.Hi-cfg.Lo),
 		seekAt:  make([]time.Time, cfg.Hi-cfg.Lo),
+		seekTo:  make([]int64, cfg.Hi-cfg.Lo),
+
+		resumeDue: make([]bool, cfg.Hi-cfg.Lo),
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -106,7 +127,7 @@ func NewReader(ctx context.Context, cfg ReaderConfig) (*Reader, error) {
 	r.log = r.log.With("topic", cfg.Topic)
 	offsets := make(map[int32]kgo.Offset, cfg.Hi-cfg.Lo)
 	for p := cfg.Lo; p < cfg.Hi; p++ {
-		r.next[p-cfg.Lo], r.rewind[p-cfg.Lo] = -1, -1
+		r.next[p-cfg.Lo], r.rewind[p-cfg.Lo], r.seekTo[p-cfg.Lo] = -1, -1, -1
 		offsets[p] = kgo.NewOffset().AtStart()
 	}
 	for p, off := range cfg.Start {
@@ -190,10 +211,16 @@ func (r *Reader) clampStart(ctx context.Context, adm *kadm.Client, start map[int
 // Poll returns the next records, of one or more partitions, each partition's
 // in offset order, blocking until there are some or ctx ends. The slice is
 // reused by the next Poll. Retriable fetch errors are logged and retried;
-// others end the reader with a *ReadError.
+// others end the reader with a *ReadError. It first applies the Seeks and
+// Resumes given since the last Poll.
 func (r *Reader) Poll(ctx context.Context) ([]*kgo.Record, error) {
 	for {
-		r.unstall(ctx)
+		// unstall, which may restart the client's session too, waits
+		// for a Poll whose flush did nothing: a session stop right after
+		// a loop start is what can lose a fetch loop (see flush).
+		if !r.flush() {
+			r.unstall(ctx)
+		}
 		fs := r.cl.PollFetches(ctx)
 		r.out = r.out[:0]
 		for i := range fs {
@@ -274,27 +301,33 @@ func (r *Reader) fetchError(ctx context.Context, topic string, fp *kgo.FetchPart
 
 // Pause stops returning records of partition p (and fetching it) until
 // Resume. Records of p already fetched are not lost: they are fetched again.
+// It takes effect at once (pausing does not restart the client's session).
 func (r *Reader) Pause(p int32) {
 	i := r.index(p)
 	if r.paused[i] {
 		return
 	}
 	r.paused[i] = true
+	r.resumeDue[i] = false // a Resume since the last Poll: the client never saw it
 	r.cl.PauseFetchPartitions(map[string][]int32{r.topic: {p}})
 }
 
-// Resume lets partition p's records come again, from where Pause left them.
+// Resume lets partition p's records come again, from where Pause left them,
+// from the next Poll on.
 func (r *Reader) Resume(p int32) {
 	i := r.index(p)
 	if !r.paused[i] {
 		return
 	}
 	r.paused[i] = false
-	r.cl.ResumeFetchPartitions(map[string][]int32{r.topic: {p}})
+	r.resumeDue[i], r.pending = true, true
 	// A resumed partition is only fetched once the fetch in flight ends,
 	// which, while the other partitions are idle (as when they wait for a
 	// barrier), takes up to FetchMaxWait. Seeking to the position restarts
 	// the fetch session at once; unknown positions (nothing read yet) wait.
+	// (flush resumes after the seek, so the new session's first fetch,
+	// if it is quicker, may still miss the partition: a rare wait of up to
+	// FetchMaxWait, the price of not stopping a session after a resume.)
 	switch off := r.rewind[i]; {
 	case off >= 0:
 		r.Seek(p, off)
@@ -304,34 +337,93 @@ func (r *Reader) Resume(p int32) {
 }
 
 // Seek makes partition p's next records start at offset off; no record of p
-// fetched before the Seek is returned after it. It restarts the client's
-// fetch session, so the other partitions' buffered records are fetched
-// again too: a Seek is for releasing a held input, not for every record.
+// fetched before the Seek is returned after it. The next Poll restarts the
+// client's fetch session (once for all the Seeks since the last Poll), so
+// the other partitions' buffered records are fetched again too: a Seek is
+// for releasing a held input, not for every record.
 func (r *Reader) Seek(p int32, off int64) {
 	i := r.index(p)
 	if off < 0 {
 		panic(fmt.Sprintf("shuffle: reader %s: seek partition %d to negative offset %d", r.topic, p, off))
 	}
 	r.next[i], r.rewind[i], r.seekAt[i] = off, -1, r.now()
-	r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{r.topic: {p: {Epoch: -1, Offset: off}}})
+	r.seekTo[i], r.pending = off, true
 }
 
-// unstall re-assigns the partitions that franz-go stopped fetching after a
-// Seek. Seen on kfake and on Kafka 4.4 (franz-go v1.22.3): now and then,
-// after a SetOffsets of one partition among many with fetches in flight,
-// the client never fetches that partition again, though it has records
-// and is not paused; a downstream task then waits for a barrier behind
-// them until its checkpoint expires. So a partition that has returned no
-// record for StallAfter since its Seek is checked, at most once per
-// StallAfter for the reader: if the broker's log end is past the reader's
-// position, the partition is removed from the client and added again at
-// that position (an assignment, which makes the partition fetchable
-// whatever state its cursor was left in), counted in
-// weir_shuffle_stalled_seeks_total. A partition at the end of its log is
-// left alone until it returns a record.
+// flush applies the Seeks and Resumes given since the last Poll, before it
+// polls: no poll comes between a Seek and its SetOffsets, so no record
+// fetched before the Seek is returned after it (the client drops what it
+// had buffered, and Poll drops what lies below the position). It returns
+// whether it did anything: then unstall, whose seek would stop the session
+// right after this, waits for the next Poll.
+//
+// The order matters, for franz-go v1.22.3's source fetch loop
+// (pkg/kgo/source.go, loopFetch): a call that finds the loop stopped
+// starts a goroutine that loads the current session and only then counts
+// itself as the session's worker. If that session is stopped in between
+// (stopSession waits only for counted workers) and a new one started, the
+// new session's wake-up finds the loop still marked running and is
+// dropped, and the stale goroutine, seeing its session cancelled, marks
+// the loop stopped (hardFinish) and exits: nothing fetches for that broker
+// until something wakes the loop again, though its partitions have records
+// and are not paused. SetOffsets both stops a session and starts a loop,
+// and ResumeFetchPartitions starts one when every partition was paused, so
+// a SetOffsets right after either loses the loop now and then; one
+// SetOffsets per partition per Seek, each Resume doing ResumeFetchPartitions
+// then SetOffsets, was exactly that. Here the one session stop comes
+// first, and nothing stops the session again before the next Poll has
+// waited for a fetch.
+func (r *Reader) flush() (acted bool) {
+	if !r.pending {
+		return false
+	}
+	r.pending = false
+	var seek map[int32]kgo.EpochOffset
+	var resume []int32
+	for i := range r.seekTo {
+		p := r.lo + int32(i)
+		if off := r.seekTo[i]; off >= 0 {
+			if seek == nil {
+				seek = make(map[int32]kgo.EpochOffset)
+			}
+			seek[p] = kgo.EpochOffset{Epoch: -1, Offset: off}
+			r.seekTo[i] = -1
+		}
+		if r.resumeDue[i] {
+			resume = append(resume, p)
+			r.resumeDue[i] = false
+		}
+	}
+	if len(seek) > 0 {
+		r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{r.topic: seek})
+	}
+	if len(resume) > 0 {
+		r.cl.ResumeFetchPartitions(map[string][]int32{r.topic: resume})
+	}
+	return len(seek) > 0 || len(resume) > 0
+}
+
+// unstall is a safety net for partitions that franz-go stopped fetching
+// after a Seek, though they have records and are not paused; a downstream
+// task would then wait for a barrier behind them until its checkpoint
+// expires. The known cause, a source fetch loop lost to a session stop
+// that closely follows its start (see flush), no longer arises from the
+// reader's own calls, which flush orders; the net stays because the race
+// is in franz-go (v1.22.3) and the reader cannot rule it out (with several
+// brokers, a Poll answered by one broker does not prove that another
+// broker's loop has started). A partition that has returned no record for
+// StallAfter since its Seek is checked, at most once per StallAfter for the
+// reader: if the broker's log end is past the reader's position, the
+// partition is sought there again, counted in
+// weir_shuffle_stalled_seeks_total. The seek restarts the client's session,
+// and with it every lost fetch loop; it also re-enables a cursor franz-go
+// left waiting for an offset load. (Removing the partition and adding it
+// again, as before, lost a Seek given before the client's metadata update
+// assigned it back.) A partition at the end of its log is left alone until
+// it returns a record. Poll calls it only when flush did nothing.
 func (r *Reader) unstall(ctx context.Context) {
 	now := r.now()
-	if now.Sub(r.lastCheck) < StallAfter {
+	if r.noUnstall || now.Sub(r.lastCheck) < StallAfter {
 		return
 	}
 	var check []int32
@@ -354,26 +446,19 @@ func (r *Reader) unstall(ctx context.Context) {
 		r.log.Debug("shuffle stall check failed; trying again later", "error", err)
 		return
 	}
-	var stuck []int32
-	readd := make(map[int32]kgo.Offset)
 	for _, p := range check {
 		i := p - r.lo
 		end, ok := ends.Lookup(r.topic, p)
 		if !ok || end.Offset <= r.next[i] {
 			continue
 		}
-		r.log.Warn("shuffle partition not fetched since a seek although it has records; assigning it again",
+		r.log.Warn("shuffle partition not fetched since a seek although it has records; seeking it again",
 			"partition", p, "offset", r.next[i], "log_end", end.Offset, "since", now.Sub(r.seekAt[i]).Round(time.Millisecond))
-		stuck = append(stuck, p)
-		readd[p] = kgo.NewOffset().At(r.next[i])
 		r.seekAt[i] = now
+		r.seekTo[i], r.pending = r.next[i], true
 		r.stalled.Inc()
 	}
-	if len(stuck) == 0 {
-		return
-	}
-	r.cl.RemoveConsumePartitions(map[string][]int32{r.topic: stuck})
-	r.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{r.topic: readd})
+	r.flush()
 }
 
 // index returns the position of p in the reader's slices; a partition the
