@@ -47,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"topic"})),
 		stalled: promreg.Add(g, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricStalledSeeks,
-			Help: "Shuffle partitions a reader found not fetched after a seek, with records to read, and assigned again (a franz-go client that stopped fetching a partition after SetOffsets).",
+			Help: "Shuffle partitions a reader found not fetched for a second after a seek, with records to read, and sought again (a safety net for a franz-go fetch-loop race; it should stay at 0).",
 		}, []string{"topic"})),
 		read: promreg.Add(g, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricRecordsRead,
