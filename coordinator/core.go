@@ -257,6 +257,11 @@ func (c *Core) triggerAllowed() bool {
 	return periodic < c.cfg.MaxConcurrent
 }
 
+// NextTrigger returns when the next periodic trigger is due, and whether
+// one is scheduled: the owner may tell the core the time then (Tick)
+// rather than at its next regular tick.
+func (c *Core) NextTrigger() (time.Time, bool) { return c.nextTrigger, c.scheduled }
+
 // HasReady reports whether Ready has anything to do.
 func (c *Core) HasReady() bool {
 	o := &c.out

@@ -264,6 +264,12 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	ticker := time.NewTicker(r.opts.TickInterval)
 	defer ticker.Stop()
+	// due fires when the next periodic trigger is due, if that comes
+	// before the next tick: a trigger left to the tick would come up to a
+	// tick late, and every checkpoint interval would grow by that much
+	// (the next one is due an interval after the trigger).
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -285,6 +291,8 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.stepAck(core, m)
 		case <-ticker.C:
 			gate.tick(core, r.opts.Now())
+		case <-due.C:
+			gate.tick(core, r.opts.Now())
 		case <-gc.progress:
 			// A discard finished: a periodic trigger held back for the
 			// backlog may go now.
@@ -299,6 +307,11 @@ func (r *Runner) Run(ctx context.Context) error {
 				return err
 			}
 			core.Advance(rd)
+		}
+		if next, ok := core.NextTrigger(); ok {
+			if d := next.Sub(r.opts.Now()); d > 0 && d < r.opts.TickInterval {
+				due.Reset(d)
+			}
 		}
 	}
 }

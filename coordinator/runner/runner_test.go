@@ -354,3 +354,58 @@ func strictlyIncreasing(t *testing.T, what string, ids []uint64) {
 		}
 	}
 }
+
+// TestTriggersOnTime: a periodic trigger comes when it is due, not at the
+// runner's next tick: with ticks an hour apart, checkpoints are still
+// triggered every interval, each trigger's timestamp an interval after the
+// last one's (within scheduling slack), so intervals do not grow by a tick.
+func TestTriggersOnTime(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		e := newEnv(t, c)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		const interval = 150 * time.Millisecond
+		r := e.runnerWith(1, func(o *runner.Options) { o.TickInterval = time.Hour })
+		f := &fakeTasks{e: e}
+		f.setRunner(r)
+		f.acking.Store(true)
+		tasksCtx, stopTasks := context.WithCancel(ctx)
+		tasksDone := make(chan error, 1)
+		go func() { tasksDone <- f.run(tasksCtx) }()
+		defer func() { stopTasks(); <-tasksDone }()
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(runCtx) }()
+		assign(ctx, t, r)
+		waitFor(t, "six completed checkpoints", 30*time.Second, func() bool {
+			_, completes, _ := e.history(ctx)
+			return len(completes) >= 6
+		})
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("coordinator: %v", err)
+		}
+		h, err := controltopic.ReadHistory(ctx, e.opts, e.topics, control.TopicTrigger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ts []int64
+		for _, rec := range h.Records {
+			if m, ok := rec.Msg.(control.Trigger); ok && m.Kind == control.KindCheckpoint {
+				ts = append(ts, m.TS)
+			}
+		}
+		if len(ts) < 6 {
+			t.Fatalf("%d triggers, want at least 6", len(ts))
+		}
+		for i := 1; i < len(ts); i++ {
+			gap := time.Duration(ts[i]-ts[i-1]) * time.Millisecond
+			// A checkpoint takes longer than the interval now and then (the
+			// next waits for it: MaxConcurrent 1), so only a gap shorter
+			// than the interval, or one a tick would give, is wrong.
+			if gap < interval || gap > interval+100*time.Millisecond && gap > 2*interval {
+				t.Errorf("triggers %d and %d are %v apart, want about %v", i, i+1, gap, interval)
+			}
+		}
+	})
+}
