@@ -202,18 +202,35 @@ func (r *Replica) prepare(ctx context.Context) error {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	// Independent round trips to the broker, in parallel: start-up time is
-	// what users wait for after every restart. The job's plan needs the
-	// input's partition count, and its shuffle topics the plan.
+	// Independent round trips to the broker and the object store, in
+	// parallel: start-up time is what users wait for after every restart.
+	// The job's plan needs the input's partition count, and its shuffle
+	// topics the plan. The
+	// shuffle topics are created after the control topics: a broker makes
+	// a new topic's partitions in the order the topics were created, and
+	// those of a shuffle topic (one per key group) take it a while, which
+	// the control topics, needed first, should not wait for.
 	var p *plan.Plan
+	controlMade := make(chan struct{})
+	start := time.Now()
+	var took [4]time.Duration // control topics, plan and shuffle topics, sinks, object store
+	timed := func(i int, fn func() error) func() error {
+		return func() error {
+			err := fn()
+			took[i] = time.Since(start)
+			return err
+		}
+	}
 	err = all(
-		func() error {
-			if err := controltopic.EnsureTopics(ctx, adm, r.topics, int16(r.cfg.Kafka.ReplicationFactor)); err != nil {
+		timed(0, func() error {
+			err := controltopic.EnsureTopics(ctx, adm, r.topics, int16(r.cfg.Kafka.ReplicationFactor))
+			close(controlMade)
+			if err != nil {
 				return err
 			}
 			return r.awaitControlTopics(ctx, adm)
-		},
-		func() error {
+		}),
+		timed(1, func() error {
 			parts, err := r.inputPartitions(ctx, adm)
 			if err != nil {
 				return err
@@ -225,24 +242,29 @@ func (r *Replica) prepare(ctx context.Context) error {
 			if err != nil {
 				return permanent{err} // the job and its configuration disagree
 			}
+			<-controlMade
 			return r.ensureShuffleTopics(ctx, adm, p)
-		},
-		func() error { return r.checkSinks(ctx, adm) },
+		}),
+		timed(2, func() error { return r.checkSinks(ctx, adm) }),
+		timed(3, func() error {
+			if r.store != nil {
+				return nil
+			}
+			st, err := objstore.Open(ctx, r.cfg.Checkpoint.Storage, r.cfg.Job.Name, objstore.Options{Logger: r.log})
+			if errors.Is(err, objstore.ErrPermanent) {
+				return permanent{err} // no such bucket, access denied, a bad URL
+			}
+			if err == nil {
+				r.store = st
+			}
+			return err
+		}),
 	)
 	if err != nil {
 		return err
 	}
+	r.log.Debug("prepared", "control_topics", took[0], "plan_and_shuffle_topics", took[1], "sinks", took[2], "object_store", took[3])
 	r.plan, r.taskIDs = p, p.Tasks()
-	if r.store == nil {
-		st, err := objstore.Open(ctx, r.cfg.Checkpoint.Storage, r.cfg.Job.Name, objstore.Options{Logger: r.log})
-		if errors.Is(err, objstore.ErrPermanent) {
-			return permanent{err} // no such bucket, access denied, a bad URL
-		}
-		if err != nil {
-			return err
-		}
-		r.store = st
-	}
 	if r.acks == nil {
 		a, err := controltopic.NewAckWriter(r.kopts, r.topics)
 		if err != nil {
@@ -363,7 +385,11 @@ func topicProblem(role, topic string, d kadm.TopicDetail, ok bool) error {
 // itself within a second or so and is no reason for the session to fail.
 func (r *Replica) awaitControlTopics(ctx context.Context, adm *kadm.Client) error {
 	names := []string{r.topics.Trigger, r.topics.Ack, r.topics.Commit}
-	wait := 50 * time.Millisecond
+	// A topic just made is known to the broker within tens of
+	// milliseconds, or after the partitions made before it: asked every
+	// 25 ms, then up to every 100 ms (a doubling wait once cost a start
+	// 400 ms of sleeping past the moment the topics were ready).
+	wait := 25 * time.Millisecond
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		offsets, err := adm.ListCommittedOffsets(ctx, names...)
@@ -387,7 +413,7 @@ func (r *Replica) awaitControlTopics(ctx context.Context, adm *kadm.Client) erro
 			return ctx.Err()
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, time.Second)
+		wait = min(2*wait, 100*time.Millisecond)
 	}
 }
 
