@@ -102,23 +102,12 @@ func TestPeriodicCheckpointsWaitForDeletes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := &fakeTasks{e: e}
-		f.setRunner(r)
-		f.acking.Store(true)
-		tasksCtx, stopTasks := context.WithCancel(ctx)
-		tasksDone := make(chan error, 1)
-		go func() { tasksDone <- f.run(tasksCtx) }()
-		defer func() { stopTasks(); <-tasksDone }()
-		runCtx, stop := context.WithCancel(ctx)
-		runDone := make(chan error, 1)
-		go func() { runDone <- r.Run(runCtx) }()
+		stop := e.runAcked(ctx, r)
 		defer func() {
-			stop()
-			if err := <-runDone; err != nil {
+			if err := stop(); err != nil {
 				t.Errorf("run: %v", err)
 			}
 		}()
-		assign(ctx, t, r)
 
 		// retained 2: checkpoint 3 releases 1, 4 releases 2. Neither
 		// discard finishes, so after 4 the backlog (2) exceeds

@@ -185,6 +185,29 @@ func (e *env) history(ctx context.Context) (triggers, completes []uint64, gens [
 	return triggers, completes, gens
 }
 
+// runAcked runs r with fake tasks that acknowledge every trigger, and
+// assigns them; stop ends both and returns r's error.
+func (e *env) runAcked(ctx context.Context, r *runner.Runner) (stop func() error) {
+	e.t.Helper()
+	f := &fakeTasks{e: e}
+	f.setRunner(r)
+	f.acking.Store(true)
+	tasksCtx, stopTasks := context.WithCancel(ctx)
+	tasksDone := make(chan error, 1)
+	go func() { tasksDone <- f.run(tasksCtx) }()
+	runCtx, stopRun := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- r.Run(runCtx) }()
+	assign(ctx, e.t, r)
+	return func() error {
+		stopRun()
+		err := <-runDone
+		stopTasks()
+		<-tasksDone
+		return err
+	}
+}
+
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -366,23 +389,12 @@ func TestTriggersOnTime(t *testing.T) {
 		defer cancel()
 		const interval = 150 * time.Millisecond
 		r := e.runnerWith(1, func(o *runner.Options) { o.TickInterval = time.Hour })
-		f := &fakeTasks{e: e}
-		f.setRunner(r)
-		f.acking.Store(true)
-		tasksCtx, stopTasks := context.WithCancel(ctx)
-		tasksDone := make(chan error, 1)
-		go func() { tasksDone <- f.run(tasksCtx) }()
-		defer func() { stopTasks(); <-tasksDone }()
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- r.Run(runCtx) }()
-		assign(ctx, t, r)
+		stop := e.runAcked(ctx, r)
 		waitFor(t, "six completed checkpoints", 30*time.Second, func() bool {
 			_, completes, _ := e.history(ctx)
 			return len(completes) >= 6
 		})
-		stop()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Fatalf("coordinator: %v", err)
 		}
 		h, err := controltopic.ReadHistory(ctx, e.opts, e.topics, control.TopicTrigger)
