@@ -436,6 +436,11 @@ func (t *Task) loop() error {
 				return err
 			}
 		} else if len(el.records) > 0 {
+			if cap(batch) < len(el.records) {
+				// Grown once to the size it needs, not by doubling: an
+				// element can hold a whole poll of tens of thousands.
+				batch = make([]stream.Record, 0, len(el.records))
+			}
 			batch, headers = batch[:0], headers[:0]
 			for _, r := range el.records {
 				var hs []stream.Header
