@@ -308,6 +308,9 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 		}
 		plain[i] = f
 	}
+	if !slices.ContainsFunc(plain, func(f string) bool { return f != "" }) {
+		plain = nil // counts alone read nothing: the value stays unscanned
+	}
 	return stream.Transform(c.cur, name+"-args", func(e stream.Elem, r Rec, emit func(aggIn) error) error {
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)

@@ -49,9 +49,13 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 	rd := readsOf(append([]*expression.Program{value, key}, fields...)...)
 	// An object of plain field reads (value.f) is copied from the value's
 	// text, when it is undecoded: nothing is decoded but values that are
-	// not written as read (copyFields).
+	// not written as read (copyFields). A map that sets the key too
+	// evaluates its expressions.
 	var copies []string
 	for _, p := range fields {
+		if key != nil {
+			break
+		}
 		f, ok := p.ValueField()
 		if !ok {
 			copies = nil
@@ -60,7 +64,7 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 		copies = append(copies, f)
 	}
 	c.transformStep(path, "map", m.OnError, m.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
-		if copies != nil && key == nil && r.raw != nil {
+		if copies != nil && r.raw != nil {
 			if len(t.texts) < len(copies) {
 				t.texts = make([][]byte, len(copies))
 			}

@@ -258,12 +258,7 @@ func checkJSON(b []byte) error {
 // whether b is an object with that field; the value is built only for that
 // field. appendFieldKey uses it to key a record without decoding it.
 func rawField(b []byte, name string) (any, bool, error) {
-	var text []byte
-	if scanObject(b, func(k, x []byte) {
-		if string(k) == name {
-			text = x
-		}
-	}) {
+	if text, ok := fieldText(b, name); ok {
 		if text == nil {
 			return nil, false, nil
 		}

@@ -300,12 +300,8 @@ func copyFields(b []byte, names, src []string, texts [][]byte) (out []byte, ok b
 // b lacks (null). ok is false otherwise, and if b cannot be scanned: the
 // caller evaluates the expression.
 func fieldTextKey(dst, b []byte, name string) (key []byte, ok bool) {
-	var text []byte
-	if !scanObject(b, func(k, x []byte) {
-		if string(k) == name {
-			text = x // the last one if the name repeats, as DecodeJSON
-		}
-	}) {
+	text, ok := fieldText(b, name)
+	if !ok {
 		return dst, false
 	}
 	switch {
@@ -352,4 +348,16 @@ func scalarArgs(b []byte, fields []string, texts [][]byte, args []any) (ok bool)
 		}
 	}
 	return true
+}
+
+// fieldText returns the text of the top-level field name of the JSON
+// object b (the last one if the name repeats, as DecodeJSON), nil if b
+// lacks it; ok is false if b cannot be scanned.
+func fieldText(b []byte, name string) (text []byte, ok bool) {
+	ok = scanObject(b, func(k, x []byte) {
+		if string(k) == name {
+			text = x
+		}
+	})
+	return text, ok
 }

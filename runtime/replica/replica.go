@@ -205,11 +205,11 @@ func (r *Replica) prepare(ctx context.Context) error {
 	// Independent round trips to the broker and the object store, in
 	// parallel: start-up time is what users wait for after every restart.
 	// The job's plan needs the input's partition count, and its shuffle
-	// topics the plan. The
-	// shuffle topics are created after the control topics: a broker makes
-	// a new topic's partitions in the order the topics were created, and
-	// those of a shuffle topic (one per key group) take it a while, which
-	// the control topics, needed first, should not wait for.
+	// topics the plan. The shuffle topics are created after the control
+	// topics: a broker makes a new topic's partitions in the order the
+	// topics were created, and those of a shuffle topic (one per key group)
+	// take it a while, which the control topics, needed first, should not
+	// wait for.
 	var p *plan.Plan
 	controlMade := make(chan struct{})
 	start := time.Now()
