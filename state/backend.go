@@ -263,6 +263,10 @@ type Backend struct {
 	wo          *pebble.WriteOptions
 	restoreInfo RestoreInfo
 	rc          *recordCache // nil: off
+	// empty: the database holds nothing, because it was opened empty (or
+	// restored from a snapshot of an empty database) and nothing has been
+	// written since. A snapshot of it has no files (see snapshot).
+	empty bool
 
 	mu snapMu
 }
@@ -306,6 +310,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	if err := b.openDB(); err != nil {
 		return nil, err
 	}
+	b.empty = true
 	b.cfg.Logger.Info("state opened empty", "dir", b.cfg.Dir)
 	return b, nil
 }
@@ -425,7 +430,10 @@ func (b *Backend) closeFailed(ctx context.Context) error {
 // DB returns the underlying Pebble database, for benchmarks and diagnostics.
 // Writing to it directly bypasses the keyed state encoding and the record
 // cache; call Flush before reading it.
-func (b *Backend) DB() *pebble.DB { return b.db }
+func (b *Backend) DB() *pebble.DB {
+	b.empty = false // the caller may write
+	return b.db
+}
 
 // Restored returns the manifest the backend was restored from, or nil if it
 // was opened empty. Its OperatorState is the blob the task handed in at that

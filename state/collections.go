@@ -56,6 +56,7 @@ func (s *ListState[V]) AddAll(vs ...V) error {
 			return err
 		}
 	}
+	s.b.empty = false
 	if err := s.b.db.Merge(k, s.vbuf, s.b.wo); err != nil {
 		return fmt.Errorf("state: list add %q: %w", s.info.name, err)
 	}
@@ -330,6 +331,7 @@ func (s *MapState[K, V]) Clear() error {
 	if err != nil {
 		return err
 	}
+	s.b.empty = false
 	if err := s.b.db.DeleteRange(base, prefixEnd(base), s.b.wo); err != nil {
 		return fmt.Errorf("state: clear %q: %w", s.info.name, err)
 	}

@@ -213,7 +213,7 @@ func rawEntries(t fataler, b *Backend) map[string]string {
 	if err := b.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	it, err := b.DB().NewIter(nil)
+	it, err := b.db.NewIter(nil) // not DB(): reading does not make it non-empty
 	if err != nil {
 		t.Fatal(err)
 	}

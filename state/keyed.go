@@ -415,6 +415,7 @@ func (h *handle) cacheEntry(key []byte) (*cacheEntry, error) {
 }
 
 func (h *handle) set(key, value []byte) error {
+	h.b.empty = false
 	if h.cached() {
 		rc := h.b.rc
 		if e := rc.lookup(key); e != nil {
@@ -430,6 +431,7 @@ func (h *handle) set(key, value []byte) error {
 }
 
 func (h *handle) delete(key []byte) error {
+	h.b.empty = false
 	if h.cached() {
 		rc := h.b.rc
 		if e := rc.lookup(key); e != nil {

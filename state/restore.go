@@ -53,7 +53,9 @@ type RestoreInfo struct {
 // checksum) the manifest names — the files are hard-linked from there (local
 // recovery). Otherwise every file is downloaded in parallel and verified. A
 // missing or corrupt file fails the restore with a *FileError naming the
-// file and the checkpoint; restore never produces an empty or partial state.
+// file and the checkpoint; restore never produces an empty or partial state
+// (but a snapshot of an empty database lists no files, and restoring it
+// opens an empty one).
 //
 // After a restore from a checkpoint, later snapshots reuse its files; after
 // one from a savepoint, the first checkpoint uploads every file again, so
@@ -87,6 +89,7 @@ func Restore(ctx context.Context, cfg Config, handle string) (*Backend, error) {
 	}
 	b.restored = m
 	b.lastSnap = m.Checkpoint
+	b.empty = len(m.Files) == 0
 	if m.Savepoint == "" {
 		// Reuse the checkpoint's SSTs; not its WAL parts: the restored
 		// database writes new WAL files.
@@ -136,7 +139,13 @@ func (b *Backend) restoreFiles(ctx context.Context, m *Manifest) (RestoreInfo, e
 	}
 	var info RestoreInfo
 	keepLocal := int64(-1)
-	if !b.cfg.DisableLocalRecovery && m.Savepoint == "" {
+	empty := len(m.Files) == 0 // a snapshot of an empty database
+	if empty {
+		if err := fs.MkdirAll(tmp, 0o755); err != nil {
+			return info, fmt.Errorf("state: mkdir %s: %w", tmp, err)
+		}
+	}
+	if !empty && !b.cfg.DisableLocalRecovery && m.Savepoint == "" {
 		if err := b.linkLocal(m, tmp); err == nil {
 			info.Local = true
 			keepLocal = m.Checkpoint
@@ -145,7 +154,7 @@ func (b *Backend) restoreFiles(ctx context.Context, m *Manifest) (RestoreInfo, e
 			_ = fs.RemoveAll(tmp)
 		}
 	}
-	if !info.Local {
+	if !empty && !info.Local {
 		n, err := b.download(ctx, m, tmp)
 		if err != nil {
 			_ = fs.RemoveAll(tmp)

@@ -81,6 +81,11 @@ func (s *Snapshot) SyncDuration() time.Duration { return s.syncDur }
 // or what was written since the last flush. operatorState (source offsets, sink
 // transaction handles) is stored in the task manifest as is.
 //
+// A database that holds nothing — opened empty or restored from a snapshot
+// of an empty one, and not written since, as in a stateless stage's tasks —
+// is snapshotted without Pebble: its manifest lists no files, Run only
+// writes that manifest, and there is no local copy.
+//
 // Call it from the task goroutine, at the barrier; then run the returned
 // Snapshot's Run in the background. Checkpoint IDs must increase.
 func (b *Backend) Snapshot(id int64, operatorState []byte) (*Snapshot, error) {
@@ -115,6 +120,20 @@ func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapsho
 		return nil, fmt.Errorf("%w: checkpoint %d is not after the last snapshot %d", ErrSnapshot, id, b.lastSnap)
 	}
 	start := time.Now()
+	if b.empty {
+		// Nothing to copy: the snapshot is a manifest that lists no files
+		// (a stateless stage's tasks, every checkpoint). Restoring it opens
+		// an empty database.
+		return b.addPending(&Snapshot{
+			b:         b,
+			id:        id,
+			savepoint: savepoint,
+			opState:   slices.Clone(opState),
+			syncDur:   time.Since(start),
+			created:   b.cfg.Now(),
+			done:      make(chan struct{}),
+		})
+	}
 	// The record cache's writes belong to the checkpoint.
 	if err := b.flushCache(); err != nil {
 		b.metrics.snapshotsFailed.Inc()
@@ -150,20 +169,35 @@ func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapsho
 		created:   b.cfg.Now(),
 		done:      make(chan struct{}),
 	}
-	b.lastSnap = id
+	return b.addPending(s)
+}
+
+// addPending records s, whose synchronous part is done, as pending.
+func (b *Backend) addPending(s *Snapshot) (*Snapshot, error) {
+	b.lastSnap = s.id
 	b.mu.Lock()
 	closed := b.mu.closed
 	if !closed {
-		b.mu.pending[id] = s
+		b.mu.pending[s.id] = s
 	}
 	b.mu.Unlock()
 	if closed {
-		b.live.forget(dir)
-		_ = b.fs.RemoveAll(dir)
+		b.removeLocal(s)
 		return nil, ErrClosed
 	}
 	b.metrics.syncSeconds.Observe(s.syncDur.Seconds())
 	return s, nil
+}
+
+// removeLocal removes s's local copy, if it has one.
+func (b *Backend) removeLocal(s *Snapshot) {
+	if s.dir == "" {
+		return
+	}
+	b.live.forget(s.dir)
+	if err := b.fs.RemoveAll(s.dir); err != nil {
+		b.cfg.Logger.Warn("remove local snapshot", "dir", s.dir, "err", err)
+	}
 }
 
 func (b *Backend) snapPath(id int64) string {
@@ -229,25 +263,28 @@ func (s *Snapshot) Run(ctx context.Context) (*SnapshotResult, error) {
 
 func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 	b := s.b
-	if err := b.live.materialize(s.dir); err != nil {
-		return nil, err
-	}
-	names, err := b.fs.List(s.dir)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", s.dir, err)
-	}
-	slices.Sort(names)
-	// Make the local copy durable: the live database runs without syncs.
-	for _, n := range names {
-		if err := syncFile(b.fs, b.fs.PathJoin(s.dir, n)); err != nil {
+	var names []string
+	if s.dir != "" {
+		if err := b.live.materialize(s.dir); err != nil {
 			return nil, err
 		}
-	}
-	if err := syncDir(b.fs, s.dir); err != nil {
-		return nil, err
-	}
-	if err := syncDir(b.fs, b.snapDir); err != nil {
-		return nil, err
+		var err error
+		if names, err = b.fs.List(s.dir); err != nil {
+			return nil, fmt.Errorf("list %s: %w", s.dir, err)
+		}
+		slices.Sort(names)
+		// Make the local copy durable: the live database runs without syncs.
+		for _, n := range names {
+			if err := syncFile(b.fs, b.fs.PathJoin(s.dir, n)); err != nil {
+				return nil, err
+			}
+		}
+		if err := syncDir(b.fs, s.dir); err != nil {
+			return nil, err
+		}
+		if err := syncDir(b.fs, b.snapDir); err != nil {
+			return nil, err
+		}
 	}
 	m := &Manifest{
 		Version:        manifestVersion,
@@ -362,7 +399,7 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		idx[i] = i
 	}
 	var mu sync.Mutex // guards entries during the uploads
-	err = parallel(ctx, b.cfg.UploadConcurrency, idx, func(ctx context.Context, ji int) error {
+	err := parallel(ctx, b.cfg.UploadConcurrency, idx, func(ctx context.Context, ji int) error {
 		j := jobs[ji]
 		mu.Lock()
 		e := entries[j.file]
@@ -437,14 +474,17 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		return nil, fmt.Errorf("write manifest: %w", err)
 	}
 	uploadedBytes += int64(len(data))
-	if s.savepoint == "" {
+	switch {
+	case s.dir == "":
+		// No files: a restore needs nothing local.
+	case s.savepoint == "":
 		// The local copy is complete and durable; record it, crash-safely,
 		// for local recovery.
 		if err := writeFileAtomic(b.fs, b.snapMarker(s.id), data); err != nil {
 			return nil, fmt.Errorf("record local snapshot: %w", err)
 		}
-	} else if err := b.fs.RemoveAll(s.dir); err != nil {
-		b.cfg.Logger.Warn("remove local savepoint copy", "dir", s.dir, "err", err)
+	default:
+		b.removeLocal(s)
 	}
 	return &SnapshotResult{
 		Checkpoint:    s.id,
@@ -614,11 +654,8 @@ func (b *Backend) dropSnapshot(ctx context.Context, s *Snapshot) {
 		}
 		return nil
 	})
-	b.live.forget(s.dir)
 	_ = b.fs.Remove(b.snapMarker(s.id))
-	if err := b.fs.RemoveAll(s.dir); err != nil {
-		b.cfg.Logger.Warn("remove local snapshot", "dir", s.dir, "err", err)
-	}
+	b.removeLocal(s)
 }
 
 // NotifyComplete tells the backend that checkpoint id is complete

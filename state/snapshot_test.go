@@ -467,3 +467,73 @@ func TestPendingSnapshotsShareWALPiece(t *testing.T) {
 		t.Fatalf("restored %d keys, want %d", len(got), len(want))
 	}
 }
+
+// A database that holds nothing is snapshotted as a manifest with no files
+// and no local copy; restoring it opens an empty database, which snapshots
+// the same way until the first write, after which snapshots carry files
+// again (and a delete still counts as a write).
+func TestEmptyDatabaseSnapshotHasNoFiles(t *testing.T) {
+	ctx := context.Background()
+	store, fb := newStore(t)
+	cfg := testConfig(t, store, t.TempDir())
+	b := openTest(t, cfg)
+	fb.takeUploads()
+	res := snapshotNow(t, b, 1, "offsets@1")
+	if len(res.Manifest.Files) != 0 || res.UploadedFiles != 0 || res.StateBytes != 0 {
+		t.Fatalf("empty snapshot: %d files, %d uploaded, %d bytes", len(res.Manifest.Files), res.UploadedFiles, res.StateBytes)
+	}
+	if up := fb.takeUploads(); len(up) != 1 || up[0] != testJob+"/"+res.Handle {
+		t.Fatalf("empty snapshot uploaded %q, want only its manifest %s", up, res.Handle)
+	}
+	if names, err := b.fs.List(b.snapDir); err != nil || len(names) != 0 {
+		t.Fatalf("empty snapshot left a local copy: %q (%v)", names, err)
+	}
+	if err := b.NotifyComplete(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close(ctx)
+
+	// Restored, with and without the directory it was taken in.
+	for _, dir := range []string{cfg.Dir, t.TempDir()} {
+		r := restoreTest(t, testConfig(t, store, dir), res.Handle)
+		if got := dump(t, r); len(got) != 0 {
+			t.Fatalf("restored %d keys from an empty snapshot", len(got))
+		}
+		if got := string(r.Restored().OperatorState); got != "offsets@1" {
+			t.Fatalf("operator state = %q", got)
+		}
+		if again := snapshotNow(t, r, 2, "offsets@2"); len(again.Manifest.Files) != 0 {
+			t.Fatalf("restored empty database: snapshot has %d files", len(again.Manifest.Files))
+		}
+		kv, err := NewValueState(r, "kv", StringCodec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		put(t, kv, "k", "v")
+		full := snapshotNow(t, r, 3, "offsets@3")
+		if len(full.Manifest.Files) == 0 {
+			t.Fatal("snapshot after a write lists no files")
+		}
+		if err := r.NotifyComplete(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		_ = r.Close(ctx)
+		r2 := restoreTest(t, testConfig(t, store, t.TempDir()), full.Handle)
+		if got := dump(t, r2); !maps.Equal(got, model{"k": "v"}) {
+			t.Fatalf("restored %v, want k=v", got)
+		}
+		_ = r2.Close(ctx)
+	}
+
+	// A delete of a key that was never there still takes the full path:
+	// emptiness is tracked by writes, not by content.
+	b2 := openTest(t, testConfig(t, store, t.TempDir()))
+	kv, err := NewValueState(b2, "kv", StringCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	del(t, kv, "nothing")
+	if res := snapshotNow(t, b2, 10, ""); len(res.Manifest.Files) == 0 {
+		t.Fatal("snapshot after a delete lists no files")
+	}
+}

@@ -68,6 +68,10 @@ func (b *Backend) purgeState(si *stateInfo, now int64, budget int, limited bool)
 	if err := it.Close(); err != nil {
 		return removed, err
 	}
+	if batch.Empty() {
+		return removed, nil
+	}
+	b.empty = false
 	if err := batch.Commit(b.wo); err != nil {
 		return removed, fmt.Errorf("state: purge %q: %w", si.name, err)
 	}
