@@ -32,8 +32,8 @@ type Snapshot struct {
 	id        int64
 	savepoint string
 	dir       string
-	opState   []byte
-	walLen    map[string]int64 // WAL files captured by link: length at the barrier
+	opStateFn func(context.Context) ([]byte, error) // nil: none
+	walLen    map[string]int64                      // WAL files captured by link: length at the barrier
 	syncDur   time.Duration
 	created   time.Time
 
@@ -104,6 +104,17 @@ func (b *Backend) Savepoint(id int64, name string, operatorState []byte) (*Snaps
 }
 
 func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapshot, error) {
+	s, err := b.snapshotFiles(id, savepoint)
+	if err != nil {
+		return nil, err
+	}
+	if opState != nil {
+		s.SetOperatorState(opState)
+	}
+	return s, nil
+}
+
+func (b *Backend) snapshotFiles(id int64, savepoint string) (*Snapshot, error) {
 	if b.db == nil {
 		return nil, ErrClosed
 	}
@@ -128,7 +139,6 @@ func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapsho
 			b:         b,
 			id:        id,
 			savepoint: savepoint,
-			opState:   slices.Clone(opState),
 			syncDur:   time.Since(start),
 			created:   b.cfg.Now(),
 			done:      make(chan struct{}),
@@ -163,7 +173,6 @@ func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapsho
 		id:        id,
 		savepoint: savepoint,
 		dir:       dir,
-		opState:   slices.Clone(opState),
 		walLen:    walLengths,
 		syncDur:   time.Since(start),
 		created:   b.cfg.Now(),
@@ -264,6 +273,7 @@ func (s *Snapshot) Run(ctx context.Context) (*SnapshotResult, error) {
 func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 	b := s.b
 	var names []string
+	synced := make(chan error, 1)
 	if s.dir != "" {
 		if err := b.live.materialize(s.dir); err != nil {
 			return nil, err
@@ -273,18 +283,13 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 			return nil, fmt.Errorf("list %s: %w", s.dir, err)
 		}
 		slices.Sort(names)
-		// Make the local copy durable: the live database runs without syncs.
-		for _, n := range names {
-			if err := syncFile(b.fs, b.fs.PathJoin(s.dir, n)); err != nil {
-				return nil, err
-			}
-		}
-		if err := syncDir(b.fs, s.dir); err != nil {
-			return nil, err
-		}
-		if err := syncDir(b.fs, b.snapDir); err != nil {
-			return nil, err
-		}
+		// Make the local copy durable (the live database runs without
+		// syncs) while the files upload: only the local record, written
+		// last, needs it.
+		go func() { synced <- s.syncLocal(names) }()
+		defer func() { <-synced }() // gone by the time Run returns
+	} else {
+		synced <- nil
 	}
 	m := &Manifest{
 		Version:        manifestVersion,
@@ -294,7 +299,6 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		Savepoint:      s.savepoint,
 		Instance:       b.instance,
 		Created:        s.created.UTC(),
-		OperatorState:  s.opState,
 		MaxParallelism: b.cfg.MaxParallelism,
 		KeyGroups:      b.cfg.KeyGroups,
 	}
@@ -458,6 +462,13 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		m.StateBytes += e.Size
 	}
 	m.Files = entries
+	if s.opStateFn != nil {
+		op, err := s.opStateFn(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("operator state: %w", err)
+		}
+		m.OperatorState = op
+	}
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("built an invalid manifest: %w", err)
 	}
@@ -474,6 +485,11 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		return nil, fmt.Errorf("write manifest: %w", err)
 	}
 	uploadedBytes += int64(len(data))
+	err = <-synced
+	synced <- err // for the deferred wait
+	if err != nil {
+		return nil, err
+	}
 	switch {
 	case s.dir == "":
 		// No files: a restore needs nothing local.
@@ -496,6 +512,21 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		UploadedFiles: len(jobs),
 		ReusedFiles:   reused,
 	}, nil
+}
+
+// syncLocal makes the files of the local copy, and the directories that
+// name them, durable.
+func (s *Snapshot) syncLocal(names []string) error {
+	b := s.b
+	for _, n := range names {
+		if err := syncFile(b.fs, b.fs.PathJoin(s.dir, n)); err != nil {
+			return err
+		}
+	}
+	if err := syncDir(b.fs, s.dir); err != nil {
+		return err
+	}
+	return syncDir(b.fs, b.snapDir)
 }
 
 // acquire decides who uploads shared object key (of local file name) for

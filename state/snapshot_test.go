@@ -537,3 +537,76 @@ func TestEmptyDatabaseSnapshotHasNoFiles(t *testing.T) {
 		t.Fatal("snapshot after a delete lists no files")
 	}
 }
+
+// The operator state function runs after every file is uploaded and before
+// the manifest: what it waits for (a sink's flush) overlaps the uploads. If
+// it fails, Run fails with its error and leaves nothing behind.
+func TestOperatorStateFuncAfterUploads(t *testing.T) {
+	ctx := context.Background()
+	store, fb := newStore(t)
+	b := openTest(t, testConfig(t, store, t.TempDir()))
+	kv, _ := NewValueState(b, "kv", StringCodec{})
+	put(t, kv, "k", "v")
+	fb.takeUploads()
+	s, err := b.Snapshot(1, []byte("ignored"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before []string
+	s.SetOperatorStateFunc(func(context.Context) ([]byte, error) {
+		before = fb.takeUploads()
+		return []byte("handles"), nil
+	})
+	res, err := s.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) != res.UploadedFiles || len(before) == 0 {
+		t.Fatalf("%d objects uploaded before the operator state was asked for, want all %d files", len(before), res.UploadedFiles)
+	}
+	if after := fb.takeUploads(); len(after) != 1 || after[0] != testJob+"/"+res.Handle {
+		t.Fatalf("uploaded after the operator state: %q, want only the manifest", after)
+	}
+	if got := string(res.Manifest.OperatorState); got != "handles" {
+		t.Fatalf("operator state %q", got)
+	}
+	if err := b.NotifyComplete(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	put(t, kv, "k2", "v2")
+	s2, err := b.Snapshot(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush := errors.New("flush failed")
+	s2.SetOperatorStateFunc(func(context.Context) ([]byte, error) { return nil, flush })
+	if _, err := s2.Run(ctx); !errors.Is(err, flush) {
+		t.Fatalf("Run = %v, want the operator state's error", err)
+	}
+	if keys := listKeys(t, store, objstore.CheckpointPrefix(2)); len(keys) != 0 {
+		t.Fatalf("failed snapshot left %q", keys)
+	}
+	if _, err := b.fs.Stat(b.snapPath(2)); err == nil {
+		t.Fatal("failed snapshot left its local copy")
+	}
+	// Its shared uploads are gone too: only checkpoint 1's remain.
+	var want []string
+	for _, f := range res.Manifest.Files {
+		for _, p := range f.Parts {
+			want = append(want, p.Key)
+		}
+		if f.Shared {
+			want = append(want, f.Key)
+		}
+	}
+	slices.Sort(want)
+	if got := listKeys(t, store, objstore.SharedPrefix("")); !slices.Equal(got, want) {
+		t.Fatalf("shared objects after the failed snapshot: %q, want checkpoint 1's %q", got, want)
+	}
+	res3 := snapshotNow(t, b, 3, "")
+	r := restoreTest(t, testConfig(t, store, t.TempDir()), res3.Handle)
+	if got := dump(t, r); !maps.Equal(got, model{"k": "v", "k2": "v2"}) {
+		t.Fatalf("restored %v", got)
+	}
+}

@@ -43,35 +43,41 @@ func (t *Task) barrier(b *mark) error {
 	return nil
 }
 
-// finishSnapshot is the asynchronous part of snapshot n.
+// finishSnapshot is the asynchronous part of snapshot n. The state files
+// upload while the outputs flush what they wrote before the barrier: the
+// manifest, written last, holds the sinks' transaction handles, known only
+// once their flush is done.
 func (t *Task) finishSnapshot(b *mark, pres []pending, snap *state.Snapshot, wms *watermarkState, syncDur time.Duration) {
 	ctx := t.ctx
 	n := b.id
-	op := operatorState{Offsets: b.offsets, Shuffle: b.shuffle, Sinks: make([][]sink.TxnHandle, len(t.cfg.Sinks)), Watermark: wms}
-	for i, pre := range pres {
-		if pre == nil {
-			continue
+	var flushErr error // the reason to decline, if an output's flush failed
+	snap.SetOperatorStateFunc(func(ctx context.Context) ([]byte, error) {
+		op := operatorState{Offsets: b.offsets, Shuffle: b.shuffle, Sinks: make([][]sink.TxnHandle, len(t.cfg.Sinks)), Watermark: wms}
+		for i, pre := range pres {
+			if pre == nil {
+				continue
+			}
+			handles, err := pre.wait(ctx)
+			if err != nil {
+				flushErr = fmt.Errorf("sink %d flush: %w", i, err)
+				return nil, flushErr
+			}
+			if i < len(op.Sinks) { // a sink; a shuffle has no transactions
+				op.Sinks[i] = handles
+			}
 		}
-		handles, err := pre.wait(ctx)
+		opb, err := json.Marshal(op)
 		if err != nil {
-			t.dropSnapshot(n)
-			t.decline(n, fmt.Sprintf("sink %d flush: %v", i, err))
-			return
+			flushErr = fmt.Errorf("encode operator state: %w", err)
 		}
-		if i < len(op.Sinks) { // a sink; a shuffle has no transactions
-			op.Sinks[i] = handles
-		}
-	}
-	opb, err := json.Marshal(op)
-	if err != nil {
-		t.dropSnapshot(n)
-		t.decline(n, fmt.Sprintf("encode operator state: %v", err))
-		return
-	}
-	snap.SetOperatorState(opb)
+		return opb, flushErr
+	})
 	res, err := snap.Run(ctx)
 	if err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case flushErr != nil:
+			t.decline(n, flushErr.Error())
+		case ctx.Err() == nil:
 			t.decline(n, fmt.Sprintf("upload: %v", err))
 		}
 		return
@@ -82,13 +88,6 @@ func (t *Task) finishSnapshot(b *mark, pres []pending, snap *state.Snapshot, wms
 	}}
 	if err := t.cfg.Acks.Send(ctx, ack); err != nil && ctx.Err() == nil {
 		t.log.Warn("ack not sent; the checkpoint will expire", "checkpoint_id", n, "err", err)
-	}
-}
-
-// dropSnapshot discards snapshot n's local copy and anything it uploaded.
-func (t *Task) dropSnapshot(n int64) {
-	if err := t.backend.NotifyAborted(context.WithoutCancel(t.ctx), n); err != nil {
-		t.log.Warn("discarding a failed snapshot failed", "checkpoint_id", n, "err", err)
 	}
 }
 
