@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/weir-stream/weir/state/objstore"
 )
 
@@ -332,7 +334,11 @@ func TestSnapshotCancel(t *testing.T) {
 // SSTs the snapshot holds: the snapshot still gets them, as they were.
 func TestCompactionBetweenSyncAndAsyncPart(t *testing.T) {
 	store, _ := newStore(t)
-	b := openTest(t, testConfig(t, store, t.TempDir()))
+	cfg := testConfig(t, store, t.TempDir())
+	// Only the compaction below: an automatic one could merge the files
+	// first, and leave the manual one nothing to delete.
+	cfg.TunePebble = func(o *pebble.Options) { o.DisableAutomaticCompactions = true }
+	b := openTest(t, cfg)
 	kv, _ := NewValueState(b, "kv", StringCodec{})
 	rng := rand.New(rand.NewPCG(61, 62))
 	want := model{}
@@ -347,6 +353,9 @@ func TestCompactionBetweenSyncAndAsyncPart(t *testing.T) {
 	want1 := want.clone()
 	before, _ := b.DB().SSTables()
 	mutate(t, rng, kv, want, 1000)
+	if err := flushDB(b); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.DB().Compact(context.Background(), []byte{0}, []byte{0xff}, true); err != nil {
 		t.Fatal(err)
 	}
