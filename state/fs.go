@@ -289,6 +289,24 @@ func writeFileAtomic(fs vfs.FS, name string, data []byte) error {
 	return syncDir(fs, fs.PathDir(name))
 }
 
+// writeFileSync creates name with data and syncs it; the caller syncs the
+// directory.
+func writeFileSync(fs vfs.FS, name string, data []byte) error {
+	f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", name, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("sync %s: %w", name, err)
+	}
+	return f.Close()
+}
+
 // readFile reads a whole file.
 func readFile(fs vfs.FS, name string) ([]byte, error) {
 	f, err := fs.Open(name)

@@ -46,7 +46,7 @@ func objectsOf(r *SnapshotResult) []string {
 		out = append(out, objstore.MetadataKey(r.Checkpoint))
 	}
 	for _, f := range r.Manifest.Files {
-		if len(f.Parts) == 0 {
+		if len(f.Parts) == 0 && !f.Inline {
 			out = append(out, f.Key)
 		}
 		for _, p := range f.Parts {

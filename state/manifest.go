@@ -1,7 +1,10 @@
 package state
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +17,19 @@ import (
 	"github.com/weir-stream/weir/state/objstore"
 )
 
-const manifestVersion = 1
+// manifestVersion is the version this build writes. Version 2 added inline
+// files (FileEntry.Inline); this build reads versions 1 and 2.
+const manifestVersion = 2
+
+// InlineMaxBytes is the size up to which a snapshot keeps a file that is
+// neither shared (an SST) nor a WAL in its manifest rather than as an
+// object of its own, as Flink keeps state smaller than
+// state.storage.fs.memory-threshold (20 KB) in its checkpoint metadata.
+// Those files are Pebble's OPTIONS (3 KiB), MANIFEST (from 39 bytes to
+// MaxManifestFileSize) and empty marker files: four of the five objects a
+// task with little state wrote per checkpoint, each one PUT (and on
+// file://, one file created) on the checkpoint's critical path.
+const InlineMaxBytes = 16 << 10
 
 // Manifest is a task's snapshot as stored in object storage
 // (chk-<n>/<task>.manifest or savepoints/<name>/<task>.manifest): every file
@@ -61,6 +76,11 @@ type FileEntry struct {
 	// since the last confirmed one). Key and SHA256 are then empty and Size
 	// is the sum of the parts' sizes.
 	Parts []Part `json:"parts,omitempty"`
+	// Inline marks a small file (at most InlineMaxBytes) kept in the
+	// manifest itself, as Data, rather than as an object: Key is then
+	// empty, and Size and SHA256 describe Data.
+	Inline bool   `json:"inline,omitempty"`
+	Data   []byte `json:"data,omitempty"`
 }
 
 // Part is one piece of a file stored in several objects.
@@ -72,7 +92,8 @@ type Part struct {
 
 // equal reports whether two entries describe the same stored file.
 func (f FileEntry) equal(g FileEntry) bool {
-	if f.Name != g.Name || f.Key != g.Key || f.Size != g.Size || f.SHA256 != g.SHA256 || f.Shared != g.Shared || len(f.Parts) != len(g.Parts) {
+	if f.Name != g.Name || f.Key != g.Key || f.Size != g.Size || f.SHA256 != g.SHA256 || f.Shared != g.Shared || len(f.Parts) != len(g.Parts) ||
+		f.Inline != g.Inline || !bytes.Equal(f.Data, g.Data) {
 		return false
 	}
 	for i := range f.Parts {
@@ -136,8 +157,8 @@ func (m *Manifest) validate() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrManifest}, args...)...))
 	}
-	if m.Version != manifestVersion {
-		bad("unknown version %d (this build reads %d)", m.Version, manifestVersion)
+	if m.Version < 1 || m.Version > manifestVersion {
+		bad("unknown version %d (this build reads 1 to %d)", m.Version, manifestVersion)
 	}
 	if err := objstore.ValidName("task", m.Task); err != nil {
 		bad("%v", err)
@@ -170,6 +191,14 @@ func (m *Manifest) validate() error {
 			}
 			if f.Key != "" || f.SHA256 != "" || f.Shared || sum != f.Size || m.Savepoint != "" {
 				bad("file %s: parts inconsistent with the entry", f.Name)
+			}
+			continue
+		}
+		if f.Inline || len(f.Data) > 0 {
+			sum := sha256.Sum256(f.Data)
+			if !f.Inline || m.Version < 2 || f.Key != "" || f.Shared || f.Size != int64(len(f.Data)) ||
+				f.Size > InlineMaxBytes || f.SHA256 != hex.EncodeToString(sum[:]) {
+				bad("file %s: inline data inconsistent with the entry", f.Name)
 			}
 			continue
 		}

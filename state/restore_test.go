@@ -208,3 +208,93 @@ func TestOpenStartsEmpty(t *testing.T) {
 		t.Fatal("Restored() of an empty backend")
 	}
 }
+
+// Small files live in the manifest (inline): a restore from a fresh
+// directory writes them from there; inline data that does not match its
+// checksum, or that a version-1 manifest claims, makes the manifest
+// invalid; and a version-1 manifest, which has no inline files, restores
+// as before.
+func TestInlineFiles(t *testing.T) {
+	ctx := context.Background()
+	store, _ := newStore(t)
+	_, res, want := oneCheckpoint(t, store, t.TempDir())
+	inline := 0
+	for _, f := range res.Manifest.Files {
+		if f.Inline {
+			inline++
+			if f.Size > InlineMaxBytes || f.Key != "" {
+				t.Fatalf("inline file %s: size %d, key %q", f.Name, f.Size, f.Key)
+			}
+		}
+	}
+	if inline == 0 {
+		t.Fatal("no inline file: the test exercises nothing")
+	}
+	r := restoreTest(t, testConfig(t, store, t.TempDir()), res.Handle)
+	if r.RestoreInfo().Local || !maps.Equal(dump(t, r), want) {
+		t.Fatal("restore from a manifest with inline files: wrong state")
+	}
+	_ = r.Close(ctx)
+
+	damaged := func(edit func(m *Manifest)) error {
+		m, err := ReadManifest(ctx, store, res.Handle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		edit(m)
+		data, err := m.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = DecodeManifest(data)
+		return err
+	}
+	first := func(m *Manifest) *FileEntry {
+		for i := range m.Files {
+			if m.Files[i].Inline && len(m.Files[i].Data) > 0 {
+				return &m.Files[i]
+			}
+		}
+		t.Fatal("no non-empty inline file")
+		return nil
+	}
+	for name, edit := range map[string]func(m *Manifest){
+		"flipped byte":   func(m *Manifest) { first(m).Data[0] ^= 0xff },
+		"version 1":      func(m *Manifest) { m.Version = 1 },
+		"key and inline": func(m *Manifest) { first(m).Key = "chk-1/t0/x" },
+		"data, no flag":  func(m *Manifest) { first(m).Inline = false },
+	} {
+		if err := damaged(edit); !errors.Is(err, ErrManifest) {
+			t.Errorf("%s: decode error %v, want ErrManifest", name, err)
+		}
+	}
+
+	// Version 1: every file an object. Upload the inline ones and restore.
+	m, err := ReadManifest(ctx, store, res.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Version = 1
+	for i := range m.Files {
+		f := &m.Files[i]
+		if !f.Inline {
+			continue
+		}
+		f.Key = objstore.ExclusiveKey(m.Checkpoint, m.Task, f.Name)
+		if err := store.Put(ctx, f.Key, f.Data); err != nil {
+			t.Fatal(err)
+		}
+		f.Inline, f.Data = false, nil
+	}
+	data, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(ctx, res.Handle, data); err != nil {
+		t.Fatal(err)
+	}
+	r1 := restoreTest(t, testConfig(t, store, t.TempDir()), res.Handle)
+	if !maps.Equal(dump(t, r1), want) {
+		t.Fatal("version-1 manifest restores wrong state")
+	}
+}

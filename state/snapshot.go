@@ -332,6 +332,16 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		}
 		e := FileEntry{Name: n, Size: size}
 		switch {
+		case !isShared(n) && !captured && size <= InlineMaxBytes:
+			data, err := readFile(b.fs, b.fs.PathJoin(s.dir, n))
+			if err != nil {
+				return nil, err
+			}
+			if int64(len(data)) != size {
+				return nil, fmt.Errorf("file %s changed size from %d to %d", n, size, len(data))
+			}
+			sum := sha256.Sum256(data)
+			e.Inline, e.Data, e.SHA256 = true, data, hex.EncodeToString(sum[:])
 		case s.savepoint != "":
 			e.Key = b.cfg.Task + "/" + n
 			jobs = append(jobs, job{file: i, part: -1})
