@@ -342,7 +342,7 @@ func checkStorage(ctx context.Context, t *testing.T, c *kafkatest.Cluster, store
 			}
 			keys := []string{ts.Handle}
 			for _, f := range m.Files {
-				if len(f.Parts) == 0 {
+				if len(f.Parts) == 0 && !f.Inline { // inline: in the manifest
 					keys = append(keys, m.ObjectKey(f))
 				}
 				for _, p := range f.Parts {
