@@ -52,16 +52,15 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 	// not written as read (copyFields). A map that sets the key too
 	// evaluates its expressions.
 	var copies []string
-	for _, p := range fields {
-		if key != nil {
-			break
+	if key == nil {
+		for _, p := range fields {
+			f, ok := p.ValueField()
+			if !ok {
+				copies = nil
+				break
+			}
+			copies = append(copies, f)
 		}
-		f, ok := p.ValueField()
-		if !ok {
-			copies = nil
-			break
-		}
-		copies = append(copies, f)
 	}
 	c.transformStep(path, "map", m.OnError, m.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
 		if copies != nil && r.raw != nil {

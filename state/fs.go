@@ -260,7 +260,10 @@ func syncFile(fs vfs.FS, name string) error {
 		_ = f.Close()
 		return fmt.Errorf("sync %s: %w", name, err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", name, err)
+	}
+	return nil
 }
 
 // writeFileAtomic writes data to name crash-safely: to name+".tmp", synced,
@@ -268,20 +271,8 @@ func syncFile(fs vfs.FS, name string) error {
 // old content or data, never a mix.
 func writeFileAtomic(fs vfs.FS, name string, data []byte) error {
 	tmp := name + ".tmp"
-	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", tmp, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
+	if err := writeFileSync(fs, tmp, data); err != nil {
+		return err
 	}
 	if err := fs.Rename(tmp, name); err != nil {
 		return fmt.Errorf("rename %s: %w", tmp, err)
@@ -304,7 +295,10 @@ func writeFileSync(fs vfs.FS, name string, data []byte) error {
 		_ = f.Close()
 		return fmt.Errorf("sync %s: %w", name, err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", name, err)
+	}
+	return nil
 }
 
 // readFile reads a whole file.

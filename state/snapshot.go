@@ -273,7 +273,8 @@ func (s *Snapshot) Run(ctx context.Context) (*SnapshotResult, error) {
 func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 	b := s.b
 	var names []string
-	synced := make(chan error, 1)
+	synced := make(chan struct{}) // closed when the local copy is durable, or failed to be
+	var syncErr error
 	if s.dir != "" {
 		if err := b.live.materialize(s.dir); err != nil {
 			return nil, err
@@ -286,10 +287,10 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		// Make the local copy durable (the live database runs without
 		// syncs) while the files upload: only the local record, written
 		// last, needs it.
-		go func() { synced <- s.syncLocal(names) }()
+		go func() { syncErr = s.syncLocal(names); close(synced) }()
 		defer func() { <-synced }() // gone by the time Run returns
 	} else {
-		synced <- nil
+		close(synced)
 	}
 	m := &Manifest{
 		Version:        manifestVersion,
@@ -495,10 +496,9 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		return nil, fmt.Errorf("write manifest: %w", err)
 	}
 	uploadedBytes += int64(len(data))
-	err = <-synced
-	synced <- err // for the deferred wait
-	if err != nil {
-		return nil, err
+	<-synced
+	if syncErr != nil {
+		return nil, syncErr
 	}
 	switch {
 	case s.dir == "":
