@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/control"
@@ -35,9 +36,22 @@ func TestControlTopicsCreated(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		ctx, _, ts := controlSetup(t, c)
 		adm := c.Admin(t)
-		details, err := adm.ListTopics(ctx, ts.Trigger, ts.Ack, ts.Commit)
-		if err != nil {
-			t.Fatal(err)
+		// A topic just created may be listed for a moment without its
+		// partition (UNKNOWN_TOPIC_OR_PARTITION), until the broker has made
+		// it; the replica waits for that too (awaitControlTopics).
+		var details kadm.TopicDetails
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			var err error
+			if details, err = adm.ListTopics(ctx, ts.Trigger, ts.Ack, ts.Commit); err != nil {
+				t.Fatal(err)
+			}
+			ready := true
+			for _, d := range details {
+				ready = ready && d.Err == nil && len(d.Partitions) > 0
+			}
+			if ready && len(details) == 3 || time.Now().After(deadline) {
+				break
+			}
 		}
 		for _, name := range []string{ts.Trigger, ts.Ack, ts.Commit} {
 			d, ok := details[name]
