@@ -61,8 +61,8 @@
 // input is clicks, {"i":…,"user":…,"page":…}, keyed by user (-keys users,
 // -pages pages, each drawn uniformly), and in one run
 //
-//   - the raw two-hop pipe, the baseline, twice (before the job and after
-//     it; its figure is over both passes): in this process, per input
+//   - the raw two-hop pipe, the baseline, before, between and after the
+//     job's passes (its figure is over all its passes): in this process, per input
 //     partition a read_committed consumer and an idempotent producer that
 //     writes each record, keyed by its page, to an intermediate topic of
 //     one partition per key group (128, as the job's shuffle topic), and
@@ -71,12 +71,16 @@
 //     to the output topic, keyed by page; both hops run at once;
 //   - the YAML views-per-page job (source json → key_by page → aggregate
 //     count → sink json exactly-once) with the first -replicas entry, as
-//     the count job above: throughput from its start to the N-th output
-//     committed, the checkpoint durations of that run (p50, p99), and the
-//     alignment time (align_ms of the second-stage tasks' acks, p50, p99);
-//   - the end-to-end latency (p50, p99) on that job at the steady -rate,
-//     whose goal for a two-stage job is p99 <= checkpoint interval + 300ms;
-//   - the verification of its output: each page's counts exactly 1..n.
+//     the count job above, -passes times (passes.go), each a new job:
+//     throughput from its start to the N-th output committed, over all
+//     passes, and of the last pass the checkpoint durations (p50, p99)
+//     and the alignment time (align_ms of the second-stage tasks' acks,
+//     p50, p99);
+//   - the end-to-end latency (p50, p99) on the last pass's job at the
+//     steady -rate, whose goal for a two-stage job is p99 <= checkpoint
+//     interval + 300ms;
+//   - the verification of every pass's output: each page's counts exactly
+//     1..n.
 //
 // The ratio's goal is 0.6 end to end. No recovery is measured.
 //
@@ -222,6 +226,10 @@ type config struct {
 	// -yaml: the YAML language job of issue 14 (yaml.go) against the raw
 	// two-hop pipe, over clicks with amounts.
 	yaml bool
+	// passes is how many times -two-stage and -yaml run their job, each a
+	// new job on the same input, between passes of the raw two-hop pipe
+	// (passes.go).
+	passes int
 	// -avro: the count job on Avro input (avro.go), against the raw pipe
 	// on the same input; registry is the schema registry's URL.
 	avro     bool
@@ -266,6 +274,7 @@ func main() {
 	flag.DurationVar(&c.latWin.lateness, "latency-lateness", 0, "with -window: allowed_lateness of the latency job")
 	flag.IntVar(&c.holdCheckpoints, "hold-checkpoints", 10, "with -window: checkpoints measured with every window open")
 	flag.BoolVar(&c.yaml, "yaml", false, "measure the YAML language job of issue 14 (filter, map, key_by expression, three aggregates at once, exactly-once sink) with the first -replicas entry against the raw two-hop pipe: throughput, checkpoint durations (no latency or recovery)")
+	flag.IntVar(&c.passes, "passes", 3, "with -two-stage and -yaml: how many times the job runs, each a new job on the same input, between passes of the raw two-hop pipe (one more of them); throughput figures are over all passes, checkpoint, alignment and latency figures from the last")
 	flag.BoolVar(&c.avro, "avro", false, "measure the count job on Avro input (the same records in the Confluent wire format, source format avro) against the raw pipe on that input: throughput, checkpoint durations (no latency or recovery); needs -registry")
 	flag.StringVar(&c.registry, "registry", os.Getenv("WEIR_REGISTRY_URL"), "with -avro: the schema registry's Confluent-compatible API (env WEIR_REGISTRY_URL: eval $(bash scripts/registry.sh env))")
 	flag.Parse()
@@ -306,6 +315,9 @@ func main() {
 	}
 	if c.partitions < 1 || c.records < c.partitions || c.keys < 1 {
 		errs = append(errs, fmt.Errorf("partitions %d, records %d, keys %d: want at least one record per partition and one key", c.partitions, c.records, c.keys))
+	}
+	if c.passes < 1 {
+		errs = append(errs, fmt.Errorf("passes: %d, want at least 1", c.passes))
 	}
 	if c.tls {
 		if saslSSL == "" || c.tlsDir == "" {
@@ -712,69 +724,56 @@ func (b *bench) runTLS(ctx context.Context) error {
 	return verdict(vs)
 }
 
-// runTwoStage is the rest of a -two-stage run: the raw two-hop pipe, the
-// views-per-page job with the first -replicas entry (throughput, checkpoint
-// durations, alignment), the latency at the steady rate on the same job,
-// the verification of its output (each page's counts exactly 1..n), and
-// the raw two-hop pipe again (its figure is over both passes, as the raw
-// pipe's of a plain run).
+// runTwoStage is the rest of a -two-stage run: the raw two-hop pipe and
+// the views-per-page job with the first -replicas entry, alternately
+// (passes.go); on the last pass's job, the alignment and checkpoint
+// durations of its throughput run and the latency at the steady rate;
+// the verification of every pass's output (each page's counts exactly
+// 1..n).
 func (b *bench) runTwoStage(ctx context.Context) error {
 	n := b.c.records
-	var raws []pass
-	p, err := b.rawTwoHop(ctx, 1)
-	if err != nil {
-		return fmt.Errorf("raw two-hop pipe: %w", err)
+	// Alignment, latency and the steady checkpoints: on the last pass's
+	// job, right after its throughput run.
+	var align, steadyDurs, steadyAlign []time.Duration
+	var steadyFrom, steadyTo time.Time
+	var measured *job
+	measure := func(j *job, t pass) error {
+		measured = j
+		var err error
+		if align, err = b.alignTimes(ctx, j.name, t.start, t.end); err != nil {
+			return fmt.Errorf("alignment times: %w", err)
+		}
+		steadyFrom = time.Now()
+		if err := b.latency(ctx, j); err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+		// The checkpoints of the steady input: the latency's share of them.
+		steadyTo = time.Now()
+		if steadyDurs, _, err = b.checkpointDurations(ctx, j.name, steadyFrom, steadyTo); err != nil {
+			return fmt.Errorf("checkpoint durations: %w", err)
+		}
+		if steadyAlign, err = b.alignTimes(ctx, j.name, steadyFrom, steadyTo); err != nil {
+			return fmt.Errorf("alignment times: %w", err)
+		}
+		return nil
 	}
-	raws = append(raws, p)
-	j, t, err := b.throughput(ctx, 0, b.c.replicas[0], b.plain, "two_stage_checkpoint_duration")
-	if err != nil {
-		return fmt.Errorf("views-per-page job, %d replica(s): %w", b.c.replicas[0], err)
-	}
-	align, err := b.alignTimes(ctx, j.name, t.start, t.end)
-	if err != nil {
-		return fmt.Errorf("alignment times: %w", err)
-	}
-	steadyFrom := time.Now()
-	if err := b.latency(ctx, j); err != nil {
-		return fmt.Errorf("latency: %w", err)
-	}
-	// The checkpoints of the steady input: the latency's share of them.
-	steadyDurs, _, err := b.checkpointDurations(ctx, j.name, steadyFrom, time.Now())
-	if err != nil {
-		return fmt.Errorf("checkpoint durations: %w", err)
-	}
-	steadyAlign, err := b.alignTimes(ctx, j.name, steadyFrom, time.Now())
-	if err != nil {
-		return fmt.Errorf("alignment times: %w", err)
-	}
-	var vs []*verification
-	if b.c.verify {
-		total := 0
-		for _, k := range b.perKey {
+	check := func(j *job, last bool) ([]*verification, error) {
+		// The last pass's job also has the latency input's outputs.
+		perKey, total := b.preloadPerKey, 0
+		if last {
+			perKey = b.perKey
+		}
+		for _, k := range perKey {
 			total += k
 		}
-		if vs, err = b.verifyOutputs(ctx, []output{{j, b.perKey, total}}); err != nil {
-			return err
-		}
+		return b.verifyOutputs(ctx, []output{{j, perKey, total}})
 	}
-	if err := j.stopAll(); err != nil {
+	passes, raws, vs, err := b.alternate(ctx, "views-per-page job", "two_stage_checkpoint_duration", measure, check)
+	if err != nil {
 		return err
 	}
-	if p, err = b.rawTwoHop(ctx, 2); err != nil {
-		return fmt.Errorf("raw two-hop pipe: %w", err)
-	}
-	raws = append(raws, p)
-
-	raw := sum(raws)
+	t, raw := reportPasses("two_stage", n, passes, raws)
 	res := benchutil.Result
-	res("two_stage_job_throughput", "%.0f", t.rate(n), "records/s")
-	res("raw_two_hop_throughput", "%.0f", raw.rate(n), "records/s")
-	res("two_stage_job_vs_raw_two_hop_ratio", "%.3f", t.rate(n)/raw.rate(n), "ratio")
-	if proc := t.processingRate(n); proc > 0 {
-		res("two_stage_job_startup", "%.2f", t.startup.Seconds(), "s")
-		res("two_stage_job_processing_throughput", "%.0f", proc, "records/s")
-		res("two_stage_job_processing_vs_raw_two_hop_ratio", "%.3f", proc/raw.rate(n), "ratio")
-	}
 	if len(align) > 0 {
 		res("two_stage_alignment_p50", "%.0f", ms(quantile(align, 0.5)), "ms")
 		res("two_stage_alignment_p99", "%.0f", ms(quantile(align, 0.99)), "ms")
@@ -791,7 +790,7 @@ func (b *bench) runTwoStage(ctx context.Context) error {
 			b.c.rate, len(steadyDurs), quantile(steadyDurs, 0.5), quantile(steadyDurs, 0.99),
 			len(steadyAlign), quantile(steadyAlign, 0.5), quantile(steadyAlign, 0.99), slices.Max(steadyAlign))
 	}
-	if ph, err := b.checkpointPhases(ctx, j.name, steadyFrom, time.Now()); err != nil {
+	if ph, err := b.checkpointPhases(ctx, measured.name, steadyFrom, steadyTo); err != nil {
 		benchutil.Info("checkpoint phases at the steady rate: %v", err)
 	} else {
 		ph.report("checkpoint phases at the steady rate")

@@ -27,13 +27,14 @@ import (
 // as the raw pipe does. In one run:
 //
 //  1. the raw two-hop pipe (the job has a shuffle, by page: the baseline of
-//     -two-stage, whose hop one decodes each value's page), before and
-//     after the job; its figure is over both passes;
-//  2. the job with the first -replicas entry, timed from before its
-//     processes start until an independent read_committed consumer has
-//     seen N outputs (as the count job), the checkpoint durations of that
-//     run (p50, p99);
-//  3. the verification of its output: each page's counts exactly 1..n,
+//     -two-stage, whose hop one decodes each value's page), before, between
+//     and after the job's passes; its figure is over all its passes;
+//  2. the job with the first -replicas entry, -passes times (passes.go),
+//     each pass timed from before its processes start until an
+//     independent read_committed consumer has seen N outputs (as the count
+//     job); the figure is over all passes, and the last pass's checkpoint
+//     durations are reported (p50, p99);
+//  3. the verification of every pass's output: each page's counts exactly 1..n,
 //     each once, and each page's last output (count n) with the total and
 //     the biggest amount of its input.
 //
@@ -90,48 +91,25 @@ func (b *bench) wantYAML(page string, i int) {
 // this file.
 func (b *bench) runYAML(ctx context.Context) error {
 	n := b.c.records
-	var raws []pass
-	p, err := b.rawTwoHop(ctx, 1)
-	if err != nil {
-		return fmt.Errorf("raw two-hop pipe: %w", err)
-	}
-	raws = append(raws, p)
-	j, t, err := b.throughput(ctx, 0, b.c.replicas[0], b.plain, "yaml_checkpoint_duration")
-	if err != nil {
-		return fmt.Errorf("YAML language job, %d replica(s): %w", b.c.replicas[0], err)
-	}
-	var vs []*verification
-	if b.c.verify {
-		if vs, err = b.verifyOutputs(ctx, []output{{j, b.preloadPerKey, n}}); err != nil {
-			return err
+	check := func(j *job, _ bool) ([]*verification, error) {
+		vs, err := b.verifyOutputs(ctx, []output{{j, b.preloadPerKey, n}})
+		if err != nil {
+			return nil, err
 		}
 		v, err := b.verifyAggregates(ctx, j.out, n)
 		if err != nil {
-			return fmt.Errorf("verify %s: %w", j.name, err)
+			return nil, fmt.Errorf("verify %s: %w", j.name, err)
 		}
-		vs = append(vs, v)
+		return append(vs, v), nil
 	}
-	if err := j.stopAll(); err != nil {
+	passes, raws, vs, err := b.alternate(ctx, "YAML language job", "yaml_checkpoint_duration", nil, check)
+	if err != nil {
 		return err
 	}
-	if p, err = b.rawTwoHop(ctx, 2); err != nil {
-		return fmt.Errorf("raw two-hop pipe: %w", err)
-	}
-	raws = append(raws, p)
-
-	raw := sum(raws)
-	res := benchutil.Result
-	res("yaml_job_throughput", "%.0f", t.rate(n), "records/s")
-	res("raw_two_hop_throughput", "%.0f", raw.rate(n), "records/s")
-	res("yaml_job_vs_raw_two_hop_ratio", "%.3f", t.rate(n)/raw.rate(n), "ratio")
-	if proc := t.processingRate(n); proc > 0 {
-		res("yaml_job_startup", "%.2f", t.startup.Seconds(), "s")
-		res("yaml_job_processing_throughput", "%.0f", proc, "records/s")
-		res("yaml_job_processing_vs_raw_two_hop_ratio", "%.3f", proc/raw.rate(n), "ratio")
-	}
+	t, raw := reportPasses("yaml", n, passes, raws)
 	benchutil.Info("load average now %s", loadAvg())
 	benchutil.Info("headline: YAML language job, %d replica(s), %.0f records/s vs the raw two-hop pipe's %.0f records/s: %.3f (goal >= 0.5); CPU: replicas %v, raw pipe (this process) %v per pass",
-		b.c.replicas[0], t.rate(n), raw.rate(n), t.rate(n)/raw.rate(n), t.cpu.Round(time.Millisecond), (raw.cpu / time.Duration(raw.passes)).Round(time.Millisecond))
+		b.c.replicas[0], t.rate(n), raw.rate(n), t.rate(n)/raw.rate(n), (t.cpu / time.Duration(t.passes)).Round(time.Millisecond), (raw.cpu / time.Duration(raw.passes)).Round(time.Millisecond))
 	if !b.c.verify {
 		return nil
 	}
