@@ -204,6 +204,7 @@ type config struct {
 	skipRecovery   bool
 	verify         bool
 	keep           bool
+	clean          bool
 	logLevel       string
 	pprof          bool
 	timeout        time.Duration
@@ -256,6 +257,7 @@ func main() {
 	flag.BoolVar(&c.skipRecovery, "skip-recovery", false, "skip the recovery measurements")
 	flag.BoolVar(&c.verify, "verify", true, "verify the outputs (every key's counts exactly 1..n) at the end")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (job files, replica logs, state, checkpoints) and the topics")
+	flag.BoolVar(&c.clean, "clean", false, "first delete the topics that earlier runs left on the broker (weir-bench-*, _weir.weir-bench-*: -keep, or a killed run); without it the run only warns of them")
 	flag.StringVar(&c.logLevel, "log-level", "info", "log.level of every replica (debug shows the start-up's steps with their times; with -keep the logs stay in the work directory)")
 	flag.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler on every replica's HTTP address (http.pprof), printed as each starts: curl -o cpu.prof http://ADDR/debug/pprof/profile?seconds=10")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
@@ -493,6 +495,9 @@ func run(ctx context.Context, c config) (err error) {
 	} else {
 		benchutil.Info("%d records over %d keys, %d partitions, checkpoint every %v, exactly-once; replicas %v; session timeout %v; run %s; %d CPUs, load average %s",
 			c.records, c.keys, c.partitions, c.interval, c.replicas, c.sessionTimeout, id, runtime.NumCPU(), loadAvg())
+	}
+	if err := b.leftovers(ctx); err != nil {
+		return err
 	}
 
 	if err := b.createTopic(ctx, b.in); err != nil {
@@ -2557,6 +2562,44 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // loadAvg is benchutil.LoadAvg.
 func loadAvg() string { return benchutil.LoadAvg() }
+
+// leftovers reports the topics earlier runs left on the broker (-keep, or
+// a run that was killed), and with -clean deletes them. Every partition
+// costs the broker CPU in the background (its scheduler walks them all:
+// ISR checks, high-watermark checkpoints); about 800 of them, left by
+// three -keep runs of -two-stage, lowered the next runs' ratios by a
+// tenth.
+func (b *bench) leftovers(ctx context.Context) error {
+	tds, err := b.adm.ListTopics(ctx)
+	if err != nil {
+		benchutil.Info("could not list the broker's topics: %v", err)
+		return nil
+	}
+	var topics []string
+	var parts int
+	for _, td := range tds.Sorted() {
+		if strings.HasPrefix(td.Topic, "weir-bench-") || strings.HasPrefix(td.Topic, "_weir.weir-bench-") {
+			topics = append(topics, td.Topic)
+			parts += len(td.Partitions)
+		}
+	}
+	switch {
+	case len(topics) == 0:
+		return nil
+	case !b.c.clean:
+		benchutil.Info("WARNING: the broker holds %d topics (%d partitions) left by earlier runs; they slow it down: run with -clean to delete them first", len(topics), parts)
+		return nil
+	}
+	resps, err := b.adm.DeleteTopics(ctx, topics...)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("delete the topics of earlier runs: %w", err)
+	}
+	benchutil.Info("deleted %d topics (%d partitions) left by earlier runs", len(topics), parts)
+	return nil
+}
 
 // cpuDelta is b − a, or -1 if either is unknown (negative).
 func cpuDelta(a, b time.Duration) time.Duration {
