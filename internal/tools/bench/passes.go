@@ -17,15 +17,14 @@ import (
 // first checkpoint's random delay in [min_pause, interval] (as Flink's),
 // which decides how long the last outputs wait for their commit, and the
 // load of the machine, which drifts within minutes. Each job pass is a new
-// job (its own name, topics and state) on the same preloaded input; its
-// output is verified like the first's. The throughput figures are over
+// job (its own name, topics and state) on the same preloaded input, and
+// every pass's output is verified. The throughput figures are over
 // all passes (records over summed wall time), and the worst and best
 // passes are reported beside them; the checkpoint durations, and with
 // -two-stage the alignment and latency, are the last pass's.
 
 // jobPass is one pass of the job and the raw passes either side of it.
 type jobPass struct {
-	job       *job
 	t         pass
 	rawBefore pass
 	rawAfter  pass
@@ -74,7 +73,7 @@ func (b *bench) alternate(ctx context.Context, what, ckpt string, last func(j *j
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("raw two-hop pipe: %w", err)
 		}
-		passes = append(passes, jobPass{job: j, t: t, rawBefore: raws[len(raws)-1], rawAfter: after})
+		passes = append(passes, jobPass{t: t, rawBefore: raws[len(raws)-1], rawAfter: after})
 		raws = append(raws, after)
 	}
 	return passes, raws, vs, nil
