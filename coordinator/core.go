@@ -239,28 +239,52 @@ func (c *Core) HeldByGC() bool { return c.gcHeld }
 
 // triggerAllowed applies the rules of DESIGN.md section 5.1.
 func (c *Core) triggerAllowed() bool {
-	if c.phase != phaseRunning || !c.scheduled || c.now.Before(c.nextTrigger) {
-		return false
-	}
-	if c.now.Before(c.lastCompletion.Add(c.cfg.MinPause)) {
-		return false
+	at, ok := c.triggerTime()
+	return ok && !c.now.Before(at)
+}
+
+// triggerTime returns the time from which the rules of DESIGN.md section
+// 5.1 allow the next periodic trigger, and false while something other
+// than time forbids it.
+func (c *Core) triggerTime() (time.Time, bool) {
+	if c.phase != phaseRunning || !c.scheduled {
+		return time.Time{}, false
 	}
 	periodic := 0
 	for _, p := range c.pending {
 		switch p.kind {
 		case control.KindStop:
-			return false // Flink stops the scheduler during stop-with-savepoint
+			return time.Time{}, false // Flink stops the scheduler during stop-with-savepoint
 		case control.KindCheckpoint:
 			periodic++
 		}
 	}
-	return periodic < c.cfg.MaxConcurrent
+	if periodic >= c.cfg.MaxConcurrent {
+		return time.Time{}, false
+	}
+	at := c.nextTrigger
+	if pause := c.lastCompletion.Add(c.cfg.MinPause); pause.After(at) {
+		at = pause
+	}
+	return at, true
 }
 
-// NextTrigger returns when the next periodic trigger is due, and whether
-// one is scheduled: the owner may tell the core the time then (Tick)
-// rather than at its next regular tick.
-func (c *Core) NextTrigger() (time.Time, bool) { return c.nextTrigger, c.scheduled }
+// NextTrigger returns the time from which a Tick triggers the next periodic
+// checkpoint, and whether only time stands in its way: the owner may tell
+// the core the time then rather than at its next regular tick. The time is
+// the later of the scheduled trigger and the end of the min pause after the
+// last completion, and it may have passed already (a checkpoint that took
+// longer than the interval completed just now): the owner should then tick
+// at once. It reports false while something other than time holds the
+// trigger back (the job is not running, max_concurrent checkpoints or a
+// stop-with-savepoint are pending, or the gc backlog is too long): an event
+// releases those, and the owner ticks the core on every event.
+func (c *Core) NextTrigger() (time.Time, bool) {
+	if c.gcBacklog > c.cfg.MaxConcurrent {
+		return time.Time{}, false
+	}
+	return c.triggerTime()
+}
 
 // HasReady reports whether Ready has anything to do.
 func (c *Core) HasReady() bool {

@@ -504,6 +504,15 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "state":
 		return fmtStatus(h.c.Status())
 
+	case "next-trigger":
+		// When the owner must tick the core next, if only time holds the
+		// next periodic trigger back.
+		at, ok := h.c.NextTrigger()
+		if !ok {
+			return "none\n"
+		}
+		return fmt.Sprintf("%s (now=%s)\n", rel(at), rel(h.c.Now()))
+
 	case "rebuild":
 		h.delta()
 		mode := argString(d, "from", "full")

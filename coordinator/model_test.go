@@ -190,6 +190,35 @@ func (m *model) tick(now time.Time) {
 	}
 }
 
+// dueAt is when the owner must tell the model the time for the next
+// periodic trigger to fire, if only time holds it back: the trigger is
+// scheduled, the job runs, fewer than max_concurrent periodic checkpoints
+// and no stop-with-savepoint are pending, and the gc backlog is within
+// max_concurrent. Then it fires at the scheduled time, but never within
+// min_pause of the last completion.
+func (m *model) dueAt() (time.Time, bool) {
+	if m.phase != "running" || !m.scheduled || m.gcBacklog > m.cfg.MaxConcurrent {
+		return time.Time{}, false
+	}
+	periodic := 0
+	for _, p := range m.pending {
+		if p.kind == control.KindStop {
+			return time.Time{}, false
+		}
+		if p.kind == control.KindCheckpoint {
+			periodic++
+		}
+	}
+	if periodic >= m.cfg.MaxConcurrent {
+		return time.Time{}, false
+	}
+	at := m.nextTrigger
+	if end := m.lastCompletion.Add(m.cfg.MinPause); at.Before(end) {
+		at = end
+	}
+	return at, true
+}
+
 // gone classifies an ID of this generation that is not pending.
 func (m *model) gone(id uint64) AckResult {
 	for _, k := range m.retained {

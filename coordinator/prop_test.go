@@ -161,6 +161,14 @@ func (r *propRun) compare(t *rapid.T, what string, errC, errM error) {
 		t.Fatalf("%s: state differs: core completed=%v last=%d gen=%d phase=%s failures=%d; model %v %d %d %s %d",
 			what, kc, r.c.lastID, r.c.gen, r.c.phase, r.c.failures, km, r.m.lastID, r.m.gen, r.m.phase, r.m.failures)
 	}
+	// Liveness: the owner ticks at NextTrigger (at once if it has passed)
+	// and relies on events otherwise; a due trigger it is not told of
+	// would wait for a tick that may be an hour away.
+	atC, okC := r.c.NextTrigger()
+	atM, okM := r.m.dueAt()
+	if okC != okM || okC && !atC.Equal(atM) {
+		t.Fatalf("%s: next trigger differs: core %s %v, model %s %v", what, rel(atC), okC, rel(atM), okM)
+	}
 	// Event sourcing: the records so far rebuild the same durable state.
 	rebuilt, err := Restore(r.cfg, r.c.Now(), r.log)
 	if err != nil {

@@ -309,8 +309,11 @@ func (r *Runner) Run(ctx context.Context) error {
 			core.Advance(rd)
 		}
 		if next, ok := core.NextTrigger(); ok {
-			if d := next.Sub(r.opts.Now()); d > 0 && d < r.opts.TickInterval {
-				due.Reset(d)
+			// A trigger already due (the last checkpoint took longer than
+			// the interval and completed just now) fires at once: no event
+			// may come to tick the core until the next tick.
+			if d := next.Sub(r.opts.Now()); d < r.opts.TickInterval {
+				due.Reset(max(d, 0))
 			}
 		}
 	}
