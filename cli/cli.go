@@ -154,6 +154,9 @@ func loadConfig(file string, flags *pflag.FlagSet, job *stream.Job) (*config.Con
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
+	if f := flags.Lookup(allowNonRestoredFlag); f != nil && f.Value.String() == "true" {
+		cfg.Process.AllowNonRestoredState = true
+	}
 	return cfg, nil
 }
 

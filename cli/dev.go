@@ -296,11 +296,13 @@ key, with value the generated value. For example:
 			}
 			return runDev(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), devOptions{
 				example: ex, dir: dir, rate: rate, users: users, partitions: partitions, http: httpAddr, quiet: quiet, input: inputFile, generate: gen,
-				format: config.Format{Type: inFormat, Registry: registry},
+				format:           config.Format{Type: inFormat, Registry: registry},
+				allowNonRestored: cmd.Flags().Lookup(allowNonRestoredFlag).Value.String() == "true",
 			})
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", ".weir-dev", "where the embedded Kafka, the state and the checkpoints live")
+	addAllowNonRestoredFlag(cmd.Flags())
 	cmd.Flags().IntVar(&rate, "rate", 20, "sample clicks generated per second (0: none)")
 	cmd.Flags().IntVar(&users, "users", 10, "distinct users in the sample clicks")
 	cmd.Flags().Int32Var(&partitions, "partitions", 4, "partitions of the input topic (tasks of the job), on first start")
@@ -327,6 +329,8 @@ type devOptions struct {
 	input      string        // a file of input records, with example.file
 	generate   *devGenerator // sample records for example.file, or nil: clicks
 	format     config.Format // the sample clicks' format and registry
+	// allowNonRestored is --allow-non-restored-state.
+	allowNonRestored bool
 }
 
 // devFormats are the formats of the sample clicks (--format).
@@ -465,6 +469,7 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 			devPrint(gctx, out, brokers, o.example.output)
 		}()
 	}
+	cfg.Process.AllowNonRestoredState = o.allowNonRestored
 	if err := serve(ctx, cfg, nil, logOut, nil); err != nil {
 		return err
 	}

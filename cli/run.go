@@ -57,8 +57,17 @@ transactions, leaves the group and exits 0 within process.grace_period.`,
 		},
 	}
 	addConfigFlags(cmd.Flags(), &file)
+	addAllowNonRestoredFlag(cmd.Flags())
 	return cmd
 }
+
+// addAllowNonRestoredFlag adds --allow-non-restored-state, Flink's name for
+// process.allow_non_restored_state (which loadConfig reads from it).
+func addAllowNonRestoredFlag(fs *pflag.FlagSet) {
+	fs.Bool(allowNonRestoredFlag, false, "restore a checkpoint even if it has state the job no longer has, dropping that state (process.allow_non_restored_state)")
+}
+
+const allowNonRestoredFlag = "allow-non-restored-state"
 
 // addConfigFlags adds the flags of every command that loads a job's
 // configuration (run, validate, checkpoints, transactions), so that each
@@ -120,8 +129,12 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	fp, err := jobFingerprint(cfg, job)
+	if err != nil {
+		return err
+	}
 	rep, err := replica.New(ctx, replica.Options{
-		Config: cfg, Job: job, ReplicaID: cfg.Process.ReplicaID,
+		Config: cfg, Job: job, ReplicaID: cfg.Process.ReplicaID, Fingerprint: fp,
 		Logger: log, Registerer: reg, OnCommitted: onCommitted,
 	})
 	if err != nil {
@@ -144,6 +157,10 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if f := rep.Failure(); f != nil {
 				http.Error(w, "not ready: "+f.String()+"; to resume: "+f.Resume(), http.StatusServiceUnavailable)
+				return
+			}
+			if e := rep.Refused(); e != nil {
+				http.Error(w, "not ready: "+e.Error(), http.StatusServiceUnavailable)
 				return
 			}
 			if err := registries.unavailable(); err != nil {

@@ -50,8 +50,14 @@ type Job struct {
 	MaxParallelism int `mapstructure:"max_parallelism"`
 }
 
-// Step is one step of a pipeline: exactly one of its fields is set.
+// Step is one step of a pipeline: exactly one of its kinds (the pointer
+// fields) is set.
 type Step struct {
+	// ID names the state of a step that keeps state (aggregate, dedupe,
+	// join) in place of the name derived from its kind: it stays the
+	// state's identity whatever is edited around the step (Flink's uid;
+	// docs/operations.md, "Upgrading a job").
+	ID        string         `mapstructure:"id"`
 	Source    *SourceStep    `mapstructure:"source"`
 	Filter    *FilterStep    `mapstructure:"filter"`
 	Map       *MapStep       `mapstructure:"map"`
@@ -109,7 +115,7 @@ type Format struct {
 	// basic auth (the password is best set through its environment
 	// variable).
 	RegistryUsername string `mapstructure:"registry_username"`
-	RegistryPassword string `mapstructure:"registry_password"`
+	RegistryPassword string `mapstructure:"registry_password" json:"-"` // not in the job's fingerprint
 	// Subject is where a sink registers its schema (default
 	// "<topic>-value", or "<topic>-key" for a key: the TopicNameStrategy).
 	Subject string `mapstructure:"subject"`
@@ -420,6 +426,11 @@ type Process struct {
 	// progress before /livez fails (a stuck replica, for Kubernetes'
 	// liveness probe to restart).
 	LivenessTimeout time.Duration `mapstructure:"liveness_timeout"`
+	// AllowNonRestoredState lets a replica restore a checkpoint that has
+	// state its job no longer has (a removed operator or aggregate): that
+	// state is dropped. Off, such a restore is refused (Flink's
+	// --allowNonRestoredState; docs/operations.md, "Upgrading a job").
+	AllowNonRestoredState bool `mapstructure:"allow_non_restored_state"`
 }
 
 // Default returns the defaults of every setting. Job.Name, Job.Pipeline and

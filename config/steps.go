@@ -12,12 +12,12 @@ type Expr struct {
 	// file (Column counts from 1, after any opening quote); zero if the
 	// expression did not come from a file (an environment variable, a
 	// test). Use Pos for an offset inside Src.
-	File         string
-	Line, Column int
+	File         string `json:"-"` // positions are no part of the job's fingerprint
+	Line, Column int    `json:"-"`
 	// Folded is true if Src spans lines or the YAML scalar was folded or
 	// escaped, so that an offset in Src cannot be mapped to a column: Pos
 	// then points at the start.
-	Folded bool
+	Folded bool `json:"-"`
 }
 
 // NamedExpr is one field of a projection: `name: <expr>`.
@@ -25,8 +25,8 @@ type NamedExpr struct {
 	Name string
 	Expr Expr
 	// File, Line and Column locate the field's name in the job file.
-	File         string
-	Line, Column int
+	File         string `json:"-"` // positions are no part of the job's fingerprint
+	Line, Column int    `json:"-"`
 }
 
 // FilterStep keeps the records for which Where is true.
@@ -87,8 +87,8 @@ type Agg struct {
 	// 0 for the other ops.
 	Limit int
 	// File, Line and Column locate the aggregate's key in the job file.
-	File         string
-	Line, Column int
+	File         string `json:"-"` // positions are no part of the job's fingerprint
+	Line, Column int    `json:"-"`
 }
 
 // DedupeStep drops a record whose dedupe key was already seen, for the
@@ -162,6 +162,6 @@ type NamedStream struct {
 	Name  string
 	Steps []Step
 	// File, Line and Column locate the stream's name in the job file.
-	File         string
-	Line, Column int
+	File         string `json:"-"` // positions are no part of the job's fingerprint
+	Line, Column int    `json:"-"`
 }

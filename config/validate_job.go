@@ -78,6 +78,7 @@ func (c *Config) validatePipeline(v *validator) {
 		return
 	}
 	c.validateSteps(v, "job.pipeline", steps)
+	c.validateStepIDs(v)
 	if steps[0].Source == nil {
 		v.add("job.pipeline[0]", "the first step must be a source")
 	} else if wm := steps[0].Source.Watermark; wm != nil && !slices.ContainsFunc(c.allSteps(), readsWatermarks) {
@@ -104,6 +105,7 @@ func (c *Config) validateSteps(v *validator, list string, steps []Step) {
 			}
 			continue
 		}
+		validateStepID(v, path, s, kinds[0])
 		path += "." + kinds[0]
 		last := i == len(steps)-1
 		switch {
@@ -463,4 +465,56 @@ func (c *Config) findCycles(v *validator, all []streamEdge) {
 			visit(ns.Name)
 		}
 	}
+}
+
+// stepIDRE is the form of a step's id: it may name the stage the step
+// starts, and so task IDs, state directories, transactional IDs and a
+// shuffle topic (stream.Named's rule).
+var stepIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,99}$`)
+
+// statefulKinds are the kinds of step that keep state, and take an id.
+var statefulKinds = []string{"aggregate", "dedupe", "join"}
+
+// validateStepID checks the id of step s (of kind) at path.
+func validateStepID(v *validator, path string, s *Step, kind string) {
+	switch {
+	case s.ID == "":
+	case !slices.Contains(statefulKinds, kind):
+		hint := ""
+		if kind == "window" {
+			hint = "; a window's state is its aggregate's: set the id on the aggregate step after it"
+		}
+		v.add(path+".id", "%q: only a step that keeps state (%s) takes an id%s", s.ID, strings.Join(statefulKinds, ", "), hint)
+	case s.ID == "main" || !stepIDRE.MatchString(s.ID):
+		v.add(path+".id", "%q: use lower-case letters, digits, '_' and '-', starting with a letter or digit (not main): an id can name a stage, its tasks and its shuffle topic", s.ID)
+	}
+}
+
+// validateStepIDs checks that no two steps have one id.
+func (c *Config) validateStepIDs(v *validator) {
+	seen := map[string]string{}
+	for _, s := range c.allSteps() {
+		if s.ID == "" {
+			continue
+		}
+		if other, dup := seen[s.ID]; dup {
+			v.add(s.path+".id", "%q is also the id of %s: ids name state, and must be unique in the job", s.ID, other)
+			continue
+		}
+		seen[s.ID] = s.path
+	}
+}
+
+// StepsWithoutID returns the key paths of the steps that keep state but
+// have no id: their state is named after their kind and their rank among
+// the steps of that kind, which an edit elsewhere can change (`processor
+// validate` warns about them).
+func (c *Config) StepsWithoutID() []string {
+	var out []string
+	for _, s := range c.allSteps() {
+		if k := s.kind(); s.ID == "" && slices.Contains(statefulKinds, k) {
+			out = append(out, s.path+"."+k)
+		}
+	}
+	return out
 }

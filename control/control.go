@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/weir-stream/weir/compat"
 )
 
 // Version is the schema version this package writes. Decode accepts exactly
@@ -544,6 +546,11 @@ type Metadata struct {
 	Target string      `json:"target,omitempty"`
 	TS     int64       `json:"ts"`
 	Tasks  []TaskState `json:"tasks"`
+	// Schema is the state schema of the job that took the checkpoint
+	// (package compat), which a restore compares with its own before it
+	// writes anything; nil in checkpoints taken before schemas were
+	// recorded. (An addition to DESIGN.md section 7.)
+	Schema *compat.Schema `json:"schema,omitempty"`
 }
 
 // Type implements Message.
@@ -742,6 +749,11 @@ func (m Metadata) validate() error {
 	}
 	if err := checkKind(m.Kind, m.Target); err != nil {
 		return err
+	}
+	if m.Schema != nil {
+		if err := m.Schema.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
 	}
 	for i, s := range m.Tasks {
 		if !s.Task.Valid() {

@@ -15,7 +15,7 @@ import (
 // The pure packages: the coordinator core, the barrier aligner and the
 // control messages. The Kafka runtime loop of the coordinator will live in
 // the subpackage coordinator/runner, which this check does not cover.
-var purePackages = []string{".", "../barrier", "../control", "../runtime/input", "../eventtime"}
+var purePackages = []string{".", "../barrier", "../control", "../runtime/input", "../eventtime", "../compat"}
 
 // forbiddenImports are import path fragments no pure package may use.
 var forbiddenImports = []string{
@@ -69,7 +69,8 @@ func checkPure(fset *token.FileSet, f *ast.File, allowThirdParty func(string) bo
 }
 
 func weirPure(path string) bool {
-	return path == "github.com/weir-stream/weir/control" || path == "github.com/weir-stream/weir/barrier"
+	return path == "github.com/weir-stream/weir/control" || path == "github.com/weir-stream/weir/barrier" ||
+		path == "github.com/weir-stream/weir/compat"
 }
 
 // TestPurePackages fails if the coordinator core, the barrier aligner, the

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/weir-stream/weir/compat"
 	"slices"
 	"sync"
 
@@ -75,7 +76,7 @@ func (c *compiler) aggregate(path string, a *config.AggregateStep) {
 			name = "window-" + a.Op
 		}
 	}
-	name = c.opName(name)
+	name = c.stateName(name)
 	// The one-aggregate form keeps its state layout (legacyCodec).
 	legacyOp := ""
 	var accCodec state.Codec[aggAcc] = &aggCodec{set: set}
@@ -84,9 +85,18 @@ func (c *compiler) aggregate(path string, a *config.AggregateStep) {
 		accCodec = legacyCodec{op: set.defs[0].op}
 	}
 	names := make([]string, len(set.defs))
+	schemaFields := make([]compat.Field, len(set.defs))
 	for i, d := range set.defs {
 		names[i] = d.name
+		schemaFields[i] = compat.Field{Name: d.name, Type: d.opName()}
 	}
+	// The state schema: aggregates by name (aggCodec), or the one-aggregate
+	// form's layout (legacyCodec), which only its own op reads.
+	encoding := "aggregate"
+	if legacy {
+		encoding = "aggregate-" + a.Op
+	}
+	schema := stateSchema("aggregate", encoding, schemaFields...)
 	// read gives a record's arguments: none (counts only), the field of
 	// the one-aggregate form, or the Transform's (aggIn).
 	var read func(r Rec, dst []any) []any
@@ -116,7 +126,7 @@ func (c *compiler) aggregate(path string, a *config.AggregateStep) {
 		}
 		fields := append(append([]string{"key", "window_start", "window_end"}, names...), "early")
 		if args == nil {
-			c.cur = windowAggregate(c.cur, name, set, accCodec, fields, ws, func(r Rec) []any { return read(r, nil) })
+			c.cur = windowAggregate(c.cur, name, set, accCodec, fields, ws, func(r Rec) []any { return read(r, nil) }, schema)
 		} else {
 			in := c.aggArgs(name, set, args, opts)
 			late := stream.Windowing[aggIn]{Kind: ws.Kind, Size: ws.Size, Slide: ws.Slide, Gap: ws.Gap,
@@ -124,7 +134,7 @@ func (c *compiler) aggregate(path string, a *config.AggregateStep) {
 			if ws.LateTopic != "" {
 				late.LateCodec = aggInCodec{}
 			}
-			c.cur = windowAggregate(in, name, set, accCodec, fields, late, func(in aggIn) []any { return in.args })
+			c.cur = windowAggregate(in, name, set, accCodec, fields, late, func(in aggIn) []any { return in.args }, schema)
 		}
 		if err := c.job.Err(); err != nil {
 			c.addJob(wpath, err)
@@ -134,10 +144,10 @@ func (c *compiler) aggregate(path string, a *config.AggregateStep) {
 	}
 	fields := append([]string{"key"}, names...)
 	if args == nil {
-		c.cur = stream.Process(c.cur, name, newRunningAgg(set, legacyOp, func(r Rec, dst []any) ([]any, Rec) { return read(r, dst), r }))
+		c.cur = stream.Process(c.cur, name, newRunningAgg(set, legacyOp, func(r Rec, dst []any) ([]any, Rec) { return read(r, dst), r }), schema)
 	} else {
 		in := c.aggArgs(name, set, args, opts)
-		c.cur = stream.Process(in, name, newRunningAgg(set, "", func(in aggIn, _ []any) ([]any, Rec) { return in.args, in.rec }))
+		c.cur = stream.Process(in, name, newRunningAgg(set, "", func(in aggIn, _ []any) ([]any, Rec) { return in.args, in.rec }), schema)
 	}
 	if err := c.job.Err(); err != nil {
 		c.addJob(path, err)
@@ -480,8 +490,8 @@ func (a windowAgg[T]) Result(acc aggAcc) aggAcc { return acc }
 // the Map that writes its results:
 // {"key":…,"window_start":…,"window_end":…, <name>: <result>…} (and
 // "early": true for an early result).
-func windowAggregate[T any](s *stream.Stream[T], name string, set *aggSet, accCodec state.Codec[aggAcc], fields []string, ws stream.Windowing[T], args func(T) []any) *stream.Stream[Rec] {
-	res := stream.Window(s, name, ws, accCodec, stream.AggregateFunc[T, aggAcc, aggAcc](windowAgg[T]{set: set, args: args}))
+func windowAggregate[T any](s *stream.Stream[T], name string, set *aggSet, accCodec state.Codec[aggAcc], fields []string, ws stream.Windowing[T], args func(T) []any, schema stream.ProcessOption) *stream.Stream[Rec] {
+	res := stream.Window(s, name, ws, accCodec, stream.AggregateFunc[T, aggAcc, aggAcc](windowAgg[T]{set: set, args: args}), schema)
 	return stream.Map(res, func(r stream.WindowResult[aggAcc]) (Rec, error) {
 		v := make(map[string]any, len(fields))
 		v["key"], v["window_start"], v["window_end"] = string(r.Key), rfc3339(r.Start), rfc3339(r.End)

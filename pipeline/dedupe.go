@@ -37,7 +37,7 @@ func (c *compiler) dedupe(path string, d *config.DedupeStep) {
 	if len(c.problems) > 0 || c.cur == nil {
 		return
 	}
-	name := c.opName("dedupe")
+	name := c.stateName("dedupe")
 	pool := &sync.Pool{New: func() any { return &evalTask{ev: expression.NewEvaluator()} }}
 	in := stream.Transform(c.cur, name+"-key", func(e stream.Elem, r Rec, emit func(dedupeIn[Rec]) error) error {
 		if p == nil {
@@ -59,7 +59,7 @@ func (c *compiler) dedupe(path string, d *config.DedupeStep) {
 		return emit(dedupeIn[Rec]{v: r, dk: dk})
 	}, opts...)
 	eventTime := c.jobHasEventTime()
-	var popts []stream.ProcessOption
+	popts := []stream.ProcessOption{stateSchema("dedupe", "dedupe")}
 	if eventTime {
 		popts = append(popts, stream.WithEventTime())
 	}

@@ -67,9 +67,9 @@ func (c *compiler) tableJoin(path string, j *config.JoinStep) {
 	}
 	left := stream.Map(c.cur, func(r Rec) (sided, error) { return sided{r: r}, nil })
 	right := stream.Map(table, func(r Rec) (sided, error) { return sided{right: true, r: r}, nil })
-	c.cur = stream.Process(stream.Merge(left, right), c.opName("join"), func() stream.KeyedProcessFunction[sided, Rec] {
+	c.cur = stream.Process(stream.Merge(left, right), c.stateName("join"), func() stream.KeyedProcessFunction[sided, Rec] {
 		return &tableJoin{as: as, inner: inner}
-	})
+	}, stateSchema("join", "table-join"))
 	if err := c.job.Err(); err != nil {
 		c.addJob(path, err)
 	}
@@ -143,18 +143,31 @@ func (c *compiler) intervalJoin(path string, j *config.JoinStep) {
 		} else {
 			opts = append(opts, right.pending.opts...)
 		}
+		opts = append(opts, stream.KeyDescription(joinKey(c.pending, right.pending)))
 		l := c.tag(c.cur, c.pending != nil, false)
 		r := c.tag(right.cur, right.pending != nil, true)
 		in = stream.KeyBy(stream.Merge(l, r), func(s sided) ([]byte, error) { return s.r.key, nil }, opts...)
 		c.pending = nil
 	}
-	c.cur = stream.Process(in, c.opName("join"), func() stream.KeyedProcessFunction[sided, Rec] {
+	c.cur = stream.Process(in, c.stateName("join"), func() stream.KeyedProcessFunction[sided, Rec] {
 		return &intervalJoin{as: as, within: within}
-	}, stream.WithEventTime())
+	}, stream.WithEventTime(), stateSchema("join", "interval-join"))
 	if err := c.job.Err(); err != nil {
 		c.addJob(path, err)
 	}
 	c.joinedFields(as)
+}
+
+// joinKey describes the key of an interval join's state: each side's key
+// change, or its record key.
+func joinKey(left, right *pendingKey) string {
+	side := func(p *pendingKey) string {
+		if p == nil {
+			return "record key"
+		}
+		return p.desc
+	}
+	return "join of " + side(left) + " and " + side(right)
 }
 
 // sameShuffle reports whether two pending key changes ask for the same

@@ -113,7 +113,11 @@ func (c *compiler) keyBy(path string, k *config.KeyByStep, rest []config.Step) {
 			return emit(r)
 		})
 	}
-	c.pending = &pendingKey{path: path, opts: opts}
+	desc := "key_by field " + k.Field
+	if k.Expr != nil {
+		desc = "key_by expr " + k.Expr.Src
+	}
+	c.pending = &pendingKey{path: path, opts: opts, desc: desc}
 }
 
 // fieldKey appends the key of `key_by: {field: name}` to dst: the value

@@ -115,7 +115,7 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 	}
 	c.raw = c.raw && value == nil && fields == nil
 	if key != nil {
-		c.pending = &pendingKey{path: path + ".key"}
+		c.pending = &pendingKey{path: path + ".key", desc: "map key " + m.Key.Src}
 		c.checkLegacy(path+".key", rest)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/compat"
 	"regexp"
 	"strings"
 	"unicode/utf8"
@@ -135,7 +136,7 @@ func (c *compiler) steps(path string, steps []config.Step, main bool) {
 		// The operators the step defines are named by its key path in
 		// errors and plans (a YAML user has no use for the Go file of the
 		// compiler).
-		c.site = p
+		c.site, c.stepID = p, step.ID
 		c.job.At(p)
 		switch kind {
 		case "source":
@@ -195,8 +196,10 @@ type compiler struct {
 	window     *config.WindowStep
 	windowPath string
 	// graph is the state of job.streams and routes (graph.go).
-	graph    graphState
-	ops      map[string]int
+	graph graphState
+	ops   map[string]int
+	// stepID is the id of the step being compiled (config.Step.ID), or "".
+	stepID   string
 	problems []error
 }
 
@@ -205,6 +208,9 @@ type compiler struct {
 type pendingKey struct {
 	path string
 	opts []stream.ShuffleOption
+	// desc says what the key is, for the state schema
+	// (stream.KeyDescription).
+	desc string
 }
 
 // recKey is the key function of a pending KeyBy: the key the step before
@@ -224,7 +230,7 @@ func (c *compiler) flush() {
 	// step is that applies it.
 	c.job.At(p.path)
 	defer c.job.At(c.site)
-	c.cur = stream.KeyBy(c.cur, recKey, append([]stream.ShuffleOption{stream.ShuffleCodec(stream.Codec[Rec](RecCodec{Borrow: true}))}, p.opts...)...)
+	c.cur = stream.KeyBy(c.cur, recKey, append([]stream.ShuffleOption{stream.ShuffleCodec(stream.Codec[Rec](RecCodec{Borrow: true})), stream.KeyDescription(p.desc)}, p.opts...)...)
 	if err := c.job.Err(); err != nil {
 		c.addJob(p.path, err)
 	}
@@ -302,6 +308,23 @@ func (c *compiler) err() error { return errors.Join(c.problems...) }
 // opName returns a stable operator name for the n-th operator of a kind:
 // "count", then "count-2"... Operator names name state, so they must not
 // depend on the position of the step in the pipeline.
+// stateName names the state of the stateful step being compiled: its id,
+// or else the name derived from its kind (opName). opName is called either
+// way, so that an id set on one step renames no other step of its kind.
+func (c *compiler) stateName(kind string) string {
+	name := c.opName(kind)
+	if c.stepID != "" {
+		return c.stepID
+	}
+	return name
+}
+
+// stateSchema declares the state of the stateful step being compiled for
+// the job's state schema (stream.WithStateSchema, package compat).
+func stateSchema(kind, encoding string, fields ...compat.Field) stream.ProcessOption {
+	return stream.WithStateSchema(stream.StateSchema{Kind: kind, Encoding: encoding, Fields: fields})
+}
+
 func (c *compiler) opName(kind string) string {
 	c.ops[kind]++
 	if n := c.ops[kind]; n > 1 {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/state"
 )
 
@@ -132,6 +133,14 @@ type processOptions struct {
 	// check, if set, checks the operator's own settings (under the job's
 	// lock, like every check).
 	check func(j *Job) bool
+	// schema is what the operator declares of its state (WithStateSchema).
+	schema StateSchema
+	// encoding and window are what a built-in operator (Aggregate, Reduce,
+	// Count, Window) records of its state in the job's state schema.
+	encoding string
+	window   *compat.Window
+	// uid is UID's identity, or "".
+	uid string
 }
 
 // WithEventTime declares that the function uses event time: it registers

@@ -237,12 +237,16 @@ type node struct {
 	changesKey bool
 	// stage is the index of the stage the node runs in (set by Build).
 	stage int
+	// state is what a keyed node records of its state in the job's state
+	// schema (Job.StateOperators).
+	state *opState
 }
 
 // keyByDef is what a KeyBy node adds: its options and, if it is a shuffle
 // point, its edge.
 type keyByDef struct {
 	name        string // Named, or ""
+	keyDesc     string // KeyDescription, or ""
 	parallelism int    // Parallelism, or 0
 	elem        string // the element type, for errors
 	hasCodec    bool

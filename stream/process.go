@@ -215,15 +215,24 @@ func Process[T, U any](s *Stream[T], name string, newFn func() KeyedProcessFunct
 }
 
 func process[T, U any](s *Stream[T], name, what, where string, o processOptions, newFn func() KeyedProcessFunction[T, U]) *Stream[U] {
+	what0 := what
 	what = fmt.Sprintf("%s(%q)", what, name)
+	// id is the operator's identity: its state, timers and (for a
+	// stage's first keyed operator) stage are named after it.
+	id := name
+	if o.uid != "" {
+		id = o.uid
+	}
 	check := func(j *Job) bool {
 		switch {
 		case newFn == nil:
 			j.failf(where, "%s: nil function or codec", what)
 		case !j.nameFree(where, what, name):
+		case id != name && !j.nameFree(where, what+" UID", id):
 		case o.check != nil && !o.check(j):
 		default:
 			j.ops[name] = where
+			j.ops[id] = where
 			return true
 		}
 		return false
@@ -241,9 +250,9 @@ func process[T, U any](s *Stream[T], name, what, where string, o processOptions,
 		if err := tb.useTimers(o.eventTime); err != nil {
 			return nil, err
 		}
-		ctx := &Context[U]{t: t, op: name, emit: next, eventTime: o.eventTime}
+		ctx := &Context[U]{t: t, op: id, emit: next, eventTime: o.eventTime}
 		if o, ok := fn.(Opener); ok {
-			oc := OpenContext{Backend: b, Operator: name, Task: t.tc.Task, Index: t.tc.Index, Logger: t.log.With("operator", name), Now: t.now}
+			oc := OpenContext{Backend: b, Operator: id, Task: t.tc.Task, Index: t.tc.Index, Logger: t.log.With("operator", name), Now: t.now}
 			if err := o.Open(oc); err != nil {
 				return nil, fmt.Errorf("stream: %s (%s): open: %w", what, where, err)
 			}
@@ -257,7 +266,7 @@ func process[T, U any](s *Stream[T], name, what, where string, o processOptions,
 			})
 		}
 		if th, ok := fn.(TimerHandler[U]); ok {
-			t.onTimer[name] = func(d TimeDomain) error {
+			t.onTimer[id] = func(d TimeDomain) error {
 				ctx.active, ctx.downErr, ctx.domain = true, nil, d
 				err := th.OnTimer(ctx, t.ts)
 				ctx.active = false
@@ -279,8 +288,9 @@ func process[T, U any](s *Stream[T], name, what, where string, o processOptions,
 		}, nil
 	})
 	if out.node != nil && out.node.kind == kindKeyed {
-		out.node.op = name
+		out.node.op = id
 		out.node.eventTime = o.eventTime
+		out.node.state = newOpState(what0, o)
 	}
 	return out
 }
@@ -294,7 +304,7 @@ func Aggregate[T, ACC, U any](s *Stream[T], name string, accCodec Codec[ACC], ag
 	if accCodec == nil || agg == nil {
 		return process[T, U](s, name, "Aggregate", where, processOptions{}, nil) // records the problem
 	}
-	return process(s, name, "Aggregate", where, processOptions{}, func() KeyedProcessFunction[T, U] {
+	return process(s, name, "Aggregate", where, processOptions{encoding: encodingOf(accCodec)}, func() KeyedProcessFunction[T, U] {
 		return &aggregateFn[T, ACC, U]{codec: accCodec, agg: agg}
 	})
 }
@@ -306,7 +316,7 @@ func Reduce[T any](s *Stream[T], name string, codec Codec[T], reduce func(acc, v
 	if codec == nil || reduce == nil {
 		return process[T, T](s, name, "Reduce", where, processOptions{}, nil)
 	}
-	return process(s, name, "Reduce", where, processOptions{}, func() KeyedProcessFunction[T, T] {
+	return process(s, name, "Reduce", where, processOptions{encoding: encodingOf(codec)}, func() KeyedProcessFunction[T, T] {
 		return &aggregateFn[T, reduceAcc[T], T]{codec: reduceCodec[T]{codec}, agg: reduceAgg[T](reduce)}
 	})
 }
@@ -314,7 +324,7 @@ func Reduce[T any](s *Stream[T], name string, codec Codec[T], reduce func(acc, v
 // Count defines a keyed aggregate named name that emits, for each element,
 // the number of elements of its key so far (1, 2, 3...).
 func Count[T any](s *Stream[T], name string) *Stream[int64] {
-	return process(s, name, "Count", siteOf(s.jobOrNil(), 1), processOptions{}, func() KeyedProcessFunction[T, int64] {
+	return process(s, name, "Count", siteOf(s.jobOrNil(), 1), processOptions{encoding: "int64"}, func() KeyedProcessFunction[T, int64] {
 		return &aggregateFn[T, int64, int64]{codec: state.Int64Codec{}, agg: countAgg[T]{}}
 	})
 }

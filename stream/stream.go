@@ -324,7 +324,7 @@ func keyBy[T any](s *Stream[T], what, where string, nilKey bool, keyOf func(*tas
 			opt(&o)
 		}
 	}
-	kb := &keyByDef{name: o.name, parallelism: o.parallelism, elem: reflect.TypeFor[T]().String(), shuffle: -1, down: -1}
+	kb := &keyByDef{name: o.name, keyDesc: o.keyDesc, parallelism: o.parallelism, elem: reflect.TypeFor[T]().String(), shuffle: -1, down: -1}
 	var codec Codec[T]
 	check := func(j *Job) bool {
 		switch {
@@ -408,6 +408,7 @@ type ShuffleOption func(*shuffleOptions)
 
 type shuffleOptions struct {
 	name           string
+	keyDesc        string
 	nameSet        bool
 	parallelism    int
 	parallelismSet bool
@@ -422,6 +423,14 @@ type shuffleOptions struct {
 // ("<prefix>shuffle.<stage>"): keep it stable across versions of the job.
 func Named(name string) ShuffleOption {
 	return func(o *shuffleOptions) { o.name, o.nameSet = name, true }
+}
+
+// KeyDescription says what the KeyBy keys by ("field page"), for the job's
+// state schema: the state of the keyed operators downstream is keyed by
+// it, and a restore under another key description is refused (docs/operations.md,
+// "Upgrading a job"). Without it, a KeyBy is described by its stage's name.
+func KeyDescription(desc string) ShuffleOption {
+	return func(o *shuffleOptions) { o.keyDesc = desc }
 }
 
 // Parallelism sets the number of tasks of the stage downstream of the

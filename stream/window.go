@@ -115,11 +115,13 @@ type WindowResult[U any] struct {
 // Like Process, Window keys by the current key (a KeyBy before it is a
 // shuffle point), and its name must be unique in the job and stable across
 // its versions. A Window makes Job.EventTime true.
-func Window[T, ACC, U any](s *Stream[T], name string, w Windowing[T], accCodec Codec[ACC], agg AggregateFunc[T, ACC, U]) *Stream[WindowResult[U]] {
-	return window(s, name, siteOf(s.jobOrNil(), 1), w, accCodec, agg)
+//
+// Of opts, WithStateSchema applies (a Window always uses event time).
+func Window[T, ACC, U any](s *Stream[T], name string, w Windowing[T], accCodec Codec[ACC], agg AggregateFunc[T, ACC, U], opts ...ProcessOption) *Stream[WindowResult[U]] {
+	return window(s, name, siteOf(s.jobOrNil(), 1), w, accCodec, agg, opts)
 }
 
-func window[T, ACC, U any](s *Stream[T], name, where string, w Windowing[T], accCodec Codec[ACC], agg AggregateFunc[T, ACC, U]) *Stream[WindowResult[U]] {
+func window[T, ACC, U any](s *Stream[T], name, where string, w Windowing[T], accCodec Codec[ACC], agg AggregateFunc[T, ACC, U], opts []ProcessOption) *Stream[WindowResult[U]] {
 	what := fmt.Sprintf("Window(%q)", name)
 	late := -1
 	spec, problem := w.compile()
@@ -149,8 +151,21 @@ func window[T, ACC, U any](s *Stream[T], name, where string, w Windowing[T], acc
 		}
 		return true
 	}
-	out := process(s, name, "Window", where, processOptions{eventTime: true, check: check}, func() KeyedProcessFunction[T, WindowResult[U]] {
-		return &windowFn[T, ACC, U]{spec: spec, name: name, codec: accCodec, agg: agg, late: late, lateTopic: w.LateTopic, lateCodec: lateCodec}
+	o := processOptions{}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	o.eventTime, o.check = true, check
+	id := name // the timers' operator: UID's, as process names them
+	if o.uid != "" {
+		id = o.uid
+	}
+	o.encoding = "windows/" + encodingOf(accCodec)
+	o.window = spec.schema()
+	out := process(s, name, "Window", where, o, func() KeyedProcessFunction[T, WindowResult[U]] {
+		return &windowFn[T, ACC, U]{spec: spec, name: id, codec: accCodec, agg: agg, late: late, lateTopic: w.LateTopic, lateCodec: lateCodec}
 	})
 	if late >= 0 && out.node != nil && out.job != nil {
 		out.job.mu.Lock()

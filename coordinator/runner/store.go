@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/state/objstore"
 )
@@ -13,10 +14,16 @@ import (
 // savepoints/<target>/_metadata for a savepoint with a target name.
 type ObjectStoreMetadata struct {
 	Store *objstore.Store
+	// Schema, if set, is the job's state schema, which every _metadata
+	// object records (package compat).
+	Schema *compat.Schema
 }
 
 // WriteMetadata implements MetadataStore with a conditional put.
 func (s ObjectStoreMetadata) WriteMetadata(ctx context.Context, m control.Metadata) (string, error) {
+	if s.Schema != nil {
+		m.Schema = s.Schema
+	}
 	b, err := control.Encode(m)
 	if err != nil {
 		return "", err

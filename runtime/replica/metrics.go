@@ -14,6 +14,7 @@ type metrics struct {
 	retries                                    *prometheus.CounterVec
 	sessions                                   prometheus.Counter
 	jobFailed                                  *prometheus.GaugeVec
+	refused                                    prometheus.Gauge
 }
 
 // failureCauses are the values of weir_replica_job_failed's cause label.
@@ -40,6 +41,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		coordinator:   g("is_coordinator", "1 while this replica holds the coordinator role."),
 		tasks:         g("tasks", "Tasks running on this replica."),
 		lastCompleted: g("last_completed_checkpoint_id", "ID of the newest checkpoint this replica saw complete."),
+		refused:       g("job_refused", "1 while this replica refuses to run its job file: it cannot restore the job's newest checkpoint (compatibility check); it takes no task."),
 		restoreSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "weir", Subsystem: "replica",
 			Name: "restore_duration_seconds", Help: "Time to restore and start this replica's tasks at a new generation.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}),
@@ -53,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"cause"}),
 	}
 	m.setFailed("")
-	for _, c := range []prometheus.Collector{m.members, m.coordinator, m.tasks, m.lastCompleted, m.restoreSeconds, m.retries, m.sessions, m.jobFailed} {
+	for _, c := range []prometheus.Collector{m.members, m.coordinator, m.tasks, m.lastCompleted, m.restoreSeconds, m.retries, m.sessions, m.jobFailed, m.refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

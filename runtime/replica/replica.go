@@ -33,6 +33,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator"
@@ -61,6 +62,9 @@ type Options struct {
 	// OnCommitted, if set, is called after every checkpoint this replica saw
 	// complete (for `processor dev`, which prints the committed output).
 	OnCommitted func(id uint64)
+	// Fingerprint is the job definition's (compat.Fingerprint): recorded in
+	// the state schema of every checkpoint.
+	Fingerprint string
 }
 
 // Replica is one running replica.
@@ -79,6 +83,7 @@ type Replica struct {
 	runner  *runner.Runner // created once; Run once per coordinator term
 
 	plan    *plan.Plan       // the job's stages, tasks and shuffles, fixed at start
+	schema  *compat.Schema   // the job's state schema under plan (compat.go)
 	taskIDs []control.TaskID // every task of the job (plan.Tasks)
 	taskMet *task.Metrics
 	sinks   []stream.KafkaSink // the job's sinks with their defaults (sinkSpecs)
@@ -99,6 +104,9 @@ type Replica struct {
 	// offset of the failure last logged, so that each is logged once.
 	failed   *control.Failed
 	loggedAt int64
+	// check is the compatibility check of the job with its newest
+	// checkpoint (compat.go).
+	check restoreCheck
 
 	ready   atomic.Bool
 	heart   *Heartbeat              // Run's loop beats it: the /livez answer
@@ -265,6 +273,8 @@ func (r *Replica) prepare(ctx context.Context) error {
 	}
 	r.log.Debug("prepared", "control_topics", took[0], "plan_and_shuffle_topics", took[1], "sinks", took[2], "object_store", took[3])
 	r.plan, r.taskIDs = p, p.Tasks()
+	sch := p.Schema(r.opts.Job, r.opts.Fingerprint, r.cfg.Kafka.TopicPrefix)
+	r.schema = &sch
 	if r.acks == nil {
 		a, err := controltopic.NewAckWriter(r.kopts, r.topics)
 		if err != nil {
@@ -589,7 +599,13 @@ func (r *Replica) run(ctx context.Context) error {
 			return cerr
 		}
 		backoff := sessionBackoff.NextBackOff()
-		if errors.Is(err, membership.ErrDuplicateReplicaID) {
+		var refused *RefusedError
+		if errors.As(err, &refused) {
+			// Stable, not a loop: the replica never joined, and checks
+			// again now and then (a newer checkpoint may restore).
+			r.setRefused(refused)
+			backoff = refusedRecheck
+		} else if errors.Is(err, membership.ErrDuplicateReplicaID) {
 			// The other claimant may be this replica's own previous run,
 			// killed while its join was in flight: the group keeps such a
 			// member until its session times out. So a refusal is final only
@@ -660,6 +676,17 @@ func (r *Replica) session(ctx context.Context) error {
 	if failed != nil {
 		r.enterFailed(ctx, *failed, failedAt)
 	}
+	for _, rec := range hist.Records {
+		if c, ok := rec.Msg.(control.Complete); ok {
+			r.noteComplete(c)
+		}
+	}
+	// A job file that cannot restore the newest checkpoint never joins:
+	// it writes nothing, and a generation of the others goes on.
+	if err := r.checkRestore(ctx); err != nil {
+		return err
+	}
+	r.setRefused(nil)
 	tail, err := controltopic.NewTail(r.kopts, r.topics, map[control.Topic]kgo.Offset{
 		control.TopicCommit:  kgo.NewOffset().At(hist.End),
 		control.TopicTrigger: kgo.NewOffset().At(triggerEnd),
@@ -730,7 +757,9 @@ func (r *Replica) session(ctx context.Context) error {
 				// rather than disturb it (docs/membership.md).
 				return fmt.Errorf("replica %s: %w", r.opts.ReplicaID, v.Err)
 			}
-			r.onView(ctx, v)
+			if err := r.onView(ctx, v); err != nil {
+				return err
+			}
 		case rec := <-recs:
 			if err := r.onRecord(ctx, rec); err != nil {
 				return err
@@ -749,7 +778,9 @@ func (r *Replica) session(ctx context.Context) error {
 		case <-coordRetry:
 			coordRetry = nil
 			if r.coord == nil && r.lastView.IsCoordinator() {
-				r.onView(ctx, r.lastView)
+				if err := r.onView(ctx, r.lastView); err != nil {
+					return err
+				}
 			}
 		case <-ticker.C:
 			if err := r.checkTasks(ctx); err != nil {
@@ -760,26 +791,40 @@ func (r *Replica) session(ctx context.Context) error {
 }
 
 // onView reacts to a new membership view: take or give up the coordinator
-// role, and, as coordinator, place the tasks.
-func (r *Replica) onView(ctx context.Context, v membership.View) {
+// role, and, as coordinator, place the tasks. It returns a *RefusedError
+// if this replica's job cannot restore the newest checkpoint, which ends
+// the session before the coordinator writes anything.
+func (r *Replica) onView(ctx context.Context, v membership.View) error {
 	r.lastView = v
 	if v.Err != nil || v.Lost {
 		r.log.Warn("membership lost or invalid; stopping local tasks", "err", v.Err, "lost", v.Lost)
 		r.stopCoordinator()
 		r.stopTasks(ctx)
-		return
+		return nil
 	}
 	r.met.members.Set(float64(len(v.Members)))
 	if !v.IsCoordinator() || r.failed != nil {
 		// A failed job has nothing to coordinate until it is resumed;
 		// processor resume takes the coordinator's transactional ID.
 		r.stopCoordinator()
-		return
+		return nil
+	}
+	// The generation this placement starts restores the newest completed
+	// checkpoint with this replica's job: checked first (it was checked at
+	// the join, but a checkpoint may have completed since).
+	if err := r.checkRestore(ctx); err != nil {
+		var refused *RefusedError
+		if errors.As(err, &refused) {
+			r.stopCoordinator()
+			return err
+		}
+		r.log.Error("check the job against its newest checkpoint", "err", err)
+		return nil
 	}
 	if r.coord == nil {
 		if err := r.startCoordinator(ctx); err != nil {
 			r.log.Error("start the coordinator", "err", err)
-			return
+			return nil
 		}
 	}
 	var previous map[string][]string
@@ -806,7 +851,7 @@ func (r *Replica) onView(ctx context.Context, v membership.View) {
 				id, err := control.ParseTaskID(name)
 				if err != nil {
 					r.log.Error("placement produced a bad task ID", "task", name, "err", err)
-					return
+					return nil
 				}
 				a[rep] = append(a[rep], id)
 			}
@@ -817,6 +862,7 @@ func (r *Replica) onView(ctx context.Context, v membership.View) {
 	if err := r.runner.Submit(sctx, coordinator.Assign{Assignment: a}); err != nil {
 		r.log.Error("assign tasks", "err", err)
 	}
+	return nil
 }
 
 func (r *Replica) startCoordinator(ctx context.Context) error {
@@ -829,7 +875,7 @@ func (r *Replica) startCoordinator(ctx context.Context) error {
 			},
 			Kafka: r.kopts, Topics: r.topics,
 			TransactionalID: controltopic.CoordinatorTransactionalID(r.cfg.Kafka.TopicPrefix),
-			Metadata:        runner.ObjectStoreMetadata{Store: r.store},
+			Metadata:        runner.ObjectStoreMetadata{Store: r.store, Schema: r.schema},
 			Discarder:       runner.NewObjectStoreGC(r.store, r.log),
 			PurgeInterval:   cp.PurgeInterval,
 			Logger:          r.log,
@@ -881,7 +927,7 @@ func (r *Replica) onRecord(ctx context.Context, rec controltopic.Record) error {
 		}
 		r.log.Info("job resumed; a new generation starts", "generation", m.Gen, "skip", strings.Join(skip, " "))
 		if r.coord == nil && r.lastView.IsCoordinator() {
-			r.onView(ctx, r.lastView)
+			return r.onView(ctx, r.lastView)
 		}
 	case control.Trigger:
 		if m.Gen != r.gen {
@@ -893,6 +939,7 @@ func (r *Replica) onRecord(ctx context.Context, rec controltopic.Record) error {
 			}
 		}
 	case control.Complete:
+		r.noteComplete(m)
 		if m.Gen != r.gen {
 			return nil
 		}

@@ -1,0 +1,288 @@
+package compat
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Level is how a difference between a checkpoint's schema and a job's
+// bears on restoring the checkpoint.
+type Level int
+
+const (
+	// Compatible: the job restores the checkpoint and goes on; the
+	// difference is logged once (a new operator starts empty).
+	Compatible Level = iota
+	// Drops: restoring would leave state of the checkpoint behind; only
+	// --allow-non-restored-state allows it.
+	Drops
+	// Refused: the job cannot restore the checkpoint correctly.
+	Refused
+)
+
+func (l Level) String() string {
+	switch l {
+	case Compatible:
+		return "compatible"
+	case Drops:
+		return "drops state"
+	case Refused:
+		return "refused"
+	}
+	return fmt.Sprintf("Level(%d)", int(l))
+}
+
+// Difference is one difference between a checkpoint's schema and a job's.
+type Difference struct {
+	Level Level
+	// Operator is the operator's ID, the stage's or the sink's name, or ""
+	// for the job as a whole.
+	Operator string
+	// Site is where the operator is defined in the job (a YAML key path),
+	// or "".
+	Site string
+	Msg  string
+}
+
+func (d Difference) String() string {
+	var b strings.Builder
+	if d.Operator != "" {
+		b.WriteString(d.Operator)
+		if d.Site != "" {
+			b.WriteString(" (" + d.Site + ")")
+		}
+		b.WriteString(": ")
+	}
+	b.WriteString(d.Msg)
+	return b.String()
+}
+
+// Result is what Compare found.
+type Result struct {
+	// Checkpoint is the checkpoint compared with, for messages (0: unknown).
+	Checkpoint uint64
+	// Unchecked is set when the checkpoint records no schema (one taken by
+	// a version of Weir before schemas): nothing could be compared.
+	Unchecked   bool
+	Differences []Difference
+}
+
+// Allowed reports whether the job may restore the checkpoint: nothing is
+// refused, and state is dropped only if allowNonRestored.
+func (r Result) Allowed(allowNonRestored bool) bool {
+	for _, d := range r.Differences {
+		if d.Level == Refused || (d.Level == Drops && !allowNonRestored) {
+			return false
+		}
+	}
+	return true
+}
+
+// Err returns nil if the restore is allowed, else an *IncompatibleError.
+func (r Result) Err(allowNonRestored bool) error {
+	if r.Allowed(allowNonRestored) {
+		return nil
+	}
+	return &IncompatibleError{Result: r, AllowNonRestored: allowNonRestored}
+}
+
+// Of returns the differences of level l.
+func (r Result) Of(l Level) []Difference {
+	var out []Difference
+	for _, d := range r.Differences {
+		if d.Level == l {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// IncompatibleError is a job that must not restore a checkpoint: it lists
+// every difference that refuses it and says the ways out.
+type IncompatibleError struct {
+	Result
+	AllowNonRestored bool
+}
+
+func (e *IncompatibleError) Error() string {
+	var b strings.Builder
+	what := "the checkpoint"
+	if e.Checkpoint != 0 {
+		what = fmt.Sprintf("checkpoint %d", e.Checkpoint)
+	}
+	fmt.Fprintf(&b, "the job cannot restore %s:", what)
+	refused, drops := e.Of(Refused), e.Of(Drops)
+	for _, d := range refused {
+		b.WriteString("\n  - " + d.String())
+	}
+	if !e.AllowNonRestored {
+		for _, d := range drops {
+			b.WriteString("\n  - " + d.String() + " (its state would be dropped)")
+		}
+	}
+	b.WriteString("\nnothing was written. Restore the job file the checkpoint was taken with")
+	if !e.AllowNonRestored && len(drops) > 0 && len(refused) == 0 {
+		b.WriteString(", or run with --allow-non-restored-state to drop the state named above")
+	} else if len(refused) > 0 {
+		b.WriteString(" (to start a changed operator empty instead, give its step a new id: and run with --allow-non-restored-state)")
+	}
+	return b.String()
+}
+
+// Report writes every difference, one a line, each with its level.
+func (r Result) Report() string {
+	var b strings.Builder
+	if r.Unchecked {
+		b.WriteString("the checkpoint records no state schema (taken before schemas were recorded): nothing to compare\n")
+	}
+	for _, d := range r.Differences {
+		fmt.Fprintf(&b, "%-11s  %s\n", d.Level, d)
+	}
+	return b.String()
+}
+
+// Compare compares the schema recorded by a checkpoint (old; nil if it
+// records none) with a job's (cur), and returns every difference. It reads
+// nothing else: the caller passes the checkpoint's ID for messages.
+func Compare(checkpoint uint64, old, cur *Schema) Result {
+	r := Result{Checkpoint: checkpoint}
+	if old == nil {
+		r.Unchecked = true
+		return r
+	}
+	add := func(l Level, op, site, format string, args ...any) {
+		r.Differences = append(r.Differences, Difference{Level: l, Operator: op, Site: site, Msg: fmt.Sprintf(format, args...)})
+	}
+
+	if old.MaxParallelism != cur.MaxParallelism {
+		add(Refused, "", "", "job.max_parallelism is %d, the checkpoint's is %d: the number of key groups is fixed at a job's first start",
+			cur.MaxParallelism, old.MaxParallelism)
+	}
+	compareSources(old, cur, add)
+	compareStages(old, cur, add)
+	compareOperators(old, cur, add)
+	compareSinks(old, cur, add)
+	if old.Fingerprint != cur.Fingerprint && len(r.Differences) == 0 {
+		add(Compatible, "", "", "the job's definition changed (%s → %s) without a change of its state", Short(old.Fingerprint), Short(cur.Fingerprint))
+	}
+	return r
+}
+
+type adder func(l Level, op, site, format string, args ...any)
+
+func compareSources(old, cur *Schema, add adder) {
+	if len(old.Sources) != len(cur.Sources) {
+		add(Refused, "", "", "the job has %d sources, the checkpoint %d", len(cur.Sources), len(old.Sources))
+		return
+	}
+	for i := range old.Sources {
+		o, c := old.Sources[i], cur.Sources[i]
+		ot, ct := slices.Sorted(slices.Values(o.Topics)), slices.Sorted(slices.Values(c.Topics))
+		if !slices.Equal(ot, ct) {
+			add(Refused, "", "", "the source reads topics %s, the checkpoint's read %s: the checkpoint's read positions are per topic; restore the topics, or run the job under a new name",
+				strings.Join(ct, ", "), strings.Join(ot, ", "))
+			continue
+		}
+		switch {
+		case c.Partitions > o.Partitions:
+			add(Compatible, SourceStage, "", "input partitions %d → %d: tasks %s/%d…%s/%d are new and read their partitions from the earliest offset",
+				o.Partitions, c.Partitions, SourceStage, o.Partitions, SourceStage, c.Partitions-1)
+		case c.Partitions < o.Partitions:
+			add(Refused, SourceStage, "", "the input topics have %d partitions, the checkpoint's had %d: a topic with fewer partitions was recreated; its records' positions no longer match",
+				c.Partitions, o.Partitions)
+		}
+	}
+}
+
+func compareStages(old, cur *Schema, add adder) {
+	for _, c := range cur.Stages {
+		o := old.Stage(c.Name)
+		switch {
+		case o == nil:
+			add(Compatible, "stage "+c.Name, "", "new stage of %d tasks", c.Parallelism)
+		case c.Name == SourceStage:
+			// One task per input partition: compareSources says it.
+		case o.Parallelism != c.Parallelism:
+			add(Refused, "stage "+c.Name, "", "parallelism %d, the checkpoint's is %d: a downstream stage's parallelism cannot change with its state yet; set it back (job.parallelism: %d, or the key_by's parallelism; job.parallelism 0 follows the input's partition count)",
+				c.Parallelism, o.Parallelism, o.Parallelism)
+		}
+	}
+}
+
+func compareOperators(old, cur *Schema, add adder) {
+	for _, c := range cur.Operators {
+		o := old.Operator(c.ID)
+		if o == nil {
+			add(Compatible, c.ID, c.Site, "new %s: it starts empty", c.Kind)
+			continue
+		}
+		refuse := func(format string, args ...any) { add(Refused, c.ID, c.Site, format, args...) }
+		switch {
+		case o.Kind != c.Kind:
+			refuse("is a %s, the checkpoint's %s is a %s", c.Kind, c.ID, o.Kind)
+			continue
+		case o.Stage != c.Stage:
+			refuse("runs in stage %s, its state is in the tasks of stage %s", c.Stage, o.Stage)
+			continue
+		case o.Key != c.Key:
+			refuse("is keyed by %s, its state by %s", c.Key, o.Key)
+			continue
+		case o.Encoding != c.Encoding:
+			refuse("stores its state as %s, the checkpoint as %s", c.Encoding, o.Encoding)
+			continue
+		case !sameWindow(o.Window, c.Window):
+			refuse("window %s, the checkpoint's is %s: its open windows cannot be carried over", c.Window, o.Window)
+			continue
+		}
+		compareFields(o, &c, add)
+	}
+	for _, o := range old.Operators {
+		if cur.Operator(o.ID) == nil {
+			add(Drops, o.ID, o.Site, "the checkpoint has state of this %s (stage %s), which the job no longer has", o.Kind, o.Stage)
+		}
+	}
+}
+
+func sameWindow(a, b *Window) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func compareFields(o, c *Operator, add adder) {
+	for _, f := range c.Fields {
+		i := slices.IndexFunc(o.Fields, func(g Field) bool { return g.Name == f.Name })
+		switch {
+		case i < 0:
+			add(Compatible, c.ID, c.Site, "%s %s is new: it starts empty", f.Type, f.Name)
+		case o.Fields[i].Type != f.Type:
+			add(Refused, c.ID, c.Site, "%s is a %s, the checkpoint's %s is a %s: give it another name", f.Name, f.Type, f.Name, o.Fields[i].Type)
+		}
+	}
+	for _, f := range o.Fields {
+		if !slices.ContainsFunc(c.Fields, func(g Field) bool { return g.Name == f.Name }) {
+			add(Drops, c.ID, c.Site, "the checkpoint has state of %s %s, which the step no longer has", f.Type, f.Name)
+		}
+	}
+}
+
+func compareSinks(old, cur *Schema, add adder) {
+	for _, c := range cur.Sinks {
+		i := slices.IndexFunc(old.Sinks, func(k Sink) bool { return k.ID == c.ID })
+		switch {
+		case i < 0:
+			add(Compatible, "sink "+c.ID, "", "new sink: it starts with new transactions")
+		case old.Sinks[i].Delivery != c.Delivery:
+			add(Refused, "sink "+c.ID, "", "delivery %s, the checkpoint's is %s", c.Delivery, old.Sinks[i].Delivery)
+		case old.Sinks[i].Stage != c.Stage:
+			add(Refused, "sink "+c.ID, "", "is written by stage %s, the checkpoint's by stage %s, whose tasks recorded its transactions: keep the stage's name (the id of its first stateful step)", c.Stage, old.Sinks[i].Stage)
+		}
+	}
+	for _, o := range old.Sinks {
+		if !slices.ContainsFunc(cur.Sinks, func(k Sink) bool { return k.ID == o.ID }) {
+			add(Compatible, "sink "+o.ID, "", "no longer in the job: the transactions the checkpoint recorded for it are committed at the restore, then its transactional IDs are fenced")
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package plan
+
+import (
+	"strconv"
+
+	"github.com/weir-stream/weir/compat"
+	"github.com/weir-stream/weir/stream"
+)
+
+// Schema returns the state schema of job under plan p: what each of the
+// job's checkpoints records of it (package compat). fingerprint is the
+// job definition's (compat.Fingerprint); prefix is kafka.topic_prefix,
+// which starts the sinks' transactional IDs.
+func (p *Plan) Schema(job *stream.Job, fingerprint, prefix string) compat.Schema {
+	s := compat.Schema{Fingerprint: fingerprint, MaxParallelism: p.MaxParallelism}
+	for _, st := range p.Stages {
+		s.Stages = append(s.Stages, compat.Stage{Name: st.Name, Parallelism: st.Parallelism})
+	}
+	parts := 0
+	if src := p.Stage(stream.MainStage); src != nil {
+		parts = src.Parallelism
+	}
+	for _, src := range job.Sources() {
+		s.Sources = append(s.Sources, compat.Source{Topics: append([]string(nil), src.Topics...), Partitions: parts})
+	}
+	s.Operators = job.StateOperators()
+	stageOf := map[int]string{}
+	for _, st := range p.Stages {
+		for _, i := range st.Sinks {
+			stageOf[i] = st.Name
+		}
+	}
+	seen := map[string]int{}
+	for i, k := range job.Sinks() {
+		id := k.Topic
+		if n := seen[k.Topic]; n > 0 {
+			id += "#" + strconv.Itoa(n+1)
+		}
+		seen[k.Topic]++
+		d := k.Delivery
+		if d == "" {
+			d = stream.DeliveryExactlyOnce
+		}
+		sk := compat.Sink{ID: id, Topic: k.Topic, Stage: stageOf[i], Delivery: string(d)}
+		if d == stream.DeliveryExactlyOnce {
+			sk.TransactionalIDPrefix = prefix + stageOf[i]
+		}
+		s.Sinks = append(s.Sinks, sk)
+	}
+	s.Normalize()
+	return s
+}

@@ -1,0 +1,146 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/weir-stream/weir/compat"
+	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/state/objstore"
+)
+
+// This file is the replica's side of the compatibility check (package
+// compat): before it joins the group, and as coordinator before it places
+// tasks, a replica compares its job's state schema with the one recorded
+// by the checkpoint a new generation would restore (the newest completed
+// one). A replica whose job cannot restore it refuses: it does not join,
+// writes nothing, and says why in its log, /readyz and
+// weir_replica_job_refused, so that under a rolling update the replicas of
+// the previous job file keep running (docs/operations.md, "Upgrading a
+// job").
+
+// refusedRecheck is how often a refusing replica compares its job with the
+// newest checkpoint again.
+const refusedRecheck = 30 * time.Second
+
+// RefusedError is a replica that will not run its job against the job's
+// newest checkpoint.
+type RefusedError struct {
+	Checkpoint uint64
+	Err        error // a *compat.IncompatibleError, or why the schema could not be read
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("this replica's job does not run: %v", e.Err)
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// restoreCheck is what a replica knows of the newest completed checkpoint
+// and of its last comparison with it. Owned by Run's goroutine, but for
+// refused, which /readyz reads.
+type restoreCheck struct {
+	newest  *control.Complete // the newest completed checkpoint seen
+	checked uint64            // the checkpoint last compared (0: none)
+	result  compat.Result
+	refused atomic.Pointer[RefusedError]
+}
+
+// Refused returns why this replica refuses to run its job, or nil. Safe
+// for use by any goroutine.
+func (r *Replica) Refused() *RefusedError { return r.check.refused.Load() }
+
+// Schema returns the job's state schema, as its checkpoints record it
+// (nil before the replica has planned the job).
+func (r *Replica) Schema() *compat.Schema { return r.schema }
+
+// noteComplete records a completed checkpoint read from the commit topic.
+func (r *Replica) noteComplete(c control.Complete) {
+	if n := r.check.newest; n == nil || c.ID > n.ID {
+		r.check.newest = &c
+	}
+}
+
+// checkRestore compares the job with the newest completed checkpoint
+// (once per checkpoint) and returns a *RefusedError if the job must not
+// restore it. Compatible differences are logged once.
+func (r *Replica) checkRestore(ctx context.Context) error {
+	n := r.check.newest
+	if n == nil || r.schema == nil {
+		return nil // nothing to restore: the job starts from its sources
+	}
+	if n.ID != r.check.checked {
+		res, err := r.compare(ctx, n)
+		if err != nil {
+			return err // the object store: retried
+		}
+		r.check.checked, r.check.result = n.ID, res
+		r.logCompare(res)
+	}
+	if err := r.check.result.Err(r.cfg.Process.AllowNonRestoredState); err != nil {
+		return &RefusedError{Checkpoint: n.ID, Err: err}
+	}
+	return nil
+}
+
+// compare reads the metadata of checkpoint c and compares its schema with
+// the job's.
+func (r *Replica) compare(ctx context.Context, c *control.Complete) (compat.Result, error) {
+	b, err := r.store.Get(ctx, c.Metadata)
+	if errors.Is(err, objstore.ErrNotFound) {
+		// A completed checkpoint without its metadata: the object store
+		// was changed under the job (checkpoint.storage), and no
+		// generation could restore it either.
+		return compat.Result{}, fmt.Errorf("checkpoint %d: %s is missing from %s: %w", c.ID, c.Metadata, r.cfg.Checkpoint.Storage, err)
+	}
+	if err != nil {
+		return compat.Result{}, fmt.Errorf("checkpoint %d: read %s: %w", c.ID, c.Metadata, err)
+	}
+	md, err := control.DecodeMetadata(b)
+	if err != nil {
+		return compat.Result{}, fmt.Errorf("checkpoint %d: decode %s: %w", c.ID, c.Metadata, err)
+	}
+	return compat.Compare(c.ID, md.Schema, r.schema), nil
+}
+
+// logCompare logs what a comparison found: the compatible differences at
+// Info (a new operator starts empty), state dropped under
+// --allow-non-restored-state at Warn. A refusal is logged by the caller.
+func (r *Replica) logCompare(res compat.Result) {
+	if res.Unchecked {
+		r.log.Warn("the checkpoint records no state schema (taken by a version of Weir before schemas): it is restored without a compatibility check", "checkpoint_id", res.Checkpoint)
+		return
+	}
+	if !res.Allowed(r.cfg.Process.AllowNonRestoredState) {
+		return
+	}
+	for _, d := range res.Differences {
+		switch d.Level {
+		case compat.Compatible:
+			r.log.Info("job changed since the checkpoint: "+d.String(), "checkpoint_id", res.Checkpoint)
+		case compat.Drops:
+			r.log.Warn("state of the checkpoint not restored (process.allow_non_restored_state): "+d.String(), "checkpoint_id", res.Checkpoint)
+		}
+	}
+}
+
+// setRefused publishes (or clears, with nil) the replica's refusal, and
+// logs a new one.
+func (r *Replica) setRefused(e *RefusedError) {
+	old := r.check.refused.Swap(e)
+	if e == nil {
+		r.met.refused.Set(0)
+		if old != nil {
+			r.log.Info("the job file runs again: no longer refused")
+		}
+		return
+	}
+	r.met.refused.Set(1)
+	if old == nil || old.Error() != e.Error() {
+		r.log.Error("refusing to run this job file: it is not compatible with the job's newest checkpoint; this replica takes no task and writes nothing, the others go on",
+			"checkpoint_id", e.Checkpoint, "err", e.Err)
+	}
+}
