@@ -13,7 +13,7 @@ import (
 )
 
 func newValidateCmd(job *stream.Job) *cobra.Command {
-	var file string
+	var file, against string
 	cmd := &cobra.Command{
 		Use:   "validate -c FILE",
 		Short: "Check a configuration (YAML, environment, flags) without starting anything",
@@ -22,7 +22,18 @@ file, WEIR_<SECTION>_<KEY> environment variables and the same flags as
 "run" — reports every problem, one per line, each with where the value came
 from (file:line:column, variable or flag) and its key path, and compiles
 the pipeline (or, in a program built around a job defined in Go, builds that
-job). It exits 1 if there is any problem. It connects to nothing.`,
+job). It exits 1 if there is any problem. It connects to nothing.
+
+With --against, it then runs the compatibility check a replica runs before
+it restores a checkpoint (docs/operations.md, "Upgrading a job"): the job
+of FILE against the state schema that checkpoint recorded. It prints every
+difference (compatible: a new operator starts empty; drops state: allowed
+only with --allow-non-restored-state; refused) and exits 1 if the job could
+not restore it. --against takes latest (the newest checkpoint of the job's
+checkpoint.storage), a checkpoint (12, chk-12), savepoints/NAME, or the
+URL of a checkpoint's folder in any object store
+(s3://bucket/root/<job>/chk-12). It reads the object store only, not Kafka:
+the input's partition count is taken from the checkpoint.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if job != nil {
@@ -53,6 +64,23 @@ job). It exits 1 if there is any problem. It connects to nothing.`,
 			for _, w := range cfg.Warnings() {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
+			if job == nil {
+				for _, p := range cfg.StepsWithoutID() {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s keeps state without an id: its state is named after its kind and rank, which an edit before it can change; set id: to keep it across edits (docs/operations.md, \"Upgrading a job\")\n", p)
+				}
+			}
+			if against != "" {
+				if cmd.Flags().Lookup(allowNonRestoredFlag).Value.String() == "true" {
+					cfg.Process.AllowNonRestoredState = true
+				}
+				built, err := jobOf(cfg, job)
+				if err != nil {
+					return err
+				}
+				if err := checkAgainst(cmd.Context(), cmd.OutOrStdout(), cfg, built, against); err != nil {
+					return fmt.Errorf("%s: %w", file, err)
+				}
+			}
 			if job != nil {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (job %s, defined in Go)\n", file, cfg.Job.Name)
 				return nil
@@ -62,6 +90,8 @@ job). It exits 1 if there is any problem. It connects to nothing.`,
 		},
 	}
 	addConfigFlags(cmd.Flags(), &file)
+	addAllowNonRestoredFlag(cmd.Flags())
+	cmd.Flags().StringVar(&against, "against", "", "also check that the job can restore this checkpoint or savepoint: latest, 12, chk-12, savepoints/NAME, or a URL (reads the object store, not Kafka)")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }

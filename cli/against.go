@@ -1,0 +1,162 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/weir-stream/weir/compat"
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/plan"
+	"github.com/weir-stream/weir/state/objstore"
+	"github.com/weir-stream/weir/stream"
+)
+
+// This file is `processor validate --against`: the compatibility check of
+// a replica's restore (package compat), run offline against a checkpoint
+// or savepoint in the object store, so that a pipeline can gate a rollout
+// on it. It reads the object store only: no Kafka.
+
+// checkAgainst compares job (of cfg) with the checkpoint that against
+// names, writes the verdict to out, and returns an error if the job could
+// not restore it.
+func checkAgainst(ctx context.Context, out io.Writer, cfg *config.Config, job *stream.Job, against string) error {
+	store, key, err := openAgainst(ctx, cfg, against)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if key == "" {
+		if key, err = latestMetadata(ctx, store); err != nil {
+			return err
+		}
+	}
+	b, err := store.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("--against %s: read %s: %w", against, key, err)
+	}
+	md, err := control.DecodeMetadata(b)
+	if err != nil {
+		return fmt.Errorf("--against %s: %s: %w", against, key, err)
+	}
+	// The input's partition count is Kafka's, which validate does not
+	// ask: the checkpoint's is taken, as if unchanged.
+	parts := 0
+	if md.Schema != nil && len(md.Schema.Sources) > 0 {
+		parts = md.Schema.Sources[0].Partitions
+	}
+	if parts == 0 {
+		parts = countSourceTasks(md)
+	}
+	p, err := plan.Build(job, plan.Inputs{
+		SourcePartitions: parts, Parallelism: cfg.Job.Parallelism, MaxParallelism: cfg.Job.MaxParallelism,
+		TopicPrefix: cfg.Kafka.TopicPrefix,
+	})
+	if err != nil {
+		return err
+	}
+	fp, err := jobFingerprint(cfg, job)
+	if err != nil {
+		return err
+	}
+	sch := p.Schema(job, fp, cfg.Kafka.TopicPrefix)
+	res := compat.Compare(md.ID, md.Schema, &sch)
+	where := fmt.Sprintf("%s (checkpoint %d, job %s)", key, md.ID, store.Job())
+	fmt.Fprintf(out, "against %s; input partitions taken from the checkpoint (%d): validate asks no Kafka\n", where, parts)
+	fmt.Fprint(out, res.Report())
+	if err := res.Err(cfg.Process.AllowNonRestoredState); err != nil {
+		return err
+	}
+	switch {
+	case res.Unchecked:
+		fmt.Fprintln(out, "verdict: unchecked (the checkpoint records no state schema)")
+	case len(res.Differences) == 0:
+		fmt.Fprintln(out, "verdict: compatible, no difference")
+	default:
+		fmt.Fprintln(out, "verdict: compatible")
+	}
+	return nil
+}
+
+// countSourceTasks counts the tasks of the source stage a checkpoint has
+// state for (one per input partition).
+func countSourceTasks(md control.Metadata) int {
+	n := 0
+	for _, ts := range md.Tasks {
+		if ts.Task.Stage == stream.MainStage {
+			n++
+		}
+	}
+	return n
+}
+
+// openAgainst opens the object store that against names and returns the
+// key of its _metadata object ("" for latest). against is "latest", a
+// checkpoint (12, chk-12) or savepoint (savepoints/NAME) of the job's
+// checkpoint.storage, or a URL of a checkpoint's or savepoint's folder
+// (or of its _metadata) in any object store: <root>/<job>/chk-12,
+// <root>/<job>/savepoints/NAME.
+func openAgainst(ctx context.Context, cfg *config.Config, against string) (*objstore.Store, string, error) {
+	storage, job, rel := cfg.Checkpoint.Storage, cfg.Job.Name, strings.TrimSuffix(against, "/")
+	if strings.Contains(against, "://") {
+		u, err := url.Parse(against)
+		if err != nil {
+			return nil, "", fmt.Errorf("--against %s: %w", against, err)
+		}
+		p := strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/_metadata")
+		dir, last := path.Split(p)
+		if parent, kind := path.Split(strings.TrimSuffix(dir, "/")); kind == "savepoints" {
+			dir, last = parent, "savepoints/"+last
+		}
+		root, jobName := path.Split(strings.TrimSuffix(dir, "/"))
+		if jobName == "" || last == "" {
+			return nil, "", fmt.Errorf("--against %s: want <root>/<job>/chk-<n> or <root>/<job>/savepoints/<name>", against)
+		}
+		u.Path = strings.TrimSuffix(root, "/")
+		storage, job, rel = u.String(), jobName, last
+	}
+	key := ""
+	switch {
+	case rel == "latest":
+	case strings.HasPrefix(rel, "savepoints/"):
+		key = rel + "/_metadata"
+	default:
+		id, err := strconv.ParseInt(strings.TrimPrefix(rel, "chk-"), 10, 64)
+		if err != nil || id <= 0 {
+			return nil, "", fmt.Errorf("--against %s: want latest, a checkpoint (12 or chk-12), savepoints/NAME, or the URL of one", against)
+		}
+		key = objstore.MetadataKey(id)
+	}
+	store, err := objstore.Open(ctx, storage, job, objstore.Options{})
+	if err != nil {
+		return nil, "", err
+	}
+	return store, key, nil
+}
+
+// latestMetadata returns the key of the newest checkpoint's _metadata in
+// store. A checkpoint whose _metadata exists was complete or about to be
+// (the coordinator writes it just before its complete record); without
+// Kafka, that is the best validate can know.
+func latestMetadata(ctx context.Context, store *objstore.Store) (string, error) {
+	objs, err := store.List(ctx, "chk-")
+	if err != nil {
+		return "", err
+	}
+	var best int64
+	for _, o := range objs {
+		if id, ok := objstore.ParseCheckpointKey(o.Key); ok && o.Key == objstore.MetadataKey(id) && id > best {
+			best = id
+		}
+	}
+	if best == 0 {
+		return "", errors.New("--against latest: the job has no checkpoint in its object store (checkpoint.storage): there is nothing to restore, so any job file starts")
+	}
+	return objstore.MetadataKey(best), nil
+}
