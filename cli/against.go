@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
@@ -33,17 +34,17 @@ func checkAgainst(ctx context.Context, out io.Writer, cfg *config.Config, job *s
 	}
 	defer store.Close()
 	if key == "" {
-		if key, err = latestMetadata(ctx, store); err != nil {
+		key, err = checkpoint.Latest(ctx, store)
+		if errors.Is(err, checkpoint.ErrNone) {
+			return fmt.Errorf("--against latest: %w (checkpoint.storage %s): there is nothing to restore, so any job file starts", err, cfg.Checkpoint.Storage)
+		}
+		if err != nil {
 			return err
 		}
 	}
-	b, err := store.Get(ctx, key)
+	md, err := checkpoint.ReadMetadata(ctx, store, key)
 	if err != nil {
-		return fmt.Errorf("--against %s: read %s: %w", against, key, err)
-	}
-	md, err := control.DecodeMetadata(b)
-	if err != nil {
-		return fmt.Errorf("--against %s: %s: %w", against, key, err)
+		return fmt.Errorf("--against %s: %w", against, err)
 	}
 	// The input's partition count is Kafka's, which validate does not
 	// ask: the checkpoint's is taken, as if unchanged.
@@ -138,25 +139,4 @@ func openAgainst(ctx context.Context, cfg *config.Config, against string) (*objs
 		return nil, "", err
 	}
 	return store, key, nil
-}
-
-// latestMetadata returns the key of the newest checkpoint's _metadata in
-// store. A checkpoint whose _metadata exists was complete or about to be
-// (the coordinator writes it just before its complete record); without
-// Kafka, that is the best validate can know.
-func latestMetadata(ctx context.Context, store *objstore.Store) (string, error) {
-	objs, err := store.List(ctx, "chk-")
-	if err != nil {
-		return "", err
-	}
-	var best int64
-	for _, o := range objs {
-		if id, ok := objstore.ParseCheckpointKey(o.Key); ok && o.Key == objstore.MetadataKey(id) && id > best {
-			best = id
-		}
-	}
-	if best == 0 {
-		return "", errors.New("--against latest: the job has no checkpoint in its object store (checkpoint.storage): there is nothing to restore, so any job file starts")
-	}
-	return objstore.MetadataKey(best), nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/kafkaio/controltopic"
@@ -61,8 +62,8 @@ func listCheckpoints(ctx context.Context, cmd *cobra.Command, cfg *config.Config
 		n++
 		at := time.UnixMilli(c.TS).UTC().Format(time.RFC3339)
 		tasks, size, uploaded, dur := "-", "released", "-", "-"
-		if b, err := store.Get(ctx, c.Metadata); err == nil {
-			if md, err := control.DecodeMetadata(b); err == nil {
+		if md, err := checkpoint.ReadCompleted(ctx, store, c); err == nil {
+			{
 				var sb, ub int64
 				for _, ts := range md.Tasks {
 					sb += ts.Metrics.StateBytes

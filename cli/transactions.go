@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/kafkaio/controltopic"
@@ -293,17 +294,9 @@ func readRecordedTxns(ctx context.Context, cfg *config.Config, opts []kgo.Opt) (
 		return nil, err
 	}
 	defer store.Close()
-	b, err := store.Get(ctx, newest.Metadata)
+	md, err := checkpoint.ReadCompleted(ctx, store, *newest)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %d: %w", newest.ID, err)
-	}
-	m, err := control.Decode(b)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint %d: %s: %w", newest.ID, newest.Metadata, err)
-	}
-	md, ok := m.(control.Metadata)
-	if !ok {
-		return nil, fmt.Errorf("checkpoint %d: %s holds a %s, not checkpoint metadata", newest.ID, newest.Metadata, m.Type())
 	}
 	for _, ts := range md.Tasks {
 		man, err := state.ReadManifest(ctx, store, ts.Handle)

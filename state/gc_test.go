@@ -24,7 +24,7 @@ func checkpointRun(t *testing.T, b *Backend, reg *Registry, kv *ValueState[strin
 		mutate(t, rng, kv, want, 1500)
 		_ = flushDB(b)
 		r := snapshotNow(t, b, id, "")
-		if err := WriteMetadata(ctx, b.cfg.Store, id, []byte("meta")); err != nil {
+		if err := putMetadata(ctx, b.cfg.Store, id, []byte("meta")); err != nil {
 			t.Fatal(err)
 		}
 		if err := reg.Register(ctx, id, []string{r.Handle}); err != nil {
@@ -333,30 +333,3 @@ func TestCollectGarbage(t *testing.T) {
 	_ = states
 }
 
-func TestWriteMetadataConditional(t *testing.T) {
-	ctx := context.Background()
-	store, fb := newStore(t)
-	if err := WriteMetadata(ctx, store, 7, []byte("a")); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteMetadata(ctx, store, 7, []byte("b")); !errors.Is(err, objstore.ErrExists) {
-		t.Fatalf("second write: %v, want ErrExists", err)
-	}
-	if got, _ := ReadMetadata(ctx, store, 7); string(got) != "a" {
-		t.Fatalf("metadata overwritten: %q", got)
-	}
-	if err := WriteMetadata(ctx, store, 0, nil); err == nil {
-		t.Fatal("checkpoint 0 accepted")
-	}
-	// A transient failure is retried.
-	fb.fail("upload", "chk-8/_metadata", 1, true)
-	if err := WriteMetadata(ctx, store, 8, []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteSavepointMetadata(ctx, store, "sp", []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteSavepointMetadata(ctx, store, "sp", []byte("x")); !errors.Is(err, objstore.ErrExists) {
-		t.Fatalf("second savepoint metadata: %v", err)
-	}
-}

@@ -355,3 +355,9 @@ func flushDB(b *Backend) error {
 	}
 	return b.DB().Flush()
 }
+
+// putMetadata writes checkpoint id's _metadata object with a conditional
+// put, as the coordinator does (package checkpoint owns its contents).
+func putMetadata(ctx context.Context, store *objstore.Store, id int64, data []byte) error {
+	return store.PutIfAbsent(ctx, objstore.MetadataKey(id), data)
+}

@@ -9,7 +9,6 @@ import (
 	"hash"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -382,53 +381,3 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// WriteMetadata writes checkpoint id's _metadata object with a conditional
-// put: it fails with an error wrapping objstore.ErrExists if the object is
-// already there. The coordinator calls it after every task acknowledged and
-// before it appends complete; data is the coordinator's to define.
-func WriteMetadata(ctx context.Context, store *objstore.Store, id int64, data []byte) error {
-	if err := objstore.CheckID(id); err != nil {
-		return err
-	}
-	if err := store.PutIfAbsent(ctx, objstore.MetadataKey(id), data); err != nil {
-		return fmt.Errorf("state: write metadata of checkpoint %d: %w", id, err)
-	}
-	return nil
-}
-
-// ReadMetadata reads checkpoint id's _metadata object.
-func ReadMetadata(ctx context.Context, store *objstore.Store, id int64) ([]byte, error) {
-	data, err := store.Get(ctx, objstore.MetadataKey(id))
-	if err != nil {
-		return nil, fmt.Errorf("state: read metadata of checkpoint %d: %w", id, err)
-	}
-	return data, nil
-}
-
-// WriteSavepointMetadata writes savepoint name's _metadata object, with a
-// conditional put as WriteMetadata.
-func WriteSavepointMetadata(ctx context.Context, store *objstore.Store, name string, data []byte) error {
-	if err := objstore.ValidName("savepoint", name); err != nil {
-		return err
-	}
-	if err := store.PutIfAbsent(ctx, objstore.SavepointMetadataKey(name), data); err != nil {
-		return fmt.Errorf("state: write metadata of savepoint %s: %w", name, err)
-	}
-	return nil
-}
-
-// TaskManifests lists the handles of the task manifests of checkpoint id.
-func TaskManifests(ctx context.Context, store *objstore.Store, id int64) ([]string, error) {
-	objs, err := store.List(ctx, objstore.CheckpointPrefix(id))
-	if err != nil {
-		return nil, fmt.Errorf("state: list checkpoint %d: %w", id, err)
-	}
-	var out []string
-	for _, o := range objs {
-		rest := strings.TrimPrefix(o.Key, objstore.CheckpointPrefix(id))
-		if !strings.Contains(rest, "/") && strings.HasSuffix(rest, ".manifest") {
-			out = append(out, o.Key)
-		}
-	}
-	return out, nil
-}

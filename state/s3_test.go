@@ -45,7 +45,7 @@ func checkSnapshotRestoreOn(t *testing.T, url string) {
 	if res[4].ReusedFiles == 0 {
 		t.Fatal("no incremental reuse")
 	}
-	if err := WriteMetadata(ctx, store, 4, []byte("again")); !errors.Is(err, objstore.ErrExists) {
+	if err := putMetadata(ctx, store, 4, []byte("again")); !errors.Is(err, objstore.ErrExists) {
 		t.Fatalf("conditional put: %v", err)
 	}
 	for _, id := range []int64{1, 2} {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator"
 	"github.com/weir-stream/weir/internal/retry"
@@ -96,16 +97,9 @@ func (g *ObjectStoreGC) Register(ctx context.Context, c control.Complete) error 
 }
 
 func (g *ObjectStoreGC) register(ctx context.Context, c control.Complete) error {
-	b, err := g.store.Get(ctx, c.Metadata)
+	md, err := checkpoint.ReadCompleted(ctx, g.store, c)
 	if err != nil {
 		return err
-	}
-	md, err := control.DecodeMetadata(b)
-	if err != nil {
-		return fmt.Errorf("decode %s: %w", c.Metadata, err)
-	}
-	if md.ID != c.ID {
-		return fmt.Errorf("%s is the metadata of checkpoint %d", c.Metadata, md.ID)
 	}
 	handles := make([]string, len(md.Tasks))
 	for i, ts := range md.Tasks {

@@ -2,8 +2,8 @@ package runner
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/state/objstore"
@@ -24,32 +24,10 @@ func (s ObjectStoreMetadata) WriteMetadata(ctx context.Context, m control.Metada
 	if s.Schema != nil {
 		m.Schema = s.Schema
 	}
-	b, err := control.Encode(m)
-	if err != nil {
-		return "", err
-	}
-	key := objstore.MetadataKey(int64(m.ID))
-	if m.Kind.IsSavepoint() && m.Target != "" {
-		if err := objstore.ValidName("savepoint", m.Target); err != nil {
-			return "", err
-		}
-		key = objstore.SavepointMetadataKey(m.Target)
-	}
-	if err := s.Store.PutIfAbsent(ctx, key, b); err != nil {
-		return "", fmt.Errorf("write %s: %w", key, err)
-	}
-	return key, nil
+	return checkpoint.WriteMetadata(ctx, s.Store, m)
 }
 
 // ReadMetadata implements MetadataReader.
 func (s ObjectStoreMetadata) ReadMetadata(ctx context.Context, location string) (control.Metadata, error) {
-	b, err := s.Store.Get(ctx, location)
-	if err != nil {
-		return control.Metadata{}, fmt.Errorf("read %s: %w", location, err)
-	}
-	md, err := control.DecodeMetadata(b)
-	if err != nil {
-		return control.Metadata{}, fmt.Errorf("decode %s: %w", location, err)
-	}
-	return md, nil
+	return checkpoint.ReadMetadata(ctx, s.Store, location)
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/state/objstore"
@@ -89,19 +90,15 @@ func (r *Replica) checkRestore(ctx context.Context) error {
 // compare reads the metadata of checkpoint c and compares its schema with
 // the job's.
 func (r *Replica) compare(ctx context.Context, c *control.Complete) (compat.Result, error) {
-	b, err := r.store.Get(ctx, c.Metadata)
+	md, err := checkpoint.ReadCompleted(ctx, r.store, *c)
 	if errors.Is(err, objstore.ErrNotFound) {
 		// A completed checkpoint without its metadata: the object store
 		// was changed under the job (checkpoint.storage), and no
 		// generation could restore it either.
-		return compat.Result{}, fmt.Errorf("checkpoint %d: %s is missing from %s: %w", c.ID, c.Metadata, r.cfg.Checkpoint.Storage, err)
+		return compat.Result{}, fmt.Errorf("checkpoint %d: %w (checkpoint.storage %s)", c.ID, err, r.cfg.Checkpoint.Storage)
 	}
 	if err != nil {
-		return compat.Result{}, fmt.Errorf("checkpoint %d: read %s: %w", c.ID, c.Metadata, err)
-	}
-	md, err := control.DecodeMetadata(b)
-	if err != nil {
-		return compat.Result{}, fmt.Errorf("checkpoint %d: decode %s: %w", c.ID, c.Metadata, err)
+		return compat.Result{}, fmt.Errorf("checkpoint %d: %w", c.ID, err)
 	}
 	return compat.Compare(c.ID, md.Schema, r.schema), nil
 }

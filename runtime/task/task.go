@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/eventtime"
 	"github.com/weir-stream/weir/kafkaio/controltopic"
@@ -341,14 +342,9 @@ func (t *Task) openWatermarks(st *plan.Stage, restored *watermarkState) error {
 // manifestHandle reads checkpoint RestoreFrom's _metadata and returns this
 // task's manifest handle in it.
 func (t *Task) manifestHandle(ctx context.Context, name string) (string, error) {
-	key := objstore.MetadataKey(int64(t.cfg.RestoreFrom))
-	b, err := t.cfg.Store.Get(ctx, key)
+	md, err := checkpoint.ReadID(ctx, t.cfg.Store, t.cfg.RestoreFrom)
 	if err != nil {
-		return "", fmt.Errorf("read %s: %w", key, err)
-	}
-	md, err := control.DecodeMetadata(b)
-	if err != nil {
-		return "", fmt.Errorf("decode %s: %w", key, err)
+		return "", err
 	}
 	var handle string
 	var found, inStage int
