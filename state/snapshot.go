@@ -303,101 +303,77 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		MaxParallelism: b.cfg.MaxParallelism,
 		KeyGroups:      b.cfg.KeyGroups,
 	}
-	// Plan: which objects to upload (jobs), which to reuse.
+	files, err := s.localFiles(names)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	base := b.mu.confirmed // replaced, never modified: readable without the lock
+	b.mu.Unlock()
+	plan, err := planSnapshot(planInput{
+		Task:       b.cfg.Task,
+		Instance:   b.instance,
+		Checkpoint: s.id,
+		Savepoint:  s.savepoint,
+		Files:      files,
+		Base:       base,
+	})
+	if err != nil {
+		return nil, err
+	}
 	type job struct {
 		file, part int // index into entries, and into its Parts (-1: whole file)
 		offset     int64
 		shared     *upload // nil for exclusive and savepoint objects
 	}
-	entries := make([]FileEntry, len(names))
+	entries := make([]FileEntry, len(plan.Files))
 	var jobs []job
 	var waits []int // entries with shared objects another snapshot is uploading
-	reused := 0
-	for i, n := range names {
-		fi, err := b.fs.Stat(b.fs.PathJoin(s.dir, n))
-		if err != nil {
-			return nil, fmt.Errorf("stat %s: %w", n, err)
-		}
-		size := fi.Size()
-		walLen, captured := s.walLen[n]
-		if isWAL(n) && !captured {
-			// Every WAL in the directory must have been captured by link:
-			// anything else could be an empty copy (see liveFS).
-			return nil, fmt.Errorf("WAL %s was not captured at the barrier", n)
-		}
-		if captured {
-			if size < walLen {
-				return nil, fmt.Errorf("WAL %s shrank from %d to %d bytes", n, walLen, size)
-			}
-			size = walLen
-		}
-		e := FileEntry{Name: n, Size: size}
-		switch {
-		case !isShared(n) && !captured && size <= InlineMaxBytes:
-			data, err := readFile(b.fs, b.fs.PathJoin(s.dir, n))
+	reused := plan.Reused
+	for i := range plan.Files {
+		f := &plan.Files[i]
+		e := f.Entry
+		switch f.Step {
+		case stepInline:
+			data, err := readFile(b.fs, b.fs.PathJoin(s.dir, e.Name))
 			if err != nil {
 				return nil, err
 			}
-			if int64(len(data)) != size {
-				return nil, fmt.Errorf("file %s changed size from %d to %d", n, size, len(data))
+			if int64(len(data)) != e.Size {
+				return nil, fmt.Errorf("file %s changed size from %d to %d", e.Name, e.Size, len(data))
 			}
 			sum := sha256.Sum256(data)
-			e.Inline, e.Data, e.SHA256 = true, data, hex.EncodeToString(sum[:])
-		case s.savepoint != "":
-			e.Key = b.cfg.Task + "/" + n
+			e.Data, e.SHA256 = data, hex.EncodeToString(sum[:])
+		case stepUpload:
 			jobs = append(jobs, job{file: i, part: -1})
-		case isShared(n):
-			e.Shared = true
-			e.Key = objstore.SharedKey(b.cfg.Task, b.instance+"-"+n)
-			prev, up, wait := b.acquire(s, n, e.Key)
+		case stepShared:
+			key, offset, length := f.sharedObject()
+			got, up, wait := b.acquire(s, e.Name, key)
+			part := len(e.Parts) - 1 // -1: a whole file
 			switch {
 			case wait:
 				waits = append(waits, i)
 			case up != nil:
-				jobs = append(jobs, job{file: i, part: -1, shared: up})
+				jobs = append(jobs, job{file: i, part: part, offset: offset, shared: up})
+			case part < 0:
+				// Uploaded by another pending snapshot, or by the confirmed
+				// one since the plan.
+				if got.Size != length {
+					return nil, fmt.Errorf("shared file %s: local size %d, uploaded size %d", e.Name, length, got.Size)
+				}
+				e = got
+				reused++
 			default:
-				if prev.Size != size {
-					return nil, fmt.Errorf("shared file %s: local size %d, uploaded size %d", n, size, prev.Size)
+				// Another pending snapshot uploaded this very piece
+				// (the WAL did not grow in between).
+				if got.Size != length {
+					return nil, fmt.Errorf("WAL piece %s: local size %d, uploaded size %d", key, length, got.Size)
 				}
-				e = prev
-				reused++
-			}
-		case captured:
-			// Reuse the parts of the confirmed snapshot's copy of this WAL
-			// (the same file, append-only, so a prefix), upload the rest.
-			start := int64(0)
-			b.mu.Lock()
-			prev, ok := b.mu.confirmed[n]
-			b.mu.Unlock()
-			if ok && len(prev.Parts) > 0 && prev.Size <= size {
-				e.Parts = slices.Clone(prev.Parts)
-				start = prev.Size
-				reused++
-			}
-			if start < size || len(e.Parts) == 0 {
-				key := objstore.SharedKey(b.cfg.Task, fmt.Sprintf("%s-%s.%d-%d", b.instance, n, start, size))
-				e.Parts = append(e.Parts, Part{Key: key, Size: size - start})
-				got, up, wait := b.acquire(s, n, key)
-				switch {
-				case wait:
-					waits = append(waits, i)
-				case up != nil:
-					jobs = append(jobs, job{file: i, part: len(e.Parts) - 1, offset: start, shared: up})
-				default:
-					// Another pending snapshot uploaded this very piece
-					// (the WAL did not grow in between).
-					if got.Size != size-start {
-						return nil, fmt.Errorf("WAL piece %s: local size %d, uploaded size %d", key, size-start, got.Size)
-					}
-					e.Parts[len(e.Parts)-1].SHA256 = got.SHA256
-					if start == 0 {
-						reused++ // not counted above
-					}
+				e.Parts[part].SHA256 = got.SHA256
+				if offset == 0 {
+					reused++ // not counted by the plan
 				}
 			}
-		default:
-			e.Key = objstore.ExclusiveKey(s.id, b.cfg.Task, n)
-			jobs = append(jobs, job{file: i, part: -1})
 		}
 		entries[i] = e
 	}
@@ -414,7 +390,7 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		idx[i] = i
 	}
 	var mu sync.Mutex // guards entries during the uploads
-	err := parallel(ctx, b.cfg.UploadConcurrency, idx, func(ctx context.Context, ji int) error {
+	err = parallel(ctx, b.cfg.UploadConcurrency, idx, func(ctx context.Context, ji int) error {
 		j := jobs[ji]
 		mu.Lock()
 		e := entries[j.file]
@@ -522,6 +498,21 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		UploadedFiles: len(jobs),
 		ReusedFiles:   reused,
 	}, nil
+}
+
+// localFiles returns the plan's view of the local copy's files names (in
+// that order): their sizes, and the WAL files captured at the barrier.
+func (s *Snapshot) localFiles(names []string) ([]localFile, error) {
+	files := make([]localFile, len(names))
+	for i, n := range names {
+		fi, err := s.b.fs.Stat(s.b.fs.PathJoin(s.dir, n))
+		if err != nil {
+			return nil, fmt.Errorf("stat %s: %w", n, err)
+		}
+		walLen, captured := s.walLen[n]
+		files[i] = localFile{Name: n, Size: fi.Size(), Captured: captured, WALLen: walLen}
+	}
+	return files, nil
 }
 
 // syncLocal makes the files of the local copy, and the directories that
