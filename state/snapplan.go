@@ -56,8 +56,8 @@ const (
 	// stepShared: claim the shared object that the file lacks, which pending
 	// snapshots may share (Backend.acquire): the whole file at the entry's
 	// Key (an SST), or the last of its Parts (the WAL bytes appended since
-	// the base), from offset SharedOffset of the file. The claim says whether
-	// to reuse another pending snapshot's upload, wait for it, or upload it.
+	// the base). The claim says whether to reuse another pending snapshot's
+	// upload, wait for it, or upload it.
 	stepShared
 )
 
@@ -78,26 +78,18 @@ func (s fileStep) String() string {
 // plannedFile is one file of the plan.
 type plannedFile struct {
 	// Entry is the manifest's entry for the file: name, size, and key or
-	// parts; the SHA256 of what is still to be uploaded, and the data of an
-	// inline file, are filled in by the upload step.
+	// parts; the upload step fills in the data of an inline file and the
+	// checksum of the object it writes or claims.
 	Entry FileEntry
 	Step  fileStep
-	// SharedOffset is, for stepShared with Parts, where the last part starts
-	// in the local file (the size of the base's parts).
-	SharedOffset int64
+	// Object, for stepUpload and stepShared, is the key (relative to the job
+	// root) of the object that holds bytes [Offset, Offset+Length) of the
+	// file: the whole file, or the last of its Parts.
+	Object         string
+	Offset, Length int64
 	// BaseReused reports whether Entry reuses objects of the base (a shared
 	// file, or the first parts of a WAL).
 	BaseReused bool
-}
-
-// sharedObject returns the key, offset in the local file and length of the
-// shared object a stepShared file claims.
-func (f *plannedFile) sharedObject() (key string, offset, length int64) {
-	if n := len(f.Entry.Parts); n > 0 {
-		p := f.Entry.Parts[n-1]
-		return p.Key, f.SharedOffset, p.Size
-	}
-	return f.Entry.Key, 0, f.Entry.Size
 }
 
 // snapshotPlan is the plan of a snapshot's asynchronous part.
@@ -162,7 +154,7 @@ func planFile(in planInput, lf localFile) (plannedFile, error) {
 		return plannedFile{Entry: e, Step: stepInline}, nil
 	case in.Savepoint != "":
 		e.Key = in.Task + "/" + n
-		return plannedFile{Entry: e, Step: stepUpload}, nil
+		return plannedFile{Entry: e, Step: stepUpload, Object: objstore.SavepointPrefix(in.Savepoint) + e.Key, Length: size}, nil
 	case isShared(n):
 		e.Shared = true
 		e.Key = objstore.SharedKey(in.Task, in.Instance+"-"+n)
@@ -172,25 +164,26 @@ func planFile(in planInput, lf localFile) (plannedFile, error) {
 			}
 			return plannedFile{Entry: prev, Step: stepReuse, BaseReused: true}, nil
 		}
-		return plannedFile{Entry: e, Step: stepShared}, nil
+		return plannedFile{Entry: e, Step: stepShared, Object: e.Key, Length: size}, nil
 	case lf.Captured:
 		// Reuse the parts of the base's copy of this WAL (the same file,
 		// append-only, so a prefix), and add a piece for the rest.
 		f := plannedFile{Step: stepReuse}
+		start := int64(0)
 		if prev, ok := in.Base[n]; ok && len(prev.Parts) > 0 && prev.Size <= size {
 			e.Parts = slices.Clone(prev.Parts)
-			f.SharedOffset = prev.Size
+			start = prev.Size
 			f.BaseReused = true
 		}
-		if f.SharedOffset < size || len(e.Parts) == 0 {
-			key := objstore.SharedKey(in.Task, fmt.Sprintf("%s-%s.%d-%d", in.Instance, n, f.SharedOffset, size))
-			e.Parts = append(e.Parts, Part{Key: key, Size: size - f.SharedOffset})
-			f.Step = stepShared
+		if start < size || len(e.Parts) == 0 {
+			key := objstore.SharedKey(in.Task, fmt.Sprintf("%s-%s.%d-%d", in.Instance, n, start, size))
+			e.Parts = append(e.Parts, Part{Key: key, Size: size - start})
+			f.Step, f.Object, f.Offset, f.Length = stepShared, key, start, size-start
 		}
 		f.Entry = e
 		return f, nil
 	default:
 		e.Key = objstore.ExclusiveKey(in.Checkpoint, in.Task, n)
-		return plannedFile{Entry: e, Step: stepUpload}, nil
+		return plannedFile{Entry: e, Step: stepUpload, Object: e.Key, Length: size}, nil
 	}
 }

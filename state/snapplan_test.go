@@ -60,8 +60,8 @@ func TestPlanSnapshot(t *testing.T) {
 		name:  "new files: SSTs and the WAL are shared objects to claim, small files inline",
 		files: firstFiles,
 		want: []string{
-			"000004.sst shared size=2097152 key=shared/t0/i1-000004.sst shared",
-			"000005.log shared size=300 parts=[shared/t0/i1-000005.log.0-300:300] offset=0",
+			"000004.sst shared size=2097152 key=shared/t0/i1-000004.sst shared -> shared/t0/i1-000004.sst[0,2097152)",
+			"000005.log shared size=300 parts=[shared/t0/i1-000005.log.0-300:300] -> shared/t0/i1-000005.log.0-300[0,300)",
 			"MANIFEST-000006 inline size=200 inline",
 			"OPTIONS-000007 inline size=3000 inline",
 			"marker.manifest.000001.MANIFEST-000006 inline size=0 inline",
@@ -73,8 +73,8 @@ func TestPlanSnapshot(t *testing.T) {
 			wal("000010.log", 10, 10),
 		},
 		want: []string{
-			"000009.blob shared size=100 key=shared/t0/i1-000009.blob shared",
-			"000010.log shared size=10 parts=[shared/t0/i1-000010.log.0-10:10] offset=0",
+			"000009.blob shared size=100 key=shared/t0/i1-000009.blob shared -> shared/t0/i1-000009.blob[0,100)",
+			"000010.log shared size=10 parts=[shared/t0/i1-000010.log.0-10:10] -> shared/t0/i1-000010.log.0-10[0,10)",
 		},
 	}, {
 		name: "a file of at most InlineMaxBytes is inline, a larger one an object of this checkpoint",
@@ -83,7 +83,7 @@ func TestPlanSnapshot(t *testing.T) {
 			sst("OPTIONS-000007", InlineMaxBytes),
 		},
 		want: []string{
-			"MANIFEST-000006 upload size=16385 key=chk-7/t0/MANIFEST-000006",
+			"MANIFEST-000006 upload size=16385 key=chk-7/t0/MANIFEST-000006 -> chk-7/t0/MANIFEST-000006[0,16385)",
 			"OPTIONS-000007 inline size=16384 inline",
 		},
 	}, {
@@ -92,7 +92,7 @@ func TestPlanSnapshot(t *testing.T) {
 			wal("000005.log", 900, 300),
 		},
 		want: []string{
-			"000005.log shared size=300 parts=[shared/t0/i1-000005.log.0-300:300] offset=0",
+			"000005.log shared size=300 parts=[shared/t0/i1-000005.log.0-300:300] -> shared/t0/i1-000005.log.0-300[0,300)",
 		},
 	}, {
 		name: "files already uploaded: a shared file of the base is reused as is, the WAL adds a piece",
@@ -105,8 +105,8 @@ func TestPlanSnapshot(t *testing.T) {
 		base: base(baseSST("i1", "000004.sst", 2<<20), baseWAL("000005.log", 300, 100)),
 		want: []string{
 			"000004.sst reuse size=2097152 key=shared/t0/i1-000004.sst sha=5ca1ab1e shared base",
-			"000005.log shared size=700 parts=[shared/t0/i1-000005.log.0-300:300:5ca1ab1e shared/t0/i1-000005.log.300-400:100:5ca1ab1e shared/t0/i1-000005.log.400-700:300] offset=400 base",
-			"000008.sst shared size=1048576 key=shared/t0/i1-000008.sst shared",
+			"000005.log shared size=700 parts=[shared/t0/i1-000005.log.0-300:300:5ca1ab1e shared/t0/i1-000005.log.300-400:100:5ca1ab1e shared/t0/i1-000005.log.400-700:300] -> shared/t0/i1-000005.log.400-700[400,700) base",
+			"000008.sst shared size=1048576 key=shared/t0/i1-000008.sst shared -> shared/t0/i1-000008.sst[0,1048576)",
 			"MANIFEST-000006 inline size=400 inline",
 		},
 		reused: 2,
@@ -128,8 +128,8 @@ func TestPlanSnapshot(t *testing.T) {
 		},
 		base: base(baseSST("i0", "000004.sst", 2<<20), baseWAL("000005.log", 300)),
 		want: []string{
-			"000004.sst shared size=2097152 key=shared/t0/i1-000004.sst shared",
-			"000005.log shared size=200 parts=[shared/t0/i1-000005.log.0-200:200] offset=0",
+			"000004.sst shared size=2097152 key=shared/t0/i1-000004.sst shared -> shared/t0/i1-000004.sst[0,2097152)",
+			"000005.log shared size=200 parts=[shared/t0/i1-000005.log.0-200:200] -> shared/t0/i1-000005.log.0-200[0,200)",
 		},
 	}, {
 		name:      "a savepoint copies every file into its directory, whatever the base has",
@@ -137,8 +137,8 @@ func TestPlanSnapshot(t *testing.T) {
 		files:     firstFiles,
 		base:      base(baseSST("i1", "000004.sst", 2<<20), baseWAL("000005.log", 100)),
 		want: []string{
-			"000004.sst upload size=2097152 key=t0/000004.sst",
-			"000005.log upload size=300 key=t0/000005.log",
+			"000004.sst upload size=2097152 key=t0/000004.sst -> savepoints/sp/t0/000004.sst[0,2097152)",
+			"000005.log upload size=300 key=t0/000005.log -> savepoints/sp/t0/000005.log[0,300)",
 			"MANIFEST-000006 inline size=200 inline",
 			"OPTIONS-000007 inline size=3000 inline",
 			"marker.manifest.000001.MANIFEST-000006 inline size=0 inline",
@@ -206,8 +206,9 @@ func TestPlanSnapshot(t *testing.T) {
 	}
 }
 
-// describe renders a planned file as one line: name, step, size, where it
-// goes (key or parts with their sizes and known checksums) and whether it
+// describe renders a planned file as one line: name, step, size, its
+// entry's key or parts (with sizes and known checksums), the object the
+// upload step writes or claims (bytes [from,to) of the file), and whether it
 // reuses the base.
 func describe(f plannedFile) string {
 	e := f.Entry
@@ -229,14 +230,14 @@ func describe(f plannedFile) string {
 		}
 		fmt.Fprintf(&b, " parts=[%s]", strings.Join(parts, " "))
 	}
-	if f.Step == stepShared && len(e.Parts) > 0 {
-		fmt.Fprintf(&b, " offset=%d", f.SharedOffset)
-	}
 	if e.Shared {
 		b.WriteString(" shared")
 	}
 	if e.Inline {
 		b.WriteString(" inline")
+	}
+	if f.Object != "" {
+		fmt.Fprintf(&b, " -> %s[%d,%d)", f.Object, f.Offset, f.Offset+f.Length)
 	}
 	if f.BaseReused {
 		b.WriteString(" base")

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -270,43 +269,20 @@ func (s *Snapshot) Run(ctx context.Context) (*SnapshotResult, error) {
 	return res, nil
 }
 
+// run is the asynchronous part in three steps: the plan (planSnapshot, pure,
+// over the local copy's files and the confirmed checkpoint), the upload
+// (upload) and the manifest (writeManifest). The local copy syncs on a
+// goroutine of its own meanwhile.
 func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
-	b := s.b
-	var names []string
-	synced := make(chan struct{}) // closed when the local copy is durable, or failed to be
-	var syncErr error
-	if s.dir != "" {
-		if err := b.live.materialize(s.dir); err != nil {
-			return nil, err
-		}
-		var err error
-		if names, err = b.fs.List(s.dir); err != nil {
-			return nil, fmt.Errorf("list %s: %w", s.dir, err)
-		}
-		slices.Sort(names)
-		// Make the local copy durable (the live database runs without
-		// syncs) while the files upload: only the local record, written
-		// last, needs it.
-		go func() { syncErr = s.syncLocal(names); close(synced) }()
-		defer func() { <-synced }() // gone by the time Run returns
-	} else {
-		close(synced)
-	}
-	m := &Manifest{
-		Version:        manifestVersion,
-		Job:            b.cfg.Store.Job(),
-		Task:           b.cfg.Task,
-		Checkpoint:     s.id,
-		Savepoint:      s.savepoint,
-		Instance:       b.instance,
-		Created:        s.created.UTC(),
-		MaxParallelism: b.cfg.MaxParallelism,
-		KeyGroups:      b.cfg.KeyGroups,
-	}
-	files, err := s.localFiles(names)
+	files, err := s.localFiles()
 	if err != nil {
 		return nil, err
 	}
+	// Make the local copy durable (the live database runs without syncs)
+	// while the files upload: only the local record, written last, needs it.
+	local := s.syncLocalAsync(files)
+	defer local.wait() // gone by the time Run returns
+	b := s.b
 	b.mu.Lock()
 	base := b.mu.confirmed // replaced, never modified: readable without the lock
 	b.mu.Unlock()
@@ -321,101 +297,156 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	type job struct {
-		file, part int // index into entries, and into its Parts (-1: whole file)
-		offset     int64
-		shared     *upload // nil for exclusive and savepoint objects
+	up, err := s.upload(ctx, plan)
+	if err != nil {
+		return nil, err
 	}
-	entries := make([]FileEntry, len(plan.Files))
-	var jobs []job
-	var waits []int // entries with shared objects another snapshot is uploading
-	reused := plan.Reused
-	for i := range plan.Files {
-		f := &plan.Files[i]
-		e := f.Entry
+	return s.writeManifest(ctx, up, local)
+}
+
+// localFiles materializes the local copy's held SSTs (see liveFS) and
+// returns its files, sorted by name, as the plan sees them: their sizes,
+// and the WAL files captured at the barrier. A snapshot without a local
+// copy (an empty database) has none.
+func (s *Snapshot) localFiles() ([]localFile, error) {
+	if s.dir == "" {
+		return nil, nil
+	}
+	b := s.b
+	if err := b.live.materialize(s.dir); err != nil {
+		return nil, err
+	}
+	names, err := b.fs.List(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", s.dir, err)
+	}
+	slices.Sort(names)
+	files := make([]localFile, len(names))
+	for i, n := range names {
+		fi, err := b.fs.Stat(b.fs.PathJoin(s.dir, n))
+		if err != nil {
+			return nil, fmt.Errorf("stat %s: %w", n, err)
+		}
+		walLen, captured := s.walLen[n]
+		files[i] = localFile{Name: n, Size: fi.Size(), Captured: captured, WALLen: walLen}
+	}
+	return files, nil
+}
+
+// localSync is the sync of a snapshot's local copy, on a goroutine of its own.
+type localSync struct {
+	done chan struct{} // closed when the local copy is durable, or failed to be
+	err  error         // set before done is closed
+}
+
+// wait waits for the sync and returns its error.
+func (l *localSync) wait() error {
+	<-l.done
+	return l.err
+}
+
+// syncLocalAsync starts making the local copy's files, and the directories
+// that name them, durable.
+func (s *Snapshot) syncLocalAsync(files []localFile) *localSync {
+	l := &localSync{done: make(chan struct{})}
+	if s.dir == "" {
+		close(l.done)
+		return l
+	}
+	go func() {
+		defer close(l.done)
+		l.err = s.syncLocal(files)
+	}()
+	return l
+}
+
+// uploaded is what the upload step produced.
+type uploaded struct {
+	// Files are the manifest's entries, complete: every object they name is
+	// written.
+	Files []FileEntry
+	// Bytes and Objects count what this snapshot wrote; Reused the files
+	// whose entries reuse objects of the base or of other pending snapshots.
+	Bytes   int64
+	Objects int
+	Reused  int
+}
+
+// uploadJob is one object the upload step writes: plan file File's Object.
+type uploadJob struct {
+	file   int
+	shared *upload // the claim of a shared object; nil for one only this snapshot writes
+}
+
+// upload is the upload step: it carries out plan p on Run's goroutine,
+// reading inline files and claiming shared objects (Backend.acquire), then
+// uploads this snapshot's objects, at most Config.UploadConcurrency at a
+// time, each on a goroutine of its own, and last waits for the shared
+// objects other pending snapshots were uploading (or, if they failed,
+// uploads them itself).
+func (s *Snapshot) upload(ctx context.Context, p *snapshotPlan) (*uploaded, error) {
+	b := s.b
+	up := &uploaded{Files: make([]FileEntry, len(p.Files)), Reused: p.Reused}
+	var jobs []uploadJob
+	var waits []int // files whose shared object another pending snapshot is uploading
+	for i := range p.Files {
+		f := &p.Files[i]
+		up.Files[i] = f.Entry
 		switch f.Step {
 		case stepInline:
-			data, err := readFile(b.fs, b.fs.PathJoin(s.dir, e.Name))
+			e, err := s.readInline(f.Entry)
 			if err != nil {
 				return nil, err
 			}
-			if int64(len(data)) != e.Size {
-				return nil, fmt.Errorf("file %s changed size from %d to %d", e.Name, e.Size, len(data))
-			}
-			sum := sha256.Sum256(data)
-			e.Data, e.SHA256 = data, hex.EncodeToString(sum[:])
+			up.Files[i] = e
 		case stepUpload:
-			jobs = append(jobs, job{file: i, part: -1})
+			jobs = append(jobs, uploadJob{file: i})
 		case stepShared:
-			key, offset, length := f.sharedObject()
-			got, up, wait := b.acquire(s, e.Name, key)
-			part := len(e.Parts) - 1 // -1: a whole file
+			got, claim, wait := b.acquire(s, f.Entry.Name, f.Object)
 			switch {
 			case wait:
 				waits = append(waits, i)
-			case up != nil:
-				jobs = append(jobs, job{file: i, part: part, offset: offset, shared: up})
-			case part < 0:
-				// Uploaded by another pending snapshot, or by the confirmed
-				// one since the plan.
-				if got.Size != length {
-					return nil, fmt.Errorf("shared file %s: local size %d, uploaded size %d", e.Name, length, got.Size)
-				}
-				e = got
-				reused++
+			case claim != nil:
+				jobs = append(jobs, uploadJob{file: i, shared: claim})
 			default:
-				// Another pending snapshot uploaded this very piece
-				// (the WAL did not grow in between).
-				if got.Size != length {
-					return nil, fmt.Errorf("WAL piece %s: local size %d, uploaded size %d", key, length, got.Size)
+				reused, err := reuseShared(f, got, &up.Files[i])
+				if err != nil {
+					return nil, err
 				}
-				e.Parts[part].SHA256 = got.SHA256
-				if offset == 0 {
-					reused++ // not counted by the plan
+				if reused {
+					up.Reused++
 				}
 			}
 		}
-		entries[i] = e
 	}
 	b.mu.Lock()
 	for _, j := range jobs {
 		if j.shared == nil {
-			s.written = append(s.written, m.ObjectKey(entries[j.file]))
+			s.written = append(s.written, p.Files[j.file].Object)
 		}
 	}
 	b.mu.Unlock()
-	uploaded := make([]int64, len(jobs))
+
+	// Each job completes its own file's entry: no two jobs share one.
+	sizes := make([]int64, len(jobs))
 	idx := make([]int, len(jobs))
 	for i := range idx {
 		idx[i] = i
 	}
-	var mu sync.Mutex // guards entries during the uploads
-	err = parallel(ctx, b.cfg.UploadConcurrency, idx, func(ctx context.Context, ji int) error {
+	err := parallel(ctx, b.cfg.UploadConcurrency, idx, func(ctx context.Context, ji int) error {
 		j := jobs[ji]
-		mu.Lock()
-		e := entries[j.file]
-		key, length := m.ObjectKey(e), e.Size
-		if j.part >= 0 {
-			key, length = e.Parts[j.part].Key, e.Parts[j.part].Size
-		}
-		mu.Unlock()
-		sum, err := b.uploadFile(ctx, b.fs.PathJoin(s.dir, e.Name), key, j.offset, length)
+		f := &p.Files[j.file]
+		sum, err := b.uploadFile(ctx, b.fs.PathJoin(s.dir, f.Entry.Name), f.Object, f.Offset, f.Length)
+		e := &up.Files[j.file]
 		if err == nil {
-			uploaded[ji] = length
-			mu.Lock()
-			if j.part >= 0 {
-				entries[j.file].Parts[j.part].SHA256 = sum
-			} else {
-				entries[j.file].SHA256 = sum
-			}
-			e = entries[j.file]
-			mu.Unlock()
+			sizes[ji] = f.Length
+			setChecksum(e, sum)
 		}
 		if j.shared != nil {
-			if j.part >= 0 {
-				b.finishUpload(j.shared, FileEntry{Name: e.Name, Key: key, Size: length, SHA256: sum}, err)
+			if len(e.Parts) > 0 {
+				b.finishUpload(j.shared, FileEntry{Name: e.Name, Key: f.Object, Size: f.Length, SHA256: sum}, err)
 			} else {
-				b.finishUpload(j.shared, e, err)
+				b.finishUpload(j.shared, *e, err)
 			}
 		}
 		return err
@@ -423,32 +454,92 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Shared objects other pending snapshots were uploading for us.
 	for _, i := range waits {
-		e := entries[i]
-		if len(e.Parts) == 0 {
-			got, err := b.waitShared(ctx, s, e.Name, e.Key, 0, e.Size)
-			if err != nil {
-				return nil, err
-			}
-			entries[i] = got
-			continue
-		}
-		last := &entries[i].Parts[len(e.Parts)-1]
-		got, err := b.waitShared(ctx, s, e.Name, last.Key, e.Size-last.Size, last.Size)
+		f := &p.Files[i]
+		got, err := b.waitShared(ctx, s, f.Entry.Name, f.Object, f.Offset, f.Length)
 		if err != nil {
 			return nil, err
 		}
-		last.SHA256 = got.SHA256
+		if len(f.Entry.Parts) == 0 {
+			up.Files[i] = got
+		} else {
+			setChecksum(&up.Files[i], got.SHA256)
+		}
 	}
-	var uploadedBytes int64
-	for _, n := range uploaded {
-		uploadedBytes += n
+	for _, n := range sizes {
+		up.Bytes += n
 	}
-	for _, e := range entries {
+	up.Objects = len(jobs)
+	return up, nil
+}
+
+// readInline reads an inline file of the local copy into its entry.
+func (s *Snapshot) readInline(e FileEntry) (FileEntry, error) {
+	data, err := readFile(s.b.fs, s.b.fs.PathJoin(s.dir, e.Name))
+	if err != nil {
+		return FileEntry{}, err
+	}
+	if int64(len(data)) != e.Size {
+		return FileEntry{}, fmt.Errorf("file %s changed size from %d to %d", e.Name, e.Size, len(data))
+	}
+	sum := sha256.Sum256(data)
+	e.Data, e.SHA256 = data, hex.EncodeToString(sum[:])
+	return e, nil
+}
+
+// reuseShared completes entry e of planned file f with got, the entry of
+// the shared object f claimed, which another pending snapshot (or, since
+// the plan, the confirmed checkpoint) has uploaded. It reports whether the
+// file counts as reused: a whole shared file, or a WAL piece that starts
+// the file (one that continues the base's parts was counted by the plan).
+func reuseShared(f *plannedFile, got FileEntry, e *FileEntry) (bool, error) {
+	if len(f.Entry.Parts) == 0 {
+		if got.Size != f.Length {
+			return false, fmt.Errorf("shared file %s: local size %d, uploaded size %d", f.Entry.Name, f.Length, got.Size)
+		}
+		*e = got
+		return true, nil
+	}
+	// Another pending snapshot uploaded this very piece (the WAL did not
+	// grow in between).
+	if got.Size != f.Length {
+		return false, fmt.Errorf("WAL piece %s: local size %d, uploaded size %d", f.Object, f.Length, got.Size)
+	}
+	setChecksum(e, got.SHA256)
+	return f.Offset == 0, nil
+}
+
+// setChecksum sets the checksum of the object the upload step writes for
+// entry e: the whole file's, or its last part's.
+func setChecksum(e *FileEntry, sum string) {
+	if n := len(e.Parts); n > 0 {
+		e.Parts[n-1].SHA256 = sum
+		return
+	}
+	e.SHA256 = sum
+}
+
+// writeManifest is the manifest step, once every file's object is written:
+// it asks for the operator state (SetOperatorStateFunc), writes the task
+// manifest and, once the local copy is durable, records it for local
+// recovery (or removes a savepoint's).
+func (s *Snapshot) writeManifest(ctx context.Context, up *uploaded, local *localSync) (*SnapshotResult, error) {
+	b := s.b
+	m := &Manifest{
+		Version:        manifestVersion,
+		Job:            b.cfg.Store.Job(),
+		Task:           b.cfg.Task,
+		Checkpoint:     s.id,
+		Savepoint:      s.savepoint,
+		Instance:       b.instance,
+		Created:        s.created.UTC(),
+		MaxParallelism: b.cfg.MaxParallelism,
+		KeyGroups:      b.cfg.KeyGroups,
+		Files:          up.Files,
+	}
+	for _, e := range m.Files {
 		m.StateBytes += e.Size
 	}
-	m.Files = entries
 	if s.opStateFn != nil {
 		op, err := s.opStateFn(ctx)
 		if err != nil {
@@ -471,10 +562,8 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 	if err := b.cfg.Store.Put(ctx, handle, data); err != nil {
 		return nil, fmt.Errorf("write manifest: %w", err)
 	}
-	uploadedBytes += int64(len(data))
-	<-synced
-	if syncErr != nil {
-		return nil, syncErr
+	if err := local.wait(); err != nil {
+		return nil, err
 	}
 	switch {
 	case s.dir == "":
@@ -494,33 +583,18 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		Manifest:      m,
 		SyncDuration:  s.syncDur,
 		StateBytes:    m.StateBytes,
-		UploadedBytes: uploadedBytes,
-		UploadedFiles: len(jobs),
-		ReusedFiles:   reused,
+		UploadedBytes: up.Bytes + int64(len(data)),
+		UploadedFiles: up.Objects,
+		ReusedFiles:   up.Reused,
 	}, nil
-}
-
-// localFiles returns the plan's view of the local copy's files names (in
-// that order): their sizes, and the WAL files captured at the barrier.
-func (s *Snapshot) localFiles(names []string) ([]localFile, error) {
-	files := make([]localFile, len(names))
-	for i, n := range names {
-		fi, err := s.b.fs.Stat(s.b.fs.PathJoin(s.dir, n))
-		if err != nil {
-			return nil, fmt.Errorf("stat %s: %w", n, err)
-		}
-		walLen, captured := s.walLen[n]
-		files[i] = localFile{Name: n, Size: fi.Size(), Captured: captured, WALLen: walLen}
-	}
-	return files, nil
 }
 
 // syncLocal makes the files of the local copy, and the directories that
 // name them, durable.
-func (s *Snapshot) syncLocal(names []string) error {
+func (s *Snapshot) syncLocal(files []localFile) error {
 	b := s.b
-	for _, n := range names {
-		if err := syncFile(b.fs, b.fs.PathJoin(s.dir, n)); err != nil {
+	for _, f := range files {
+		if err := syncFile(b.fs, b.fs.PathJoin(s.dir, f.Name)); err != nil {
 			return err
 		}
 	}
