@@ -281,7 +281,7 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 	// Make the local copy durable (the live database runs without syncs)
 	// while the files upload: only the local record, written last, needs it.
 	local := s.syncLocalAsync(files)
-	defer local.wait() // gone by the time Run returns
+	defer local.wait() // gone by the time Run returns; writeManifest reports its error
 	b := s.b
 	b.mu.Lock()
 	base := b.mu.confirmed // replaced, never modified: readable without the lock
@@ -378,27 +378,43 @@ type uploadJob struct {
 	shared *upload // the claim of a shared object; nil for one only this snapshot writes
 }
 
-// upload is the upload step: it carries out plan p on Run's goroutine,
-// reading inline files and claiming shared objects (Backend.acquire), then
-// uploads this snapshot's objects, at most Config.UploadConcurrency at a
-// time, each on a goroutine of its own, and last waits for the shared
-// objects other pending snapshots were uploading (or, if they failed,
-// uploads them itself).
+// upload is the upload step: it carries out plan p. On Run's goroutine it
+// reads the inline files and claims the shared objects (startFiles); then
+// it uploads this snapshot's objects, at most Config.UploadConcurrency at a
+// time, each on a goroutine of its own (uploadObjects); last it waits for
+// the shared objects other pending snapshots were uploading, or uploads
+// those whose upload failed (awaitShared).
 func (s *Snapshot) upload(ctx context.Context, p *snapshotPlan) (*uploaded, error) {
-	b := s.b
 	up := &uploaded{Files: make([]FileEntry, len(p.Files)), Reused: p.Reused}
-	var jobs []uploadJob
-	var waits []int // files whose shared object another pending snapshot is uploading
+	jobs, waits, err := s.startFiles(p, up)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.uploadObjects(ctx, p, jobs, up); err != nil {
+		return nil, err
+	}
+	if err := s.awaitShared(ctx, p, waits, up); err != nil {
+		return nil, err
+	}
+	up.Objects = len(jobs)
+	return up, nil
+}
+
+// startFiles sets up.Files to the plan's entries, reads the inline files
+// into theirs, and claims the shared objects the plan names. It returns the
+// objects this snapshot must upload, recorded as written (those only it
+// writes) or owned (the shared ones, by acquire), and the files whose
+// shared object another pending snapshot is uploading.
+func (s *Snapshot) startFiles(p *snapshotPlan, up *uploaded) (jobs []uploadJob, waits []int, err error) {
+	b := s.b
 	for i := range p.Files {
 		f := &p.Files[i]
 		up.Files[i] = f.Entry
 		switch f.Step {
 		case stepInline:
-			e, err := s.readInline(f.Entry)
-			if err != nil {
-				return nil, err
+			if up.Files[i], err = s.readInline(f.Entry); err != nil {
+				return nil, nil, err
 			}
-			up.Files[i] = e
 		case stepUpload:
 			jobs = append(jobs, uploadJob{file: i})
 		case stepShared:
@@ -411,7 +427,7 @@ func (s *Snapshot) upload(ctx context.Context, p *snapshotPlan) (*uploaded, erro
 			default:
 				reused, err := reuseShared(f, got, &up.Files[i])
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				if reused {
 					up.Reused++
@@ -426,8 +442,14 @@ func (s *Snapshot) upload(ctx context.Context, p *snapshotPlan) (*uploaded, erro
 		}
 	}
 	b.mu.Unlock()
+	return jobs, waits, nil
+}
 
-	// Each job completes its own file's entry: no two jobs share one.
+// uploadObjects uploads the jobs' objects in parallel, sets their
+// checksums in up.Files and adds their sizes to up.Bytes. Each job
+// completes its own file's entry: no two jobs share one.
+func (s *Snapshot) uploadObjects(ctx context.Context, p *snapshotPlan, jobs []uploadJob, up *uploaded) error {
+	b := s.b
 	sizes := make([]int64, len(jobs))
 	idx := make([]int, len(jobs))
 	for i := range idx {
@@ -451,14 +473,21 @@ func (s *Snapshot) upload(ctx context.Context, p *snapshotPlan) (*uploaded, erro
 		}
 		return err
 	})
-	if err != nil {
-		return nil, err
+	for _, n := range sizes {
+		up.Bytes += n
 	}
+	return err
+}
+
+// awaitShared completes the entries of the files waits names with the
+// shared objects other pending snapshots were uploading for them
+// (Backend.waitShared).
+func (s *Snapshot) awaitShared(ctx context.Context, p *snapshotPlan, waits []int, up *uploaded) error {
 	for _, i := range waits {
 		f := &p.Files[i]
-		got, err := b.waitShared(ctx, s, f.Entry.Name, f.Object, f.Offset, f.Length)
+		got, err := s.b.waitShared(ctx, s, f.Entry.Name, f.Object, f.Offset, f.Length)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(f.Entry.Parts) == 0 {
 			up.Files[i] = got
@@ -466,11 +495,7 @@ func (s *Snapshot) upload(ctx context.Context, p *snapshotPlan) (*uploaded, erro
 			setChecksum(&up.Files[i], got.SHA256)
 		}
 	}
-	for _, n := range sizes {
-		up.Bytes += n
-	}
-	up.Objects = len(jobs)
-	return up, nil
+	return nil
 }
 
 // readInline reads an inline file of the local copy into its entry.
