@@ -78,8 +78,8 @@ func (s fileStep) String() string {
 // plannedFile is one file of the plan.
 type plannedFile struct {
 	// Entry is the manifest's entry for the file: name, size, and key or
-	// parts; the upload step fills in the data of an inline file and the
-	// checksum of the object it writes or claims.
+	// parts. The upload step completes a copy of it with the data of an
+	// inline file, or the checksum of the object it writes or claims.
 	Entry FileEntry
 	Step  fileStep
 	// Object, for stepUpload and stepShared, is the key (relative to the job

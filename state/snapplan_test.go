@@ -2,8 +2,12 @@ package state
 
 import (
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -193,7 +197,7 @@ func TestPlanSnapshot(t *testing.T) {
 			if p.Files == nil {
 				t.Error("nil files: the manifest would say files: null")
 			}
-			// The upload step fills in checksums: the base must not see them.
+			// The plan's entries are its own: changing them leaves the base alone.
 			for i := range p.Files {
 				for j := range p.Files[i].Entry.Parts {
 					p.Files[i].Entry.Parts[j].SHA256 = "changed"
@@ -243,4 +247,33 @@ func describe(f plannedFile) string {
 		b.WriteString(" base")
 	}
 	return b.String()
+}
+
+// snapplan.go stays pure: it imports nothing that does I/O or reads a
+// clock, starts no goroutine, and never touches a Backend or a Snapshot
+// (their files, their lock, their uploads).
+func TestPlanIsPure(t *testing.T) {
+	allowed := map[string]bool{"fmt": true, "slices": true, "github.com/weir-stream/weir/state/objstore": true}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "snapplan.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range f.Imports {
+		if path, _ := strconv.Unquote(imp.Path.Value); !allowed[path] {
+			t.Errorf("%s: imports %s", fset.Position(imp.Pos()), path)
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.GoStmt:
+			t.Errorf("%s: go statement", fset.Position(n.Pos()))
+		case *ast.Ident:
+			switch n.Name {
+			case "Backend", "Snapshot", "upload", "snapMu":
+				t.Errorf("%s: uses %s", fset.Position(n.Pos()), n.Name)
+			}
+		}
+		return true
+	})
 }

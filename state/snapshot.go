@@ -372,7 +372,8 @@ type uploaded struct {
 	Reused  int
 }
 
-// uploadJob is one object the upload step writes: plan file File's Object.
+// uploadJob is one object the upload step writes: the Object of the plan's
+// file number file.
 type uploadJob struct {
 	file   int
 	shared *upload // the claim of a shared object; nil for one only this snapshot writes
@@ -410,6 +411,7 @@ func (s *Snapshot) startFiles(p *snapshotPlan, up *uploaded) (jobs []uploadJob, 
 	for i := range p.Files {
 		f := &p.Files[i]
 		up.Files[i] = f.Entry
+		up.Files[i].Parts = slices.Clone(f.Entry.Parts) // completed below, the plan's left as is
 		switch f.Step {
 		case stepInline:
 			if up.Files[i], err = s.readInline(f.Entry); err != nil {
@@ -435,6 +437,8 @@ func (s *Snapshot) startFiles(p *snapshotPlan, up *uploaded) (jobs []uploadJob, 
 			}
 		}
 	}
+	// Recorded before they are written, so that a failed or aborted
+	// snapshot deletes them (dropSnapshot), even half-written.
 	b.mu.Lock()
 	for _, j := range jobs {
 		if j.shared == nil {
