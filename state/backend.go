@@ -277,7 +277,9 @@ type snapMu struct {
 	sync.Mutex
 	// confirmed maps local file names of the last confirmed (completed or
 	// restored) checkpoint to their entries: a snapshot reuses their objects
-	// without uploading. confirmedKeys holds those objects' keys.
+	// without uploading. confirmedKeys holds those objects' keys. Both are
+	// replaced, never modified (setConfirmedLocked): a map read under mu
+	// may be used after it is released (Snapshot.run's plan does).
 	confirmed     map[string]FileEntry
 	confirmedKeys map[string]struct{}
 	confirmedID   int64

@@ -17,8 +17,12 @@
 //     MaxParallelism and key groups.
 //   - Snapshot: Backend.Snapshot is the synchronous part at the barrier
 //     (a Pebble checkpoint of hard links, the WAL captured by link and
-//     length); Snapshot.Run the asynchronous part (upload of what object
-//     storage lacks, then the task manifest). NotifyComplete and
+//     length); Snapshot.Run the asynchronous part, in three steps: the
+//     plan (planSnapshot, a pure function of the local copy's files and
+//     the confirmed checkpoint: which files go inline in the manifest,
+//     which are uploaded, which shared objects are claimed, which entries
+//     reuse the confirmed checkpoint's objects), the upload of what object
+//     storage lacks, then the task manifest. NotifyComplete and
 //     NotifyAborted follow the coordinator's decisions.
 //   - Registry: the coordinator's shared-file registry; Register a
 //     completed checkpoint, Release one that is no longer retained,
@@ -34,6 +38,17 @@
 // snapshot; NotifyComplete, NotifyAborted and Close may be called from any
 // goroutine. They share the upload bookkeeping (Backend.mu). A Registry and
 // an objstore.Store are safe for concurrent use.
+//
+// Within Snapshot.Run, Run's goroutine lists and stats the local copy,
+// plans (reading the confirmed checkpoint's entries, which are replaced
+// under Backend.mu and never modified), reads the inline files, claims
+// the shared objects (Backend.acquire, under Backend.mu), waits for the
+// shared objects other pending snapshots are uploading, asks for the
+// operator state and writes the manifest. The uploads run on up to
+// Config.UploadConcurrency goroutines that Run waits for, each completing
+// its own file's manifest entry; the local copy is synced on one more
+// goroutine, which Run waits for before it records the copy and before it
+// returns.
 //
 // The package never imports coordinator, barrier or kafkaio, and holds no
 // package-level mutable state; loggers, metric registries, clocks and the

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -270,28 +269,291 @@ func (s *Snapshot) Run(ctx context.Context) (*SnapshotResult, error) {
 	return res, nil
 }
 
+// run is the asynchronous part in three steps: the plan (planSnapshot, pure,
+// over the local copy's files and the confirmed checkpoint), the upload
+// (upload) and the manifest (writeManifest). The local copy syncs on a
+// goroutine of its own meanwhile.
 func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
-	b := s.b
-	var names []string
-	synced := make(chan struct{}) // closed when the local copy is durable, or failed to be
-	var syncErr error
-	if s.dir != "" {
-		if err := b.live.materialize(s.dir); err != nil {
-			return nil, err
-		}
-		var err error
-		if names, err = b.fs.List(s.dir); err != nil {
-			return nil, fmt.Errorf("list %s: %w", s.dir, err)
-		}
-		slices.Sort(names)
-		// Make the local copy durable (the live database runs without
-		// syncs) while the files upload: only the local record, written
-		// last, needs it.
-		go func() { syncErr = s.syncLocal(names); close(synced) }()
-		defer func() { <-synced }() // gone by the time Run returns
-	} else {
-		close(synced)
+	files, err := s.localFiles()
+	if err != nil {
+		return nil, err
 	}
+	// Make the local copy durable (the live database runs without syncs)
+	// while the files upload: only the local record, written last, needs it.
+	local := s.syncLocalAsync(files)
+	defer local.wait() // gone by the time Run returns; writeManifest reports its error
+	b := s.b
+	b.mu.Lock()
+	base := b.mu.confirmed // replaced, never modified: readable without the lock
+	b.mu.Unlock()
+	plan, err := planSnapshot(planInput{
+		Task:       b.cfg.Task,
+		Instance:   b.instance,
+		Checkpoint: s.id,
+		Savepoint:  s.savepoint,
+		Files:      files,
+		Base:       base,
+	})
+	if err != nil {
+		return nil, err
+	}
+	up, err := s.upload(ctx, plan)
+	if err != nil {
+		return nil, err
+	}
+	return s.writeManifest(ctx, up, local)
+}
+
+// localFiles materializes the local copy's held SSTs (see liveFS) and
+// returns its files, sorted by name, as the plan sees them: their sizes,
+// and the WAL files captured at the barrier. A snapshot without a local
+// copy (an empty database) has none.
+func (s *Snapshot) localFiles() ([]localFile, error) {
+	if s.dir == "" {
+		return nil, nil
+	}
+	b := s.b
+	if err := b.live.materialize(s.dir); err != nil {
+		return nil, err
+	}
+	names, err := b.fs.List(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", s.dir, err)
+	}
+	slices.Sort(names)
+	files := make([]localFile, len(names))
+	for i, n := range names {
+		fi, err := b.fs.Stat(b.fs.PathJoin(s.dir, n))
+		if err != nil {
+			return nil, fmt.Errorf("stat %s: %w", n, err)
+		}
+		walLen, captured := s.walLen[n]
+		files[i] = localFile{Name: n, Size: fi.Size(), Captured: captured, WALLen: walLen}
+	}
+	return files, nil
+}
+
+// localSync is the sync of a snapshot's local copy, on a goroutine of its own.
+type localSync struct {
+	done chan struct{} // closed when the local copy is durable, or failed to be
+	err  error         // set before done is closed
+}
+
+// wait waits for the sync and returns its error.
+func (l *localSync) wait() error {
+	<-l.done
+	return l.err
+}
+
+// syncLocalAsync starts making the local copy's files, and the directories
+// that name them, durable.
+func (s *Snapshot) syncLocalAsync(files []localFile) *localSync {
+	l := &localSync{done: make(chan struct{})}
+	if s.dir == "" {
+		close(l.done)
+		return l
+	}
+	go func() {
+		defer close(l.done)
+		l.err = s.syncLocal(files)
+	}()
+	return l
+}
+
+// uploaded is what the upload step produced.
+type uploaded struct {
+	// Files are the manifest's entries, complete: every object they name is
+	// written.
+	Files []FileEntry
+	// Bytes and Objects count what this snapshot wrote; Reused the files
+	// whose entries reuse objects of the base or of other pending snapshots.
+	Bytes   int64
+	Objects int
+	Reused  int
+}
+
+// uploadJob is one object the upload step writes: the Object of the plan's
+// file number file.
+type uploadJob struct {
+	file   int
+	shared *upload // the claim of a shared object; nil for one only this snapshot writes
+}
+
+// upload is the upload step: it carries out plan p. On Run's goroutine it
+// reads the inline files and claims the shared objects (startFiles); then
+// it uploads this snapshot's objects, at most Config.UploadConcurrency at a
+// time, each on a goroutine of its own (uploadObjects); last it waits for
+// the shared objects other pending snapshots were uploading, or uploads
+// those whose upload failed (awaitShared).
+func (s *Snapshot) upload(ctx context.Context, p *snapshotPlan) (*uploaded, error) {
+	up := &uploaded{Files: make([]FileEntry, len(p.Files)), Reused: p.Reused}
+	jobs, waits, err := s.startFiles(p, up)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.uploadObjects(ctx, p, jobs, up); err != nil {
+		return nil, err
+	}
+	if err := s.awaitShared(ctx, p, waits, up); err != nil {
+		return nil, err
+	}
+	up.Objects = len(jobs)
+	return up, nil
+}
+
+// startFiles sets up.Files to the plan's entries, reads the inline files
+// into theirs, and claims the shared objects the plan names. It returns the
+// objects this snapshot must upload, recorded as written (those only it
+// writes) or owned (the shared ones, by acquire), and the files whose
+// shared object another pending snapshot is uploading.
+func (s *Snapshot) startFiles(p *snapshotPlan, up *uploaded) (jobs []uploadJob, waits []int, err error) {
+	b := s.b
+	for i := range p.Files {
+		f := &p.Files[i]
+		up.Files[i] = f.Entry
+		up.Files[i].Parts = slices.Clone(f.Entry.Parts) // completed below, the plan's left as is
+		switch f.Step {
+		case stepInline:
+			if up.Files[i], err = s.readInline(f.Entry); err != nil {
+				return nil, nil, err
+			}
+		case stepUpload:
+			jobs = append(jobs, uploadJob{file: i})
+		case stepShared:
+			got, claim, wait := b.acquire(s, f.Entry.Name, f.Object)
+			switch {
+			case wait:
+				waits = append(waits, i)
+			case claim != nil:
+				jobs = append(jobs, uploadJob{file: i, shared: claim})
+			default:
+				reused, err := reuseShared(f, got, &up.Files[i])
+				if err != nil {
+					return nil, nil, err
+				}
+				if reused {
+					up.Reused++
+				}
+			}
+		}
+	}
+	// Recorded before they are written, so that a failed or aborted
+	// snapshot deletes them (dropSnapshot), even half-written.
+	b.mu.Lock()
+	for _, j := range jobs {
+		if j.shared == nil {
+			s.written = append(s.written, p.Files[j.file].Object)
+		}
+	}
+	b.mu.Unlock()
+	return jobs, waits, nil
+}
+
+// uploadObjects uploads the jobs' objects in parallel, sets their
+// checksums in up.Files and adds their sizes to up.Bytes. Each job
+// completes its own file's entry: no two jobs share one.
+func (s *Snapshot) uploadObjects(ctx context.Context, p *snapshotPlan, jobs []uploadJob, up *uploaded) error {
+	b := s.b
+	sizes := make([]int64, len(jobs))
+	idx := make([]int, len(jobs))
+	for i := range idx {
+		idx[i] = i
+	}
+	err := parallel(ctx, b.cfg.UploadConcurrency, idx, func(ctx context.Context, ji int) error {
+		j := jobs[ji]
+		f := &p.Files[j.file]
+		sum, err := b.uploadFile(ctx, b.fs.PathJoin(s.dir, f.Entry.Name), f.Object, f.Offset, f.Length)
+		e := &up.Files[j.file]
+		if err == nil {
+			sizes[ji] = f.Length
+			setChecksum(e, sum)
+		}
+		if j.shared != nil {
+			if len(e.Parts) > 0 {
+				b.finishUpload(j.shared, FileEntry{Name: e.Name, Key: f.Object, Size: f.Length, SHA256: sum}, err)
+			} else {
+				b.finishUpload(j.shared, *e, err)
+			}
+		}
+		return err
+	})
+	for _, n := range sizes {
+		up.Bytes += n
+	}
+	return err
+}
+
+// awaitShared completes the entries of the files waits names with the
+// shared objects other pending snapshots were uploading for them
+// (Backend.waitShared).
+func (s *Snapshot) awaitShared(ctx context.Context, p *snapshotPlan, waits []int, up *uploaded) error {
+	for _, i := range waits {
+		f := &p.Files[i]
+		got, err := s.b.waitShared(ctx, s, f.Entry.Name, f.Object, f.Offset, f.Length)
+		if err != nil {
+			return err
+		}
+		if len(f.Entry.Parts) == 0 {
+			up.Files[i] = got
+		} else {
+			setChecksum(&up.Files[i], got.SHA256)
+		}
+	}
+	return nil
+}
+
+// readInline reads an inline file of the local copy into its entry.
+func (s *Snapshot) readInline(e FileEntry) (FileEntry, error) {
+	data, err := readFile(s.b.fs, s.b.fs.PathJoin(s.dir, e.Name))
+	if err != nil {
+		return FileEntry{}, err
+	}
+	if int64(len(data)) != e.Size {
+		return FileEntry{}, fmt.Errorf("file %s changed size from %d to %d", e.Name, e.Size, len(data))
+	}
+	sum := sha256.Sum256(data)
+	e.Data, e.SHA256 = data, hex.EncodeToString(sum[:])
+	return e, nil
+}
+
+// reuseShared completes entry e of planned file f with got, the entry of
+// the shared object f claimed, which another pending snapshot (or, since
+// the plan, the confirmed checkpoint) has uploaded. It reports whether the
+// file counts as reused: a whole shared file, or a WAL piece that starts
+// the file (one that continues the base's parts was counted by the plan).
+func reuseShared(f *plannedFile, got FileEntry, e *FileEntry) (bool, error) {
+	if len(f.Entry.Parts) == 0 {
+		if got.Size != f.Length {
+			return false, fmt.Errorf("shared file %s: local size %d, uploaded size %d", f.Entry.Name, f.Length, got.Size)
+		}
+		*e = got
+		return true, nil
+	}
+	// Another pending snapshot uploaded this very piece (the WAL did not
+	// grow in between).
+	if got.Size != f.Length {
+		return false, fmt.Errorf("WAL piece %s: local size %d, uploaded size %d", f.Object, f.Length, got.Size)
+	}
+	setChecksum(e, got.SHA256)
+	return f.Offset == 0, nil
+}
+
+// setChecksum sets the checksum of the object the upload step writes for
+// entry e: the whole file's, or its last part's.
+func setChecksum(e *FileEntry, sum string) {
+	if n := len(e.Parts); n > 0 {
+		e.Parts[n-1].SHA256 = sum
+		return
+	}
+	e.SHA256 = sum
+}
+
+// writeManifest is the manifest step, once every file's object is written:
+// it asks for the operator state (SetOperatorStateFunc), writes the task
+// manifest and, once the local copy is durable, records it for local
+// recovery (or removes a savepoint's).
+func (s *Snapshot) writeManifest(ctx context.Context, up *uploaded, local *localSync) (*SnapshotResult, error) {
+	b := s.b
 	m := &Manifest{
 		Version:        manifestVersion,
 		Job:            b.cfg.Store.Job(),
@@ -302,177 +564,11 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		Created:        s.created.UTC(),
 		MaxParallelism: b.cfg.MaxParallelism,
 		KeyGroups:      b.cfg.KeyGroups,
+		Files:          up.Files,
 	}
-	// Plan: which objects to upload (jobs), which to reuse.
-	type job struct {
-		file, part int // index into entries, and into its Parts (-1: whole file)
-		offset     int64
-		shared     *upload // nil for exclusive and savepoint objects
-	}
-	entries := make([]FileEntry, len(names))
-	var jobs []job
-	var waits []int // entries with shared objects another snapshot is uploading
-	reused := 0
-	for i, n := range names {
-		fi, err := b.fs.Stat(b.fs.PathJoin(s.dir, n))
-		if err != nil {
-			return nil, fmt.Errorf("stat %s: %w", n, err)
-		}
-		size := fi.Size()
-		walLen, captured := s.walLen[n]
-		if isWAL(n) && !captured {
-			// Every WAL in the directory must have been captured by link:
-			// anything else could be an empty copy (see liveFS).
-			return nil, fmt.Errorf("WAL %s was not captured at the barrier", n)
-		}
-		if captured {
-			if size < walLen {
-				return nil, fmt.Errorf("WAL %s shrank from %d to %d bytes", n, walLen, size)
-			}
-			size = walLen
-		}
-		e := FileEntry{Name: n, Size: size}
-		switch {
-		case !isShared(n) && !captured && size <= InlineMaxBytes:
-			data, err := readFile(b.fs, b.fs.PathJoin(s.dir, n))
-			if err != nil {
-				return nil, err
-			}
-			if int64(len(data)) != size {
-				return nil, fmt.Errorf("file %s changed size from %d to %d", n, size, len(data))
-			}
-			sum := sha256.Sum256(data)
-			e.Inline, e.Data, e.SHA256 = true, data, hex.EncodeToString(sum[:])
-		case s.savepoint != "":
-			e.Key = b.cfg.Task + "/" + n
-			jobs = append(jobs, job{file: i, part: -1})
-		case isShared(n):
-			e.Shared = true
-			e.Key = objstore.SharedKey(b.cfg.Task, b.instance+"-"+n)
-			prev, up, wait := b.acquire(s, n, e.Key)
-			switch {
-			case wait:
-				waits = append(waits, i)
-			case up != nil:
-				jobs = append(jobs, job{file: i, part: -1, shared: up})
-			default:
-				if prev.Size != size {
-					return nil, fmt.Errorf("shared file %s: local size %d, uploaded size %d", n, size, prev.Size)
-				}
-				e = prev
-				reused++
-			}
-		case captured:
-			// Reuse the parts of the confirmed snapshot's copy of this WAL
-			// (the same file, append-only, so a prefix), upload the rest.
-			start := int64(0)
-			b.mu.Lock()
-			prev, ok := b.mu.confirmed[n]
-			b.mu.Unlock()
-			if ok && len(prev.Parts) > 0 && prev.Size <= size {
-				e.Parts = slices.Clone(prev.Parts)
-				start = prev.Size
-				reused++
-			}
-			if start < size || len(e.Parts) == 0 {
-				key := objstore.SharedKey(b.cfg.Task, fmt.Sprintf("%s-%s.%d-%d", b.instance, n, start, size))
-				e.Parts = append(e.Parts, Part{Key: key, Size: size - start})
-				got, up, wait := b.acquire(s, n, key)
-				switch {
-				case wait:
-					waits = append(waits, i)
-				case up != nil:
-					jobs = append(jobs, job{file: i, part: len(e.Parts) - 1, offset: start, shared: up})
-				default:
-					// Another pending snapshot uploaded this very piece
-					// (the WAL did not grow in between).
-					if got.Size != size-start {
-						return nil, fmt.Errorf("WAL piece %s: local size %d, uploaded size %d", key, size-start, got.Size)
-					}
-					e.Parts[len(e.Parts)-1].SHA256 = got.SHA256
-					if start == 0 {
-						reused++ // not counted above
-					}
-				}
-			}
-		default:
-			e.Key = objstore.ExclusiveKey(s.id, b.cfg.Task, n)
-			jobs = append(jobs, job{file: i, part: -1})
-		}
-		entries[i] = e
-	}
-	b.mu.Lock()
-	for _, j := range jobs {
-		if j.shared == nil {
-			s.written = append(s.written, m.ObjectKey(entries[j.file]))
-		}
-	}
-	b.mu.Unlock()
-	uploaded := make([]int64, len(jobs))
-	idx := make([]int, len(jobs))
-	for i := range idx {
-		idx[i] = i
-	}
-	var mu sync.Mutex // guards entries during the uploads
-	err := parallel(ctx, b.cfg.UploadConcurrency, idx, func(ctx context.Context, ji int) error {
-		j := jobs[ji]
-		mu.Lock()
-		e := entries[j.file]
-		key, length := m.ObjectKey(e), e.Size
-		if j.part >= 0 {
-			key, length = e.Parts[j.part].Key, e.Parts[j.part].Size
-		}
-		mu.Unlock()
-		sum, err := b.uploadFile(ctx, b.fs.PathJoin(s.dir, e.Name), key, j.offset, length)
-		if err == nil {
-			uploaded[ji] = length
-			mu.Lock()
-			if j.part >= 0 {
-				entries[j.file].Parts[j.part].SHA256 = sum
-			} else {
-				entries[j.file].SHA256 = sum
-			}
-			e = entries[j.file]
-			mu.Unlock()
-		}
-		if j.shared != nil {
-			if j.part >= 0 {
-				b.finishUpload(j.shared, FileEntry{Name: e.Name, Key: key, Size: length, SHA256: sum}, err)
-			} else {
-				b.finishUpload(j.shared, e, err)
-			}
-		}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	// Shared objects other pending snapshots were uploading for us.
-	for _, i := range waits {
-		e := entries[i]
-		if len(e.Parts) == 0 {
-			got, err := b.waitShared(ctx, s, e.Name, e.Key, 0, e.Size)
-			if err != nil {
-				return nil, err
-			}
-			entries[i] = got
-			continue
-		}
-		last := &entries[i].Parts[len(e.Parts)-1]
-		got, err := b.waitShared(ctx, s, e.Name, last.Key, e.Size-last.Size, last.Size)
-		if err != nil {
-			return nil, err
-		}
-		last.SHA256 = got.SHA256
-	}
-	var uploadedBytes int64
-	for _, n := range uploaded {
-		uploadedBytes += n
-	}
-	for _, e := range entries {
+	for _, e := range m.Files {
 		m.StateBytes += e.Size
 	}
-	m.Files = entries
 	if s.opStateFn != nil {
 		op, err := s.opStateFn(ctx)
 		if err != nil {
@@ -495,10 +591,8 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 	if err := b.cfg.Store.Put(ctx, handle, data); err != nil {
 		return nil, fmt.Errorf("write manifest: %w", err)
 	}
-	uploadedBytes += int64(len(data))
-	<-synced
-	if syncErr != nil {
-		return nil, syncErr
+	if err := local.wait(); err != nil {
+		return nil, err
 	}
 	switch {
 	case s.dir == "":
@@ -518,18 +612,18 @@ func (s *Snapshot) run(ctx context.Context) (*SnapshotResult, error) {
 		Manifest:      m,
 		SyncDuration:  s.syncDur,
 		StateBytes:    m.StateBytes,
-		UploadedBytes: uploadedBytes,
-		UploadedFiles: len(jobs),
-		ReusedFiles:   reused,
+		UploadedBytes: up.Bytes + int64(len(data)),
+		UploadedFiles: up.Objects,
+		ReusedFiles:   up.Reused,
 	}, nil
 }
 
 // syncLocal makes the files of the local copy, and the directories that
 // name them, durable.
-func (s *Snapshot) syncLocal(names []string) error {
+func (s *Snapshot) syncLocal(files []localFile) error {
 	b := s.b
-	for _, n := range names {
-		if err := syncFile(b.fs, b.fs.PathJoin(s.dir, n)); err != nil {
+	for _, f := range files {
+		if err := syncFile(b.fs, b.fs.PathJoin(s.dir, f.Name)); err != nil {
 			return err
 		}
 	}
