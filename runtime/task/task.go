@@ -168,9 +168,6 @@ type Task struct {
 	outs  []output
 	pools []sinkPool
 	chain stream.Task
-	// sinkPlan is what open does with each sink the checkpoint recorded
-	// or the stage has.
-	sinkPlan []sinkRecovery
 	// wm is the task's event time; nil if the job does not use it.
 	wm  *watermarks
 	met *taskMetrics
@@ -272,9 +269,12 @@ func (t *Task) open(ctx context.Context, name string) error {
 	if len(cfg.Sinks) != len(cfg.Job.Sinks()) {
 		return fmt.Errorf("task config has %d sinks; the job has %d", len(cfg.Sinks), len(cfg.Job.Sinks()))
 	}
+	// What to do with each sink the checkpoint recorded or the stage has,
+	// decided before anything is written.
+	var sinkPlan []sinkRecovery
 	recorded, err := recordedSinkPools(&opState, cfg.ID.Stage, cfg.Sinks, st.Sinks, cfg.MaxConcurrentCheckpoints)
 	if err == nil {
-		t.sinkPlan, err = planSinkRecovery(cfg.Prefix, cfg.ID.Stage, int32(cfg.ID.Index), cfg.Sinks, st.Sinks, cfg.MaxConcurrentCheckpoints, recorded)
+		sinkPlan, err = planSinkRecovery(cfg.Prefix, cfg.ID.Stage, int32(cfg.ID.Index), cfg.Sinks, st.Sinks, cfg.MaxConcurrentCheckpoints, recorded)
 	}
 	if err != nil {
 		return &PermanentError{Cause: control.CauseJob, Err: fmt.Errorf("checkpoint %d: sinks of %s: %w", cfg.RestoreFrom, cfg.ID, err)}
@@ -291,18 +291,17 @@ func (t *Task) open(ctx context.Context, name string) error {
 	// (the same, without a pool left running), the shuffle writers' and the
 	// input's start are independent round trips to the broker: they run in
 	// parallel (no two sinks touch one transactional ID: planSinkRecovery
-	// checked). No
-	// record is read before open returns, so nothing is written before
-	// every sink has recovered (DESIGN.md section 6). A task opens only its
-	// stage's sinks and shuffles: outs[i] is sink i, outs[len(Sinks)+e]
-	// shuffle edge e, nil where the stage writes none.
+	// checked). No record is read before open returns, so nothing is
+	// written before every sink has recovered (DESIGN.md section 6). A task
+	// opens only its stage's sinks and shuffles: outs[i] is sink i,
+	// outs[len(Sinks)+e] shuffle edge e, nil where the stage writes none.
 	specs := cfg.Sinks
 	t.outs = make([]output, len(specs)+len(cfg.Plan.Shuffles))
 	t.pools = make([]sinkPool, len(specs))
 	// errs: one per output, the input's, one per retired sink.
-	errs := make([]error, len(t.outs)+1+len(t.sinkPlan))
+	errs := make([]error, len(t.outs)+1+len(sinkPlan))
 	var wg sync.WaitGroup
-	for k, r := range t.sinkPlan {
+	for k, r := range sinkPlan {
 		if r.index < 0 {
 			// A sink the job no longer has: its recorded transactions
 			// are committed and its pool fenced, then it is gone.
