@@ -34,7 +34,7 @@ func newTransactionsCmd(job *stream.Job) *cobra.Command {
 		Short: "List, commit, abort or fence the job's Kafka transactions",
 		Long: `A transaction left open blocks every read_committed consumer of the
 partitions it wrote to. These commands act on the job's transactional IDs only
-(kafka.topic_prefix followed by a sink's stage, partition and slot; never the
+(kafka.topic_prefix followed by a sink's stage@topic, partition and slot; never the
 coordinator's, never another job's). Which action is right depends on
 whether the newest completed checkpoint recorded the transaction, which list
 shows (RECORDED): commit only what it recorded, abort the rest. Read

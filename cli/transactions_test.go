@@ -267,9 +267,10 @@ func TestTransactionsRecordedByCheckpoint(t *testing.T) {
 	}
 
 	refuse.Store(false)
-	unrecorded := sink.TxnID(prefix, "main", 0, 2)
+	pool := sink.PoolName("main", "out")
+	unrecorded := sink.TxnID(prefix, pool, 0, 2)
 	if slices.Contains(recorded, unrecorded) {
-		unrecorded = sink.TxnID(prefix, "main", 1, 2)
+		unrecorded = sink.TxnID(prefix, pool, 1, 2)
 	}
 	if got, err := cli(t, "transactions", "commit", "-c", file, unrecorded, "--yes"); err == nil || !strings.Contains(err.Error(), "did not record") {
 		t.Fatalf("commit of %s, which checkpoint %d did not record: %v\n%s", unrecorded, ckpt, err, got)

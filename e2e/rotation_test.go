@@ -18,6 +18,7 @@ import (
 
 	"github.com/weir-stream/weir/internal/e2etest"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio/sink"
 )
 
 // Producer-ID rotation (issue 10, defect 2). With transactions v2 every end
@@ -62,14 +63,14 @@ func TestProducerIDRotationUnderKills(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The sink's transactional IDs: <prefix><stage>-<partition>-<slot>,
-	// the stage of a YAML pipeline being "main". Those of partition 0 are
+	// The sink's transactional IDs: <prefix><stage>@<topic>-<partition>-<slot>
+	// (sink.PoolName), the stage of a YAML pipeline being "main". Those of partition 0 are
 	// aged (aging costs about 3 ms a bump on the test broker, sequential
 	// per ID); partition 1's task runs beside them as usual.
 	var ids []string
 	for p := range 1 {
 		for s := range rotationPoolSlots {
-			ids = append(ids, fmt.Sprintf("_weir.%s.main-%d-%d", job, p, s))
+			ids = append(ids, sink.TxnID("_weir."+job+".", sink.PoolName("main", output), int32(p), s))
 		}
 	}
 	raw := c.Client(t)

@@ -193,13 +193,19 @@ func eventuallyTxns(t *testing.T, ctx context.Context, admin *sink.Admin, when s
 func TestIsSinkTxnID(t *testing.T) {
 	prefix := "_weir.clicks."
 	for id, want := range map[string]bool{
-		sink.TxnID(prefix, "main", 3, 0):                true,
-		sink.TxnID(prefix, "main.s1", 0, 2):             true,
-		"_weir.clicks.v2.main-0-0":                      false, // job "clicks.v2"
-		"_weir.clicks.s1.main-0-0":                      false, // job "clicks.s1"
-		controltopic.CoordinatorTransactionalID(prefix): false,
-		"_weir.clicks.main-0":                           false,
-		"_weir.other.main-0-0":                          false,
+		sink.TxnID(prefix, "main", 3, 0):                                 true,
+		sink.TxnID(prefix, "main.s1", 0, 2):                              true,
+		sink.TxnID(prefix, sink.PoolName("main", "counts"), 3, 0):        true,
+		sink.TxnID(prefix, sink.PoolName("by-key", "out.v2-x_y"), 11, 4): true,
+		"_weir.clicks.v2.main@counts-0-0":                                false, // job "clicks.v2"
+		"_weir.clicks.main@-0-0":                                         false,
+		"_weir.clicks.main@a@b-0-0":                                      false,
+		"_weir.clicks.main@counts-0":                                     false,
+		"_weir.clicks.v2.main-0-0":                                       false, // job "clicks.v2"
+		"_weir.clicks.s1.main-0-0":                                       false, // job "clicks.s1"
+		controltopic.CoordinatorTransactionalID(prefix):                  false,
+		"_weir.clicks.main-0":                                            false,
+		"_weir.other.main-0-0":                                           false,
 	} {
 		if got := sink.IsTxnID(prefix, id); got != want {
 			t.Errorf("IsTxnID(%q, %q) = %v, want %v", prefix, id, got, want)

@@ -71,17 +71,34 @@ const TxnLinger = 50 * time.Millisecond
 func DefaultPoolSize(maxConcurrent int) int { return max(maxConcurrent, 1) + 2 }
 
 // TxnID returns the transactional ID of one pool slot of a sink task:
-// <prefix><stage>-<partition>-<slot>.
-func TxnID(prefix, stage string, partition int32, slot int) string {
-	return prefix + stage + "-" + strconv.Itoa(int(partition)) + "-" + strconv.Itoa(slot)
+// <prefix><pool>-<partition>-<slot>, pool being the sink's PoolName.
+func TxnID(prefix, pool string, partition int32, slot int) string {
+	return prefix + pool + "-" + strconv.Itoa(int(partition)) + "-" + strconv.Itoa(slot)
+}
+
+// PoolName is the name of the pool of the sink of stage that writes topic,
+// in its transactional IDs (TxnID): "<stage>@<topic>". A stage writes a
+// topic through one sink, so the pair names the sink, and the name does not
+// change when other sinks are added to the job or removed from it. Topic
+// names cannot contain '@', nor can stage and job names: a job's IDs are
+// never another job's. An empty topic leaves the stage alone, the name that
+// sinks of builds before the name had a topic gave their stage's first sink
+// (the others were "<stage>.s<i>", by their index in the job).
+func PoolName(stage, topic string) string {
+	if topic == "" {
+		return stage
+	}
+	return stage + "@" + topic
 }
 
 // sinkTxnIDRest matches what follows the prefix in a sink's transactional
-// ID: a stage name without dots (or with a ".s<i>" sink suffix), the
+// ID: a stage name without dots, then "@<topic>" (or, as named by builds
+// before PoolName had a topic, nothing or a ".s<i>" sink suffix), the
 // partition and the slot. Job names may contain dots, so the prefix alone
 // ("_weir.clicks.") would also match another job's IDs
-// ("_weir.clicks.v2.main-0-0"); the rest cannot.
-var sinkTxnIDRest = regexp.MustCompile(`^[A-Za-z0-9_-]+?(\.s[0-9]+)?-[0-9]+-[0-9]+$`)
+// ("_weir.clicks.v2.main@out-0-0"); the rest cannot, since a stage name
+// has no dot and only the topic, after the '@', may have one.
+var sinkTxnIDRest = regexp.MustCompile(`^[A-Za-z0-9_-]+?(\.s[0-9]+|@[A-Za-z0-9._-]+)?-[0-9]+-[0-9]+$`)
 
 // IsTxnID reports whether id is the transactional ID of one of the
 // sinks of the job whose prefix is prefix (not its coordinator's, not
@@ -103,9 +120,21 @@ type Config struct {
 	// TransactionalIDPrefix is the job's prefix (DESIGN.md section 4,
 	// default "_weir.<job>."). Required in exactly-once mode.
 	TransactionalIDPrefix string
-	// Stage and Partition name the task.
+	// Stage and Partition name the task, Topic the sink among the stage's
+	// sinks (a stage writes each topic through one sink): the metrics and
+	// logs carry them.
 	Stage     string
+	Topic     string
 	Partition int32
+	// Pool names the pool's transactional IDs (TxnID); empty means
+	// PoolName(Stage, Topic). A sink that recovers what an earlier version
+	// of the job recorded under another name (Retire) sets it.
+	Pool string
+	// FenceIDs are transactional IDs that Recover fences too, after it
+	// committed the handles: the slots of a pool the sink ran under another
+	// name before (PoolName changed), which may hold a transaction open
+	// that would block read_committed readers until its timeout.
+	FenceIDs []string
 	// Mode is exactly-once (default) or at-least-once.
 	Mode Mode
 	// PoolSize is the number of transactional producers; 0 means
@@ -127,6 +156,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.PoolSize == 0 {
 		c.PoolSize = DefaultPoolSize(c.MaxConcurrentCheckpoints)
+	}
+	if c.Pool == "" {
+		c.Pool = PoolName(c.Stage, c.Topic)
 	}
 	if c.TransactionTimeout == 0 {
 		c.TransactionTimeout = DefaultTransactionTimeout
@@ -332,7 +364,7 @@ func New(cfg Config) (*Sink, error) {
 	s := &Sink{
 		cfg:   cfg,
 		log:   cfg.Logger.With("stage", cfg.Stage, "partition", cfg.Partition),
-		met:   met.forTask(cfg.Stage, cfg.Partition),
+		met:   met.forTask(cfg.Stage, cfg.Topic, cfg.Partition),
 		ctx:   ctx,
 		stop:  stop,
 		freed: make(chan struct{}, 1),
@@ -384,7 +416,7 @@ func (s *Sink) Recover(ctx context.Context, handles []TxnHandle) error {
 			if errors.Is(err, ErrTxnAborted) {
 				s.met.aborted.Inc()
 			}
-			return fmt.Errorf("sink: recover sink %s-%d: %w", s.cfg.Stage, s.cfg.Partition, err)
+			return fmt.Errorf("sink: recover sink %s-%d: %w", s.cfg.Pool, s.cfg.Partition, err)
 		}
 		if outcome == txnCommitted {
 			s.met.committed.Inc()
@@ -423,19 +455,40 @@ func (s *Sink) Recover(ctx context.Context, handles []TxnHandle) error {
 	return nil
 }
 
+// Retire recovers a sink that is no longer in the job, then closes it: it
+// commits the transactions handles names (pre-committed by the sink as the
+// checkpoint recorded them) and fences the pool cfg names, as Recover
+// does, so that invariant 5 holds when a sink is removed from a job. cfg
+// names the pool as the checkpoint's job ran it (Stage, Topic or Pool,
+// PoolSize); in at-least-once mode only the handles are committed.
+func Retire(ctx context.Context, cfg Config, handles []TxnHandle) error {
+	s, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	err = s.Recover(ctx, handles)
+	return errors.Join(err, s.Close(ctx))
+}
+
 // fence creates the pool's clients and initialises every one of them, and
 // of the handles' transactional IDs outside the pool, with InitProducerID:
 // whatever transaction those IDs hold open is aborted, and older producers of
 // them are fenced.
 func (s *Sink) fence(ctx context.Context, handles []TxnHandle) ([]*sinkSlot, error) {
-	ids := make([]string, 0, s.cfg.PoolSize+len(handles))
+	ids := make([]string, 0, s.cfg.PoolSize+len(handles)+len(s.cfg.FenceIDs))
 	for i := range s.cfg.PoolSize {
-		ids = append(ids, TxnID(s.cfg.TransactionalIDPrefix, s.cfg.Stage, s.cfg.Partition, i))
+		ids = append(ids, TxnID(s.cfg.TransactionalIDPrefix, s.cfg.Pool, s.cfg.Partition, i))
 	}
 	extra := 0
 	for _, h := range handles {
 		if !slices.Contains(ids, h.TransactionalID) {
 			ids = append(ids, h.TransactionalID)
+			extra++
+		}
+	}
+	for _, id := range s.cfg.FenceIDs {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
 			extra++
 		}
 	}
@@ -646,7 +699,7 @@ func (s *Sink) begin(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("sink: %s-%d waiting for a free transactional producer: %w", s.cfg.Stage, s.cfg.Partition, ctx.Err())
+			return fmt.Errorf("sink: %s-%d waiting for a free transactional producer: %w", s.cfg.Pool, s.cfg.Partition, ctx.Err())
 		case <-s.ctx.Done():
 			return ErrClosed
 		case <-s.freed:
@@ -742,7 +795,7 @@ func (s *Sink) awaitPreviousFlush(ctx context.Context, sl *sinkSlot) error {
 	case <-last.done:
 	case <-ctx.Done():
 		s.release(sl)
-		return fmt.Errorf("sink: %s-%d waiting for the previous epoch's flush: %w", s.cfg.Stage, s.cfg.Partition, ctx.Err())
+		return fmt.Errorf("sink: %s-%d waiting for the previous epoch's flush: %w", s.cfg.Pool, s.cfg.Partition, ctx.Err())
 	case <-s.ctx.Done():
 		s.release(sl)
 		return ErrClosed

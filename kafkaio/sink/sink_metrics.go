@@ -9,8 +9,8 @@ import (
 
 // Metrics are the metrics of every Kafka sink task of a replica. Build it
 // once per registry with NewMetrics and share it between the sinks
-// (Config.Metrics): each sink labels its series with its stage and
-// partition, so cardinality is bounded by the job's stages × parallelism.
+// (Config.Metrics): each sink labels its series with its stage, topic and
+// partition, so cardinality is bounded by the job's sinks × parallelism.
 // Latency histograms carry the stage only.
 type Metrics struct {
 	recordsWritten *prometheus.CounterVec
@@ -25,7 +25,7 @@ type Metrics struct {
 // NewMetrics creates the sink metrics and registers them on reg (never
 // the global registry). A nil reg creates unregistered metrics.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	taskLabels := []string{"stage", "partition"}
+	taskLabels := []string{"stage", "topic", "partition"}
 	m := &Metrics{
 		recordsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weir_sink_records_written_total",
@@ -80,13 +80,13 @@ type sinkTaskMetrics struct {
 	flushWait          prometheus.Observer
 }
 
-func (m *Metrics) forTask(stage string, partition int32) sinkTaskMetrics {
+func (m *Metrics) forTask(stage, topic string, partition int32) sinkTaskMetrics {
 	p := strconv.Itoa(int(partition))
 	return sinkTaskMetrics{
-		records:       m.recordsWritten.WithLabelValues(stage, p),
-		bytes:         m.bytesWritten.WithLabelValues(stage, p),
-		committed:     m.committed.WithLabelValues(stage, p),
-		aborted:       m.aborted.WithLabelValues(stage, p),
+		records:       m.recordsWritten.WithLabelValues(stage, topic, p),
+		bytes:         m.bytesWritten.WithLabelValues(stage, topic, p),
+		committed:     m.committed.WithLabelValues(stage, topic, p),
+		aborted:       m.aborted.WithLabelValues(stage, topic, p),
 		commitLatency: m.commitLatency.WithLabelValues(stage),
 		poolWait:      m.poolWait.WithLabelValues(stage),
 		flushWait:     m.flushWait.WithLabelValues(stage),

@@ -676,3 +676,72 @@ func TestSinkFirstTransactionOnATopicCommits(t *testing.T) {
 		}
 	}
 }
+
+// TestSinkRenamedPool: a sink that ran its pool under another name before
+// (a checkpoint of an earlier build, whose IDs had no topic) commits what
+// the checkpoint recorded under the old IDs and fences the old pool too
+// (FenceIDs), whose open transaction would otherwise block read_committed
+// readers until its timeout; then it runs its own pool. On kfake and the
+// real broker.
+func TestSinkRenamedPool(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := sinkCtx(t)
+		e := newSinkEnv(t, c, 2)
+		old := e.sink(t, ctx, nil, nil) // pool "out"
+		v1 := sinkWrite(t, ctx, old, "e1", 30, 2)
+		handles := sinkPreCommit(t, ctx, old, 1)
+		sinkWrite(t, ctx, old, "e2", 30, 2)
+		// The epoch left open by the crash is on a slot of the old pool.
+		sinkEventuallyOpen(t, ctx, e, "before recovery", handles[0].TransactionalID, sink.TxnID(e.prefix, "out", 0, 1))
+
+		var former []string
+		for slot := range sink.DefaultPoolSize(1) {
+			former = append(former, sink.TxnID(e.prefix, "out", 0, slot))
+		}
+		renamed := e.sink(t, ctx, handles, func(c *sink.Config) { c.Topic, c.FenceIDs = e.topic, former })
+		sinkWantValues(t, "after recovery", sinkCommitted(t, ctx, c, e.topic, len(v1), 300*time.Millisecond), v1)
+		sinkEventuallyOpen(t, ctx, e, "after recovery")
+
+		v2 := sinkWrite(t, ctx, renamed, "n2", 10, 2)
+		hs := sinkPreCommit(t, ctx, renamed, 2)
+		if want := sink.PoolName("out", e.topic); !strings.HasPrefix(hs[0].TransactionalID, e.prefix+want+"-0-") {
+			t.Fatalf("the renamed sink's transaction runs on %s, want a slot of pool %s", hs[0].TransactionalID, want)
+		}
+		if err := renamed.NotifyComplete(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		want := append(slices.Clone(v1), v2...)
+		sinkWantValues(t, "after the next checkpoint", sinkCommitted(t, ctx, c, e.topic, len(want), 300*time.Millisecond), want)
+	})
+}
+
+// TestSinkRetire: Retire commits what a checkpoint recorded for a sink the
+// job no longer has, fences its pool (the open epoch is aborted, the old
+// instance is fenced) and leaves nothing running. On kfake and the real
+// broker.
+func TestSinkRetire(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx := sinkCtx(t)
+		e := newSinkEnv(t, c, 2)
+		topicPool := func(c *sink.Config) { c.Topic = e.topic }
+		old := e.sink(t, ctx, nil, topicPool)
+		v1 := sinkWrite(t, ctx, old, "e1", 30, 2)
+		handles := sinkPreCommit(t, ctx, old, 1)
+		sinkWrite(t, ctx, old, "e2", 30, 2)
+		sinkEventuallyOpen(t, ctx, e, "before", handles[0].TransactionalID, sink.TxnID(e.prefix, sink.PoolName("out", e.topic), 0, 1))
+
+		if err := sink.Retire(ctx, e.config(topicPool), handles); err != nil {
+			t.Fatalf("retire: %v", err)
+		}
+		sinkWantValues(t, "after retiring", sinkCommitted(t, ctx, c, e.topic, len(v1), 300*time.Millisecond), v1)
+		sinkEventuallyOpen(t, ctx, e, "after retiring")
+		if err := old.NotifyComplete(ctx, 1); !errors.Is(err, sink.ErrFenced) {
+			t.Fatalf("the old instance's commit after retiring: %v, want ErrFenced", err)
+		}
+		// Twice is harmless: the transactions are found committed.
+		if err := sink.Retire(ctx, e.config(topicPool), handles); err != nil {
+			t.Fatalf("retire again: %v", err)
+		}
+		sinkWantValues(t, "after retiring twice", sinkCommitted(t, ctx, c, e.topic, len(v1), 300*time.Millisecond), v1)
+	})
+}

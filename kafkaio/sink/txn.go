@@ -42,7 +42,7 @@ type TxnHandle struct {
 	// by this build; 0 for a version-1 handle).
 	Version int `json:"v,omitempty"`
 	// TransactionalID is the stable ID of the pool slot that holds the
-	// transaction: <prefix><stage>-<partition>-<slot>.
+	// transaction: <prefix><pool>-<partition>-<slot> (TxnID, PoolName).
 	TransactionalID string `json:"transactional_id"`
 	// ProducerID and ProducerEpoch are what the transaction runs under,
 	// as the producer reported them after the flush. An EndTxn with

@@ -63,6 +63,12 @@ func (t *Task) finishSnapshot(b *mark, pres []pending, snap *state.Snapshot, wms
 				return nil, flushErr
 			}
 			if i < len(op.Sinks) { // a sink; a shuffle has no transactions
+				if handles == nil {
+					handles = []sink.TxnHandle{} // null would say: another stage's sink
+				}
+				p := t.pools[i]
+				p.Txns = handles
+				op.SinkPools = append(op.SinkPools, p)
 				op.Sinks[i] = handles
 			}
 		}

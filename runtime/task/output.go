@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -59,8 +60,10 @@ func (p sinkPending) wait(ctx context.Context) ([]sink.TxnHandle, error) {
 	return p.p.Wait(ctx)
 }
 
-// openSink creates sink i and recovers it from the checkpoint's handles.
-func (t *Task) openSink(ctx context.Context, i int, spec stream.KafkaSink, handles []sink.TxnHandle) (*sink.Sink, error) {
+// openSink creates the stage's sink of spec and recovers it: it commits the
+// transactions the checkpoint recorded for it (r.txns) and fences its pool,
+// and the pool it ran under another name before (r.fence).
+func (t *Task) openSink(ctx context.Context, spec stream.KafkaSink, r sinkRecovery) (*sink.Sink, error) {
 	cfg := t.cfg
 	mode := sink.ExactlyOnce
 	if spec.Delivery == stream.DeliveryAtLeastOnce {
@@ -71,33 +74,73 @@ func (t *Task) openSink(ctx context.Context, i int, spec stream.KafkaSink, handl
 		opts = append(opts, kgo.ProducerBatchMaxBytes(spec.MaxRecordBytes))
 	}
 	sink, err := sink.New(sink.Config{
-		ClientOpts:               opts,
-		TransactionalIDPrefix:    cfg.Prefix,
-		Stage:                    sinkStage(cfg.ID.Stage, i),
-		Partition:                int32(cfg.ID.Index),
-		Mode:                     mode,
-		MaxConcurrentCheckpoints: cfg.MaxConcurrentCheckpoints,
-		TransactionTimeout:       spec.TransactionTimeout,
-		Logger:                   t.log.With("sink", spec.Topic),
-		Metrics:                  cfg.SinkMetrics,
+		ClientOpts:            opts,
+		TransactionalIDPrefix: cfg.Prefix,
+		Stage:                 cfg.ID.Stage,
+		Topic:                 spec.Topic,
+		Partition:             int32(cfg.ID.Index),
+		Pool:                  r.pool.Pool,
+		PoolSize:              max(r.pool.Size, 1), // unused at-least-once
+		FenceIDs:              r.fence,
+		Mode:                  mode,
+		TransactionTimeout:    spec.TransactionTimeout,
+		Logger:                t.log.With("sink", spec.Topic),
+		Metrics:               cfg.SinkMetrics,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sink %s: %w", spec.Topic, err)
 	}
-	if err := sink.Recover(ctx, handles); err != nil {
+	if err := sink.Recover(ctx, r.txns); err != nil {
 		// Returned, so that closeParts closes it with the others.
 		return sink, fmt.Errorf("recover sink %s from checkpoint %d: %w", spec.Topic, cfg.RestoreFrom, err)
+	}
+	if len(r.fence) > 0 {
+		t.log.Info("sink's transactional IDs renamed: the old pool was fenced", "sink", spec.Topic,
+			"pool", r.pool.Pool, "fenced", len(r.fence), "recovered_transactions", len(r.txns), "checkpoint_id", cfg.RestoreFrom)
 	}
 	return sink, nil
 }
 
-// sinkStage names sink i of a stage in transactional IDs: the first sink
-// keeps the stage's name, others get ".s<i>".
-func sinkStage(stage string, i int) string {
-	if i == 0 {
-		return stage
+// retireSink recovers a sink the checkpoint recorded that the job no longer
+// has: it commits the transactions recorded for it (DESIGN.md invariant 5
+// holds across a change of the job) and fences its pool.
+func (t *Task) retireSink(ctx context.Context, r sinkRecovery) error {
+	cfg := t.cfg
+	mode := sink.ExactlyOnce
+	if r.pool.Size == 0 {
+		mode = sink.AtLeastOnce // commits the handles, has no pool to fence
 	}
-	return fmt.Sprintf("%s.s%d", stage, i)
+	err := sink.Retire(ctx, sink.Config{
+		ClientOpts:            cfg.Kafka,
+		TransactionalIDPrefix: cfg.Prefix,
+		Stage:                 cfg.ID.Stage,
+		Topic:                 r.pool.Topic,
+		Partition:             int32(cfg.ID.Index),
+		Pool:                  r.pool.Pool,
+		PoolSize:              max(r.pool.Size, 1),
+		Mode:                  mode,
+		TransactionTimeout:    t.retiredTxnTimeout(),
+		Logger:                t.log.With("sink", r.name()),
+		Metrics:               cfg.SinkMetrics,
+	}, r.txns)
+	if err != nil {
+		return fmt.Errorf("sink %s, no longer in the job: commit its transactions of checkpoint %d: %w", r.name(), cfg.RestoreFrom, err)
+	}
+	t.log.Info(fmt.Sprintf("sink %s is no longer in the job: its %d pre-committed transactions of checkpoint %d were committed", r.name(), len(r.txns), cfg.RestoreFrom),
+		"sink", r.name(), "pool", r.pool.Pool, "fenced", r.pool.Size, "checkpoint_id", cfg.RestoreFrom)
+	return nil
+}
+
+// retiredTxnTimeout is the transaction timeout under which a retired
+// sink's recovery fences its pool and judges a transaction it finds
+// aborted (the timeout it ran with is not recorded): the longest of the
+// job's sinks, which the brokers accept.
+func (t *Task) retiredTxnTimeout() time.Duration {
+	var d time.Duration
+	for _, s := range t.cfg.Sinks {
+		d = max(d, s.TransactionTimeout)
+	}
+	return d // 0: the sink's default
 }
 
 // emitter writes the chain's output to the sinks. A record handed to Emit

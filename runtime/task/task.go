@@ -113,14 +113,22 @@ func ParseStateName(name string) (control.TaskID, bool) {
 }
 
 // operatorState is what a task keeps in its manifest besides Pebble files:
-// its source offsets and, per sink (by index in Job.Sinks), the handles of
-// the transactions pre-committed at the barrier.
+// its source offsets and its sinks' transactions pre-committed at the
+// barrier.
 type operatorState struct {
 	Offsets source.Offsets `json:"offsets,omitempty"`
 	// Shuffle are a downstream task's restart positions in the shuffle
 	// partitions it reads.
 	Shuffle []control.Position `json:"shuffle,omitempty"`
-	Sinks   [][]sink.TxnHandle `json:"sinks,omitempty"`
+	// SinkPools are the stage's sinks, in the job's order, each with its
+	// pool and transactions, under its identity (sinkstate.go).
+	SinkPools []sinkPool `json:"sink_pools,omitempty"`
+	// Sinks are the same transactions by index in Job.Sinks (null for a
+	// sink of another stage), as builds before SinkPools wrote and read
+	// them: still written, so that such a build restoring the checkpoint
+	// of an unchanged job commits them. Read only from a checkpoint
+	// without SinkPools.
+	Sinks [][]sink.TxnHandle `json:"sinks,omitempty"`
 	// Watermark is the task's event time, if the job uses it.
 	Watermark *watermarkState `json:"watermark,omitempty"`
 }
@@ -138,6 +146,12 @@ func RecordedTxns(m *state.Manifest) ([]sink.TxnHandle, error) {
 		return nil, fmt.Errorf("operator state: %w", err)
 	}
 	var hs []sink.TxnHandle
+	if op.SinkPools != nil {
+		for _, p := range op.SinkPools {
+			hs = append(hs, p.Txns...)
+		}
+		return hs, nil
+	}
 	for _, sink := range op.Sinks {
 		hs = append(hs, sink...)
 	}
@@ -150,8 +164,10 @@ type Task struct {
 	log     *slog.Logger
 	backend *state.Backend
 	in      taskInput
-	// outs are the task's outputs: its sinks, by index in Job.Sinks.
+	// outs are the task's outputs: its sinks, by index in Job.Sinks, then
+	// its shuffles; pools are the sinks' pools, by the same index.
 	outs  []output
+	pools []sinkPool
 	chain stream.Task
 	// wm is the task's event time; nil if the job does not use it.
 	wm  *watermarks
@@ -254,8 +270,15 @@ func (t *Task) open(ctx context.Context, name string) error {
 	if len(cfg.Sinks) != len(cfg.Job.Sinks()) {
 		return fmt.Errorf("task config has %d sinks; the job has %d", len(cfg.Sinks), len(cfg.Job.Sinks()))
 	}
-	if n := len(opState.Sinks); n > 0 && n != len(cfg.Sinks) {
-		return fmt.Errorf("checkpoint %d has transactions of %d sinks; the job has %d", cfg.RestoreFrom, n, len(cfg.Sinks))
+	// What to do with each sink the checkpoint recorded or the stage has,
+	// decided before anything is written.
+	var sinkPlan []sinkRecovery
+	recorded, err := recordedSinkPools(&opState, cfg.ID.Stage, cfg.Sinks, st.Sinks, cfg.MaxConcurrentCheckpoints)
+	if err == nil {
+		sinkPlan, err = planSinkRecovery(cfg.Prefix, cfg.ID.Stage, int32(cfg.ID.Index), cfg.Sinks, st.Sinks, cfg.MaxConcurrentCheckpoints, recorded)
+	}
+	if err != nil {
+		return &PermanentError{Cause: control.CauseJob, Err: fmt.Errorf("checkpoint %d: sinks of %s: %w", cfg.RestoreFrom, cfg.ID, err)}
 	}
 
 	if cfg.Job.EventTime() {
@@ -265,24 +288,31 @@ func (t *Task) open(ctx context.Context, name string) error {
 	}
 
 	// The sinks' recovery (commit what the checkpoint pre-committed, fence
-	// the rest of each pool), the shuffle writers' and the input's start
-	// are independent round trips to the broker: they run in parallel. No
-	// record is read before open returns, so nothing is written before
-	// every sink has recovered (DESIGN.md section 6). A task opens only its
-	// stage's sinks and shuffles: outs[i] is sink i, outs[len(Sinks)+e]
-	// shuffle edge e, nil where the stage writes none.
+	// the rest of each pool), the retirement of sinks the job no longer has
+	// (the same, without a pool left running), the shuffle writers' and the
+	// input's start are independent round trips to the broker: they run in
+	// parallel (no two sinks touch one transactional ID: planSinkRecovery
+	// checked). No record is read before open returns, so nothing is
+	// written before every sink has recovered (DESIGN.md section 6). A task
+	// opens only its stage's sinks and shuffles: outs[i] is sink i,
+	// outs[len(Sinks)+e] shuffle edge e, nil where the stage writes none.
 	specs := cfg.Sinks
 	t.outs = make([]output, len(specs)+len(cfg.Plan.Shuffles))
-	errs := make([]error, len(t.outs)+1)
+	t.pools = make([]sinkPool, len(specs))
+	// errs: one per output, the input's, one per retired sink.
+	errs := make([]error, len(t.outs)+1+len(sinkPlan))
 	var wg sync.WaitGroup
-	for _, i := range st.Sinks {
-		spec := specs[i]
-		var handles []sink.TxnHandle
-		if i < len(opState.Sinks) {
-			handles = opState.Sinks[i]
+	for k, r := range sinkPlan {
+		if r.index < 0 {
+			// A sink the job no longer has: its recorded transactions
+			// are committed and its pool fenced, then it is gone.
+			wg.Go(func() { errs[len(t.outs)+1+k] = t.retireSink(ctx, r) })
+			continue
 		}
+		i := r.index
+		t.pools[i] = r.pool
 		wg.Go(func() {
-			sink, err := t.openSink(ctx, i, spec, handles)
+			sink, err := t.openSink(ctx, specs[i], r)
 			if sink != nil {
 				t.outs[i] = sinkOutput{sink}
 			}
