@@ -14,6 +14,7 @@ import (
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/kafkaio/sink"
 	"github.com/weir-stream/weir/plan"
 	"github.com/weir-stream/weir/state/objstore"
 	"github.com/weir-stream/weir/stream"
@@ -66,7 +67,7 @@ func checkAgainst(ctx context.Context, out io.Writer, cfg *config.Config, job *s
 	if err != nil {
 		return err
 	}
-	sch := p.Schema(job, fp, cfg.Kafka.TopicPrefix)
+	sch := p.Schema(job, fp, sink.TxnIDPrefix(cfg.Kafka.TopicPrefix))
 	res := compat.Compare(md.ID, md.Schema, &sch)
 	where := fmt.Sprintf("%s (checkpoint %d, job %s)", key, md.ID, store.Job())
 	fmt.Fprintf(out, "against %s; input partitions taken from the checkpoint (%d): validate asks no Kafka\n", where, parts)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/config"
+	kafkasink "github.com/weir-stream/weir/kafkaio/sink"
 	"github.com/weir-stream/weir/pipeline"
 	"github.com/weir-stream/weir/plan"
 )
@@ -31,7 +32,7 @@ func schemaOf(t *testing.T, pipelineYAML string, parts int, extra string) *compa
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := p.Schema(job, fp, "_weir.orders.")
+	s := p.Schema(job, fp, kafkasink.TxnIDPrefix("_weir.orders."))
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,8 @@ const (
 	upPhase1  = 5 // records per key before the change
 	upPhase2  = 3 // records per key after it
 	upSrc     = "    - source: {topics: [%[1]s], format: json}\n"
+	upSrcDLQ  = "    - source: {topics: [%[1]s], format: json, on_error: dead-letter, dead_letter_topic: %[3]s}\n"
+	upBad     = 2 // undecodable records in phase 1 of a job with a dead-letter topic
 	upAggs    = "    - aggregate: {small: {sum: value.x}, big: {sum: value.y}}\n"
 	upSink    = "    - sink: {topic: %[2]s, format: json}\n"
 	upKeyUser = "    - key_by: {expr: key}\n"
@@ -52,7 +54,7 @@ const (
 
 type upCase struct {
 	name   string
-	v1, v2 string // pipelines; %[1]s is the input topic, %[2]s the output
+	v1, v2 string // pipelines; %[1]s is the input topic, %[2]s the output, %[3]s a dead-letter topic
 	flags  []string
 	want   upOutcome
 	// after is, per field of the output, its value for every key once
@@ -102,6 +104,12 @@ func TestUpgradeMatrix(t *testing.T) {
 			want: upRefused, says: []string{"window tumbling size 20s, the checkpoint's is tumbling size 10s"}},
 		{name: "change key_by", v1: upSrc + upKeyUser + upAggs + upSink, v2: upSrc + "    - key_by: {expr: value.x}\n" + upAggs + upSink,
 			want: upRefused, says: []string{"is keyed by key_by expr value.x, its state by key_by expr key"}},
+		{name: "add a sink", v1: base, v2: upSrcDLQ + upAggs + upSink,
+			want: upContinue, after: map[string]float64{"small": total, "big": 100 * total},
+			firstAfter: map[string]float64{"small": upPhase1 + 1}, says: []string{"sink " + "%[3]s: new sink"}},
+		{name: "remove a sink", v1: upSrcDLQ + upAggs + upSink, v2: base,
+			want: upContinue, after: map[string]float64{"small": total, "big": 100 * total},
+			firstAfter: map[string]float64{"small": upPhase1 + 1}, says: []string{"sink %[3]s: no longer in the job"}},
 		{name: "explicit id matching the derived one", v1: base, v2: upSrc + "    - id: aggregate\n      aggregate: {small: {sum: value.x}, big: {sum: value.y}}\n" + upSink,
 			want: upContinue, after: map[string]float64{"small": total, "big": 100 * total},
 			firstAfter: map[string]float64{"small": upPhase1 + 1}},
@@ -115,14 +123,18 @@ func upgradeCase(t *testing.T, c *kafkatest.Cluster, bin string, tc upCase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	job := kafkatest.Name(t, "up")
-	input, output := job+"-in", job+"-out"
+	input, output, dlq := job+"-in", job+"-out", job+"-dlq"
 	c.CreateTopic(t, input, 4, nil)
 	c.CreateTopic(t, output, 4, nil)
+	c.CreateTopic(t, dlq, 1, nil)
+	for i, s := range tc.says {
+		tc.says[i] = fmt.Sprintf(s, input, output, dlq)
+	}
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "job.yaml")
 	write := func(pipeline string) {
 		t.Helper()
-		body := fmt.Sprintf("job:\n  name: %s\n  pipeline:\n%s", job, fmt.Sprintf(pipeline, input, output)) +
+		body := fmt.Sprintf("job:\n  name: %s\n  pipeline:\n%s", job, fmt.Sprintf(pipeline, input, output, dlq)) +
 			fmt.Sprintf("kafka:\n  brokers: [%s]\n  session_timeout: 6s\ncheckpoint:\n  interval: 500ms\n  timeout: 30s\nlog:\n  level: info\n", strings.Join(c.Brokers, ", "))
 		if err := os.WriteFile(cfgFile, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
@@ -148,6 +160,16 @@ func upgradeCase(t *testing.T, c *kafkatest.Cluster, bin string, tc upCase) {
 	reps := e2etest.NewReplicas(t, bin, cfgFile, dir, e2etest.ReplicaOptions{HTTP: true})
 	id := reps.Start()
 	produce(upPhase1)
+	bad := 0
+	if strings.Contains(tc.v1, "dead_letter_topic") {
+		cl := c.Client(t)
+		for range upBad {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: input, Key: []byte("bad"), Value: []byte("not json")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bad = upBad
+	}
 	windowed := strings.Contains(tc.v1, "window:")
 	if windowed {
 		waitCompletes(t, commits, 4, reps)
@@ -224,6 +246,19 @@ func upgradeCase(t *testing.T, c *kafkatest.Cluster, bin string, tc upCase) {
 				if _, ok := last[f]; ok {
 					t.Errorf("key %s: the output still has %s: %v", key, f, last)
 				}
+			}
+		}
+		if bad > 0 {
+			// The dead letters of v1 were written exactly once, also when
+			// v2 has no dead-letter sink any more.
+			letters := 0
+			for _, r := range c.ReadCommitted(ctx, t, dlq) {
+				if !r.Attrs.IsControl() {
+					letters++
+				}
+			}
+			if letters != bad {
+				t.Errorf("%d dead letters committed, want %d", letters, bad)
 			}
 		}
 		log := p.Log()

@@ -9,9 +9,10 @@ import (
 
 // Schema returns the state schema of job under plan p: what each of the
 // job's checkpoints records of it (package compat). fingerprint is the
-// job definition's (compat.Fingerprint); prefix is kafka.topic_prefix,
-// which starts the sinks' transactional IDs.
-func (p *Plan) Schema(job *stream.Job, fingerprint, prefix string) compat.Schema {
+// job definition's (compat.Fingerprint); txnPrefix gives what the
+// transactional IDs of an exactly-once sink start with (the sink package's
+// naming: sink.TxnIDPrefix).
+func (p *Plan) Schema(job *stream.Job, fingerprint string, txnPrefix func(stage, topic string) string) compat.Schema {
 	s := compat.Schema{Fingerprint: fingerprint, MaxParallelism: p.MaxParallelism}
 	for _, st := range p.Stages {
 		s.Stages = append(s.Stages, compat.Stage{Name: st.Name, Parallelism: st.Parallelism})
@@ -43,7 +44,7 @@ func (p *Plan) Schema(job *stream.Job, fingerprint, prefix string) compat.Schema
 		}
 		sk := compat.Sink{ID: id, Topic: k.Topic, Stage: stageOf[i], Delivery: string(d)}
 		if d == stream.DeliveryExactlyOnce {
-			sk.TransactionalIDPrefix = prefix + stageOf[i]
+			sk.TransactionalIDPrefix = txnPrefix(stageOf[i], k.Topic)
 		}
 		s.Sinks = append(s.Sinks, sk)
 	}

@@ -91,6 +91,13 @@ func PoolName(stage, topic string) string {
 	return stage + "@" + topic
 }
 
+// TxnIDPrefix returns a function that gives what the transactional IDs of
+// a job's sinks start with (TxnID: then "-<partition>-<slot>"), under the
+// job's prefix: the state schema records it (package compat).
+func TxnIDPrefix(prefix string) func(stage, topic string) string {
+	return func(stage, topic string) string { return prefix + PoolName(stage, topic) }
+}
+
 // sinkTxnIDRest matches what follows the prefix in a sink's transactional
 // ID: a stage name without dots, then "@<topic>" (or, as named by builds
 // before PoolName had a topic, nothing or a ".s<i>" sink suffix), the

@@ -273,7 +273,7 @@ func (r *Replica) prepare(ctx context.Context) error {
 	}
 	r.log.Debug("prepared", "control_topics", took[0], "plan_and_shuffle_topics", took[1], "sinks", took[2], "object_store", took[3])
 	r.plan, r.taskIDs = p, p.Tasks()
-	sch := p.Schema(r.opts.Job, r.opts.Fingerprint, r.cfg.Kafka.TopicPrefix)
+	sch := p.Schema(r.opts.Job, r.opts.Fingerprint, kafkasink.TxnIDPrefix(r.cfg.Kafka.TopicPrefix))
 	r.schema = &sch
 	if r.acks == nil {
 		a, err := controltopic.NewAckWriter(r.kopts, r.topics)
