@@ -26,6 +26,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/weir-stream/weir/checkpoint"
+	"github.com/weir-stream/weir/compat"
+	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/benchutil"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/state/objstore"
@@ -366,6 +369,15 @@ func run(c config) error {
 		return errors.New("download restore used the local copy")
 	}
 	benchutil.Result("restore_download_throughput", "%.4g", float64(ri.DownloadedBytes)/1e6/ri.Duration.Seconds(), "MB/s")
+	// The compatibility check a replica runs before any restore (package
+	// compat): its cost does not grow with the state, only with the
+	// job's operators and tasks.
+	check, err := compatCheck(big.store, final.Checkpoint+1_000_000)
+	if err != nil {
+		return err
+	}
+	benchutil.Result("compat_check_duration", "%.4g", ms(check), "ms")
+	benchutil.Result("compat_check_share_of_restore_"+sizeLabel(c.size), "%.4g", 100*check.Seconds()/ri.Duration.Seconds(), "%")
 	_ = os.RemoveAll(dl.Dir)
 	r, err = state.Restore(context.Background(), big.cfg, final.Handle)
 	if err != nil {
@@ -569,3 +581,65 @@ func percentile(ds []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Shape of the job whose compatibility check compatCheck measures: larger
+// than the jobs of examples/ and Nexmark's.
+const (
+	compatOperators = 20  // stateful operators
+	compatFields    = 8   // named aggregates of each
+	compatTasks     = 512 // tasks of the checkpoint (its _metadata lists each)
+)
+
+// compatCheck writes the _metadata of checkpoint id of a job of the shape
+// above, then measures what a replica does before it restores: read and
+// decode it, and compare its schema with the job's (one aggregate added
+// to each operator, so that every operator's fields are walked). It
+// returns the median of 21 rounds.
+func compatCheck(store *objstore.Store, id int64) (time.Duration, error) {
+	old := compat.Schema{Fingerprint: "a", MaxParallelism: 128,
+		Stages:  []compat.Stage{{Name: "main", Parallelism: compatTasks / 2}, {Name: "agg", Parallelism: compatTasks / 2}},
+		Sources: []compat.Source{{Topics: []string{"in"}, Partitions: compatTasks / 2}},
+		Sinks:   []compat.Sink{{ID: "out", Topic: "out", Stage: "agg", Delivery: "exactly-once", TransactionalIDPrefix: "_weir.bench.agg@out"}}}
+	for i := range compatOperators {
+		op := compat.Operator{ID: fmt.Sprintf("aggregate-%d", i+1), Kind: "aggregate", Stage: "agg", Key: "key_by field user", Encoding: "aggregate"}
+		for f := range compatFields {
+			op.Fields = append(op.Fields, compat.Field{Name: fmt.Sprintf("f%d", f), Type: "sum"})
+		}
+		old.Operators = append(old.Operators, op)
+	}
+	old.Normalize()
+	cur := old
+	cur.Fingerprint = "b"
+	cur.Operators = nil
+	for _, op := range old.Operators {
+		op.Fields = append(slices.Clone(op.Fields), compat.Field{Name: "new", Type: "max"})
+		cur.Operators = append(cur.Operators, op)
+	}
+	md := control.Metadata{ID: uint64(id), Gen: 1, Kind: control.KindCheckpoint, TS: 1, Schema: &old}
+	for i := range compatTasks {
+		st := "main"
+		if i >= compatTasks/2 {
+			st = "agg"
+		}
+		task := control.TaskID{Stage: st, Index: i % (compatTasks / 2)}
+		md.Tasks = append(md.Tasks, control.TaskState{Task: task, Handle: fmt.Sprintf("chk-%d/%s-%d.manifest", id, st, task.Index)})
+	}
+	slices.SortFunc(md.Tasks, func(a, b control.TaskState) int { return a.Task.Compare(b.Task) })
+	if _, err := checkpoint.WriteMetadata(context.Background(), store, md); err != nil {
+		return 0, err
+	}
+	var ds []time.Duration
+	for range 21 {
+		start := time.Now()
+		got, err := checkpoint.ReadID(context.Background(), store, uint64(id))
+		if err != nil {
+			return 0, err
+		}
+		res := compat.Compare(got.ID, got.Schema, &cur)
+		if !res.Allowed(false) || len(res.Differences) != compatOperators {
+			return 0, fmt.Errorf("compat check: unexpected verdict:\n%s", res.Report())
+		}
+		ds = append(ds, time.Since(start))
+	}
+	return percentile(ds, 50), nil
+}
