@@ -976,6 +976,7 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	// A record without a fingerprint comes from a coordinator of a
 	// version before fingerprints, which cannot tell files apart.
 	r.waiting.Store(nil)
+	r.met.waiting.Set(0)
 	r.log.Info("generation", "generation", g.Gen, "restore_from", g.RestoreFrom, "tasks", len(mine))
 	start := time.Now()
 	if err := r.openShuffleClient(mine); err != nil {
@@ -1070,6 +1071,7 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 func (r *Replica) wait(g control.Generation, mine []control.TaskID) error {
 	if len(mine) > 0 {
 		r.waiting.Store(nil)
+		r.met.waiting.Set(0)
 		r.log.Error("the generation gives this replica tasks but runs another job file; running none of them (a generation never runs two job files)",
 			"generation", g.Gen, "fingerprint", r.opts.Fingerprint, "generation_fingerprint", g.Fingerprint, "tasks", len(mine))
 		return nil
@@ -1077,6 +1079,7 @@ func (r *Replica) wait(g control.Generation, mine []control.TaskID) error {
 	msg := fmt.Sprintf("waiting: this replica runs job %s, the generation runs %s", r.opts.Fingerprint, g.Fingerprint)
 	r.log.Info(msg, "generation", g.Gen, "fingerprint", r.opts.Fingerprint, "generation_fingerprint", g.Fingerprint)
 	r.met.tasks.Set(0)
+	r.met.waiting.Set(1)
 	r.ready.Store(true) // before the text: a waiting replica is ready
 	r.waiting.Store(&msg)
 	return nil
