@@ -116,3 +116,61 @@ func waitWaiting(ctx context.Context, t *testing.T, r *replica.Replica, want str
 		}
 	}
 }
+
+// TestGenerationOfAnotherFileWithTasksIsRefused: a generation record that
+// names another job file than the replica's and still gives it tasks (no
+// coordinator of this version writes one: it places tasks only on replicas
+// of its own file) is refused: the replica stops its tasks and starts none
+// of the record's. A second record of that file, without tasks for it,
+// follows; once the replica waits for it, it has handled the first: it
+// must have restored tasks only for its first generation. It runs on kfake
+// and on the real broker.
+func TestGenerationOfAnotherFileWithTasksIsRefused(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		job := kafkatest.Name(t, "forged")
+		in, out := job+"-in", job+"-out"
+		c.CreateTopic(t, in, 2, nil)
+		c.CreateTopic(t, out, 2, nil)
+		dir := t.TempDir()
+		yaml := jobYAML(job, in, out, c.Brokers[0], "file://"+dir+"/checkpoints", dir, "a")
+		cfg, err := config.Load(config.Source{YAML: []byte(yaml), NoEnv: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := pipeline.Compile(cfg.Job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := startJobReplica(ctx, t, "a", yaml, j, func(o *replica.Options) { o.Fingerprint = "v1" })
+		waitReady(t, tr.Replica)
+		if got := gaugeValue(t, tr.reg, "weir_replica_tasks"); got != 2 {
+			t.Fatalf("weir_replica_tasks = %v, want 2", got)
+		}
+
+		tasks := []control.TaskID{{Stage: "main", Index: 0}, {Stage: "main", Index: 1}}
+		var recs []*kgo.Record
+		for _, g := range []control.Generation{
+			{Gen: 1000, Fingerprint: "v2", Assignment: control.Assignment{"a": tasks}},
+			{Gen: 1001, Fingerprint: "v2", Assignment: control.Assignment{"b": tasks}},
+		} {
+			v, err := control.Encode(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, &kgo.Record{Topic: "_weir." + job + ".commit", Value: v})
+		}
+		if err := c.Client(t).ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		waitWaiting(ctx, t, tr.Replica, "waiting: this replica runs job v1, the generation runs v2")
+		if got := gaugeValue(t, tr.reg, "weir_replica_tasks"); got != 0 {
+			t.Errorf("weir_replica_tasks = %v after the refused generation, want 0", got)
+		}
+		restores := findMetric(t, tr.reg, "weir_replica_restore_duration_seconds")
+		if len(restores) != 1 || restores[0].GetHistogram().GetSampleCount() != 1 {
+			t.Errorf("weir_replica_restore_duration_seconds: %v, want one restore (the replica's first generation)", restores)
+		}
+	})
+}
