@@ -17,8 +17,9 @@ import "slices"
 // rolling update does not switch the job back to the file it left), and the
 // file of the member with the smallest replica ID. So during a rolling
 // update (docs/deploy.md) the old file keeps running until the new one has
-// more members, and the job switches once, never back while the new file
-// has a member.
+// more members, and the job switches once; it switches back only if so
+// many members of the new file fail at once that the old file has more
+// members than the new one.
 //
 // Within that file, the coordinator is sticky: the member of the file that
 // claims the role from the newest group generation (then the smallest
