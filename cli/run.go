@@ -171,6 +171,12 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 				http.Error(w, "not ready: tasks not running (starting, restoring, or waiting for Kafka, the object store or a full local state disk)", http.StatusServiceUnavailable)
 				return
 			}
+			if msg := rep.Waiting(); msg != "" {
+				// Ready: this replica's file is not the one running,
+				// and it takes its share once it is (a rolling update).
+				fmt.Fprintln(w, msg)
+				return
+			}
 			fmt.Fprintln(w, "ready")
 		})
 		ln, err := net.Listen("tcp", cfg.HTTP.Address)
@@ -186,7 +192,7 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 		log.Info("serving /metrics, /healthz, /livez and /readyz", "address", ln.Addr().String())
 	}
 
-	log.Info("replica starting", "job", cfg.Job.Name, "replica_id", cfg.Process.ReplicaID,
+	log.Info("replica starting", "job", cfg.Job.Name, "replica_id", cfg.Process.ReplicaID, "fingerprint", fp,
 		"brokers", strings.Join(cfg.Kafka.Brokers, ","), "kafka_security", kafkaconn.Describe(cfg.Kafka), "storage", cfg.Checkpoint.Storage)
 	// The job's start work (a sink's schema registered, say) fails the
 	// process here, before any task runs, not at the first record.

@@ -344,6 +344,11 @@ type Generation struct {
 	// in every later generation (a restore may read them again). Sorted,
 	// without repeats; absent when empty.
 	Skip []Position `json:"skip,omitempty"`
+	// Fingerprint identifies the job file the generation runs: the
+	// coordinator's own. Every task of the generation runs on a replica
+	// with that file (a generation never runs two job files). Absent in
+	// records of versions before it, and when the coordinator has none.
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // Position names one input record. Its text form, used by the command

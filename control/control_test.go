@@ -97,6 +97,8 @@ func TestGoldenEncoding(t *testing.T) {
 			`{"v":1,"type":"resumed","gen":3,"ts":10,"skip":[{"topic":"in","partition":1,"offset":0}]}`},
 		{Generation{Gen: 4, Assignment: Assignment{"r1": {task("map", 0)}}, Skip: []Position{{Topic: "in", Partition: 0, Offset: 5}}},
 			`{"v":1,"type":"generation","gen":4,"assignment":{"r1":["map/0"]},"restore_from":0,"skip":[{"topic":"in","partition":0,"offset":5}]}`},
+		{Generation{Gen: 5, Assignment: Assignment{"r1": {task("map", 0)}}, RestoreFrom: 3, Fingerprint: "9c1e"},
+			`{"v":1,"type":"generation","gen":5,"assignment":{"r1":["map/0"]},"restore_from":3,"fingerprint":"9c1e"}`},
 	} {
 		b, err := Encode(tc.m)
 		if err != nil {

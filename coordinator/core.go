@@ -121,6 +121,7 @@ type Core struct {
 	// Durable state: rebuilt by Restore from the records.
 	gen            uint64
 	assignment     control.Assignment
+	fingerprint    string           // the job file of the current generation (control.Generation)
 	tasks          []control.TaskID // sorted
 	index          map[control.TaskID]int
 	lastID         uint64     // highest checkpoint ID ever used
@@ -645,7 +646,8 @@ func (c *Core) maybeRestart() {
 }
 
 func (c *Core) newGeneration(a control.Assignment) {
-	rec := control.Generation{Gen: c.gen + 1, Assignment: a, RestoreFrom: c.lastCompleted, Skip: slices.Clone(c.skip)}
+	rec := control.Generation{Gen: c.gen + 1, Assignment: a, RestoreFrom: c.lastCompleted, Skip: slices.Clone(c.skip),
+		Fingerprint: c.fingerprint}
 	c.applyGeneration(rec)
 	c.out.Records = append(c.out.Records, rec)
 }
@@ -685,6 +687,7 @@ func (c *Core) assign(ev Assign) error {
 	for r, ts := range ev.Assignment {
 		a[r] = slices.Clone(ts)
 	}
+	c.fingerprint = ev.Fingerprint
 	c.newGeneration(a)
 	return nil
 }

@@ -20,6 +20,10 @@ type Decline struct{ control.Decline }
 type Assign struct {
 	Assignment control.Assignment
 	Unplaced   []control.TaskID
+	// Fingerprint is the job file the new generation runs (the
+	// coordinator replica's): its Generation record carries it, and so
+	// does every restart of that generation.
+	Fingerprint string
 }
 
 // TaskRunning reports that Task has restored the state of generation Gen and

@@ -116,6 +116,9 @@ func fmtRecord(r control.Message) string {
 		if len(r.Skip) > 0 {
 			s += " skip=(" + fmtPositions(r.Skip) + ")"
 		}
+		if r.Fingerprint != "" {
+			s += " file=" + r.Fingerprint
+		}
 		return s
 	case control.Failed:
 		s := fmt.Sprintf("append failed gen=%d task=%s cause=%s at=%s (%s)", r.Gen, r.Task, r.Cause, relMS(r.TS), r.Reason)
@@ -315,6 +318,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 				ts = append(ts, parseTask(t, f))
 			}
 			ev.Assignment[strings.TrimSpace(replica)] = ts
+		}
+		if d.HasArg("file") {
+			d.ScanArgs(t, "file", &ev.Fingerprint)
 		}
 		if a, ok := d.Arg("unplaced"); ok {
 			for _, v := range a.Vals {
@@ -557,6 +563,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 type durableState struct {
 	Gen            uint64
 	Assignment     control.Assignment
+	Fingerprint    string
 	Tasks          []control.TaskID
 	LastID         uint64
 	LastCompleted  uint64
@@ -571,7 +578,7 @@ type durableState struct {
 }
 
 func durable(c *Core) durableState {
-	s := durableState{Gen: c.gen, Assignment: c.assignment, Tasks: c.tasks, LastID: c.lastID,
+	s := durableState{Gen: c.gen, Assignment: c.assignment, Fingerprint: c.fingerprint, Tasks: c.tasks, LastID: c.lastID,
 		LastCompleted: c.lastCompleted, Completed: c.completed, Recent: c.recent, Savepoints: c.savepoints,
 		Failures: c.failures, LastCompletion: c.lastCompletion, Failed: c.failed, Skip: c.skip}
 	for _, p := range c.pending {

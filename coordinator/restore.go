@@ -228,6 +228,7 @@ func (c *Core) applyGeneration(r control.Generation) {
 	tasks, _ := r.Assignment.Tasks() // validated by the caller
 	c.gen = r.Gen
 	c.assignment = r.Assignment
+	c.fingerprint = r.Fingerprint
 	c.tasks = tasks
 	c.index = make(map[control.TaskID]int, len(tasks))
 	for i, t := range tasks {

@@ -245,22 +245,32 @@ func (r *Replicas) StopGracefully(n int) {
 		if len(r.IDs()) <= n {
 			return
 		}
-		p := r.Proc(id)
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-			if p.err != nil {
-				r.t.Errorf("replica %s after SIGTERM: %v (want exit 0)", id, p.err)
-			}
-		case <-time.After(60 * time.Second):
-			r.t.Errorf("replica %s did not exit within 60s of SIGTERM", id)
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		r.mu.Lock()
-		delete(r.running, id)
-		r.mu.Unlock()
+		r.Stop(id)
 	}
+}
+
+// Stop stops replica id with SIGTERM, as Kubernetes stops a pod, and
+// checks that it exits 0 within 60 seconds.
+func (r *Replicas) Stop(id string) {
+	r.t.Helper()
+	p := r.Proc(id)
+	if p == nil {
+		r.t.Fatalf("stop %s: not running", id)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		if p.err != nil {
+			r.t.Errorf("replica %s after SIGTERM: %v (want exit 0)", id, p.err)
+		}
+	case <-time.After(60 * time.Second):
+		r.t.Errorf("replica %s did not exit within 60s of SIGTERM", id)
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	r.mu.Lock()
+	delete(r.running, id)
+	r.mu.Unlock()
 }
 
 // StopAll stops every replica gracefully.

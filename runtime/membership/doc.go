@@ -6,8 +6,10 @@
 // coordinator replica uses to spread tasks over a view's members.
 //
 // It owns: the group's liveness (session timeout, heartbeats, leaving), the
-// choice of the coordinator replica (sticky: it stays where it is while that
-// replica is a member), and the detection of duplicate replica IDs.
+// choice of the coordinator replica (among the members of the job file most
+// members run, so that a generation never runs two files; sticky: it stays
+// where it is while that replica is a member of that file: elect), and the
+// detection of duplicate replica IDs.
 //
 // It must not: place tasks itself (the coordinator does, with Place, from a
 // view and the job's durable history in the commit topic), start or stop
@@ -23,7 +25,9 @@
 // member sends in its JoinGroup metadata a versioned JSON object: its replica
 // ID, whether its newest view made it coordinator (and that view's
 // generation), an incarnation count, a random instance token, the
-// generation since which it has been placed, and its local tasks. Of two
+// generation since which it has been placed, its local tasks, the
+// fingerprint of its job file, and the newest job generation it read from
+// the commit topic with that generation's file (a tie-break of elect). Of two
 // members claiming one replica ID the leader admits the one placed most
 // recently and refuses the other; a member does not publish a view in
 // which every member's session (ID, instance, incarnation) and the

@@ -52,6 +52,17 @@ type Options struct {
 	// local state for. It is called from kgo's group goroutine at every
 	// join: it must be safe for concurrent use and must not block.
 	LocalTasks func() []string
+	// Fingerprint identifies the job file this replica runs (a hex
+	// digest). The group's leader elects the coordinator among the
+	// members of the file most members run (docs/membership.md).
+	Fingerprint string
+	// Running, if not nil, returns the newest job generation this
+	// replica read from the commit topic (0: none) and the fingerprint
+	// that generation's record carries. It breaks a tie between two job
+	// files when the coordinator is gone. It is called from kgo's group
+	// goroutine at every join: it must be safe for concurrent use and
+	// must not block.
+	Running func() (gen uint64, fingerprint string)
 	// SessionTimeout is how long the group waits for a silent member
 	// before removing it (default DefaultSessionTimeout). It must lie
 	// within the broker's group.min.session.timeout.ms (6s by default)
@@ -323,10 +334,16 @@ func (m *Member) joinMeta() joinMeta {
 		slices.Sort(local)
 		local = slices.Compact(local)
 	}
+	var runGen uint64
+	var runFP string
+	if m.opts.Running != nil {
+		runGen, runFP = m.opts.Running()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	meta := joinMeta{ReplicaID: m.opts.ReplicaID, Incarnation: m.incarnation, Instance: m.instance,
-		MemberSince: m.memberSince, LocalTasks: local}
+		MemberSince: m.memberSince, LocalTasks: local, Fingerprint: m.opts.Fingerprint,
+		RunningGeneration: runGen, RunningFingerprint: runFP}
 	if m.wasCoord {
 		meta.WasCoordinator, meta.CoordinatorGeneration = true, m.coordGen
 	}
@@ -530,7 +547,8 @@ func sameSessions(a, b View) bool {
 	return a.Coordinator == b.Coordinator && slices.EqualFunc(a.Members, b.Members, func(x, y MemberInfo) bool {
 		// A member of an older version sends no instance: its restart
 		// could not be told apart, so its views always count as new.
-		return x.Instance != "" && x.ReplicaID == y.ReplicaID && x.Instance == y.Instance && x.Incarnation == y.Incarnation
+		return x.Instance != "" && x.ReplicaID == y.ReplicaID && x.Instance == y.Instance && x.Incarnation == y.Incarnation &&
+			x.Fingerprint == y.Fingerprint
 	})
 }
 

@@ -23,6 +23,10 @@ type MemberInfo struct {
 	// published (nothing changed for anyone: see Member.Views).
 	Instance    string `json:"instance,omitempty"`
 	Incarnation int    `json:"incarnation,omitempty"`
+	// Fingerprint identifies the job file the member runs ("" for a
+	// member of an older version). The coordinator places tasks only on
+	// the members whose Fingerprint is its own.
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // View is the group as one completed rebalance left it: the same for every
@@ -55,6 +59,16 @@ type View struct {
 	// one ran. Stop every task at once. The member keeps trying to rejoin;
 	// a new view follows when it has.
 	Lost bool
+}
+
+// Fingerprint returns the job file of replica id in v, and whether v lists
+// it.
+func (v View) Fingerprint(id string) (string, bool) {
+	i := slices.IndexFunc(v.Members, func(m MemberInfo) bool { return m.ReplicaID == id })
+	if i < 0 {
+		return "", false
+	}
+	return v.Members[i].Fingerprint, true
 }
 
 // IsCoordinator reports whether this member holds the coordinator role in v.
@@ -148,10 +162,8 @@ type joined struct {
 // crashed member never rejoins, and the broker drops every member that did
 // not rejoin when the rebalance's join phase ends, so it is never in
 // members: a process restarted with its ID is not refused. The others get a
-// view that lists only admitted members. The coordinator is sticky: among
-// admitted members that were coordinator, the one with the newest
-// coordinator generation (then the smallest replica ID) keeps it; without
-// any, the smallest replica ID takes it.
+// view that lists only admitted members. The coordinator is elected among
+// the members of the majority's job file, and is sticky within it (elect).
 func computeViews(gen int32, members []joined) map[string]wireView {
 	admitted := make(map[string]joined) // replica ID -> its admitted member
 	claims := make(map[string]int)
@@ -177,23 +189,13 @@ func computeViews(gen int32, members []joined) map[string]wireView {
 	slices.SortFunc(valid, func(a, b joinMeta) int { return cmp.Compare(a.ReplicaID, b.ReplicaID) })
 
 	infos := make([]MemberInfo, len(valid))
-	var coord *joinMeta
-	for i := range valid {
-		m := &valid[i]
+	for i, m := range valid {
 		local := slices.Clone(m.LocalTasks)
 		slices.Sort(local)
-		infos[i] = MemberInfo{ReplicaID: m.ReplicaID, LocalTasks: slices.Compact(local), Instance: m.Instance, Incarnation: m.Incarnation}
-		if m.WasCoordinator && (coord == nil || m.CoordinatorGeneration > coord.CoordinatorGeneration) {
-			coord = m // valid is sorted, so ties keep the smallest ID
-		}
+		infos[i] = MemberInfo{ReplicaID: m.ReplicaID, LocalTasks: slices.Compact(local), Instance: m.Instance, Incarnation: m.Incarnation,
+			Fingerprint: m.Fingerprint}
 	}
-	coordinator := ""
-	switch {
-	case coord != nil:
-		coordinator = coord.ReplicaID
-	case len(valid) > 0:
-		coordinator = valid[0].ReplicaID
-	}
+	coordinator := elect(valid)
 
 	base := wireView{GroupGeneration: gen, Members: infos, Coordinator: coordinator, Rejected: rejected}
 	out := make(map[string]wireView, len(members))

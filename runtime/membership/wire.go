@@ -50,6 +50,18 @@ type joinMeta struct {
 	// other (computeViews).
 	MemberSince int32    `json:"member_since,omitempty"`
 	LocalTasks  []string `json:"local_tasks,omitempty"`
+	// Fingerprint identifies the job file this member runs. The
+	// coordinator is elected among the members of one file (elect) and
+	// places tasks only on members of its own file, so that a generation
+	// never runs two job files. An older member sends none: "" is a file
+	// of its own.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// RunningGeneration is the newest job generation this member read
+	// from the commit topic (0: none), RunningFingerprint the job file
+	// that generation runs. They break a tie between two files when the
+	// coordinator is gone (elect).
+	RunningGeneration  uint64 `json:"running_generation,omitempty"`
+	RunningFingerprint string `json:"running_fingerprint,omitempty"`
 }
 
 // wireView is what the leader sends each member as its assignment.

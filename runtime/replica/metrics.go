@@ -10,6 +10,7 @@ import (
 // sinks, state and coordinator register theirs on the same registry.
 type metrics struct {
 	members, coordinator, tasks, lastCompleted prometheus.Gauge
+	waiting                                    prometheus.Gauge
 	restoreSeconds                             prometheus.Histogram
 	retries                                    *prometheus.CounterVec
 	sessions                                   prometheus.Counter
@@ -42,6 +43,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		tasks:         g("tasks", "Tasks running on this replica."),
 		lastCompleted: g("last_completed_checkpoint_id", "ID of the newest checkpoint this replica saw complete."),
 		refused:       g("job_refused", "1 while this replica refuses to run its job file: it cannot restore the job's newest checkpoint (compatibility check); it takes no task."),
+		waiting: g("waiting_for_job_file", "1 while this replica takes no task because the running generation runs another job file "+
+			"(a rolling update: it takes its share once a generation of its file starts)."),
 		restoreSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "weir", Subsystem: "replica",
 			Name: "restore_duration_seconds", Help: "Time to restore and start this replica's tasks at a new generation.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}),
@@ -55,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"cause"}),
 	}
 	m.setFailed("")
-	for _, c := range []prometheus.Collector{m.members, m.coordinator, m.tasks, m.lastCompleted, m.restoreSeconds, m.retries, m.sessions, m.jobFailed, m.refused} {
+	for _, c := range []prometheus.Collector{m.members, m.coordinator, m.tasks, m.lastCompleted, m.waiting, m.restoreSeconds, m.retries, m.sessions, m.jobFailed, m.refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -56,15 +56,20 @@ type Options struct {
 	Job    *stream.Job
 	// ReplicaID names this replica in the group and in assignments; it must
 	// be stable across restarts (a pod name) for local recovery to work.
-	ReplicaID  string
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	ReplicaID string
+	// Fingerprint identifies the job file this replica runs. The
+	// replicas of one generation all run the same file: the coordinator
+	// is elected among the members of the file most replicas run
+	// (runtime/membership), and places tasks only on replicas of its
+	// own file; a replica of another file takes no task and waits
+	// (Waiting). "" is a file like any other. It is also recorded in the
+	// state schema of every checkpoint (compat.Fingerprint).
+	Fingerprint string
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer
 	// OnCommitted, if set, is called after every checkpoint this replica saw
 	// complete (for `processor dev`, which prints the committed output).
 	OnCommitted func(id uint64)
-	// Fingerprint is the job definition's (compat.Fingerprint): recorded in
-	// the state schema of every checkpoint.
-	Fingerprint string
 }
 
 // Replica is one running replica.
@@ -109,6 +114,8 @@ type Replica struct {
 	check restoreCheck
 
 	ready   atomic.Bool
+	waiting atomic.Pointer[string]  // read by Waiting, for /readyz
+	running atomic.Pointer[running] // the newest generation read, for the membership's join metadata
 	heart   *Heartbeat              // Run's loop beats it: the /livez answer
 	failure atomic.Pointer[Failure] // read by Failure, for /readyz
 }
@@ -140,6 +147,13 @@ func (f *Failure) String() string {
 		s += ", record " + f.Record.String()
 	}
 	return s + fmt.Sprintf(", generation %d; %s offset %d): %s", f.Gen, f.CommitTopic, f.Offset, f.Reason)
+}
+
+// running is the newest generation this replica read from the commit
+// topic, and the job file it runs.
+type running struct {
+	gen         uint64
+	fingerprint string
 }
 
 // coordRole is the coordinator runner while this replica holds the role.
@@ -190,6 +204,19 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 // Ready reports whether the replica runs every task it was assigned and
 // has caught up with the control topics: the /readyz answer.
 func (r *Replica) Ready() bool { return r.ready.Load() }
+
+// Waiting returns, while the running generation runs another job file than
+// this replica's, why this replica takes no task ("waiting: this replica
+// runs job <fp>, the generation runs <fp>"); "" otherwise. Such a replica is
+// ready: it is compatible and takes its share as soon as a generation of its
+// file starts (docs/deploy.md, rolling updates). Safe for use by any
+// goroutine.
+func (r *Replica) Waiting() string {
+	if w := r.waiting.Load(); w != nil {
+		return *w
+	}
+	return ""
+}
 
 // Failure returns the job's permanent failure, or nil while the job is not
 // failed. Safe for use by any goroutine.
@@ -668,7 +695,7 @@ func (r *Replica) session(ctx context.Context) error {
 	// starts long after the failure, runs nothing and says why.
 	for _, rec := range hist.Records {
 		if g, ok := rec.Msg.(control.Generation); ok {
-			r.lastGen = &g
+			r.setLastGen(g)
 		}
 	}
 	failed, failedAt := JobFailure(hist.Records)
@@ -717,6 +744,7 @@ func (r *Replica) session(ctx context.Context) error {
 	member, err := membership.Join(ctx, membership.Options{
 		Kafka: r.kopts, Group: r.cfg.Kafka.TopicPrefix + "members", Topic: r.topics.Commit,
 		ReplicaID: r.opts.ReplicaID, LocalTasks: r.localTaskNames,
+		Fingerprint: r.opts.Fingerprint, Running: r.runningGeneration,
 		SessionTimeout: r.cfg.Kafka.SessionTimeout, Logger: r.log, Registerer: r.opts.Registerer,
 	})
 	if err != nil {
@@ -836,6 +864,16 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 			}
 		}
 	}
+	// A generation never runs two job files: the tasks go only to the
+	// members of this replica's file (the leader elected this replica
+	// among them); the others wait (startGeneration).
+	members := slices.DeleteFunc(slices.Clone(v.Members), func(m membership.MemberInfo) bool {
+		return m.Fingerprint != r.opts.Fingerprint
+	})
+	if len(members) < len(v.Members) {
+		r.log.Info("members running another job file take no task in the next generation",
+			"fingerprint", r.opts.Fingerprint, "members", len(members), "waiting", len(v.Members)-len(members))
+	}
 	// Each stage is placed on its own, so that every stage's tasks spread
 	// over the replicas (a downstream stage's load is not a source's).
 	a := control.Assignment{}
@@ -846,7 +884,7 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 				names = append(names, t.String())
 			}
 		}
-		for rep, ts := range membership.Place(names, v.Members, previous) {
+		for rep, ts := range membership.Place(names, members, previous) {
 			for _, name := range ts {
 				id, err := control.ParseTaskID(name)
 				if err != nil {
@@ -859,7 +897,7 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := r.runner.Submit(sctx, coordinator.Assign{Assignment: a}); err != nil {
+	if err := r.runner.Submit(sctx, coordinator.Assign{Assignment: a, Fingerprint: r.opts.Fingerprint}); err != nil {
 		r.log.Error("assign tasks", "err", err)
 	}
 	return nil
@@ -910,10 +948,9 @@ func (r *Replica) stopCoordinator() {
 func (r *Replica) onRecord(ctx context.Context, rec controltopic.Record) error {
 	switch m := rec.Msg.(type) {
 	case control.Generation:
-		g := m
-		r.lastGen = &g
+		r.setLastGen(m)
 		r.clearFailed()
-		return r.startGeneration(ctx, g)
+		return r.startGeneration(ctx, m)
 	case control.Failed:
 		r.enterFailed(ctx, m, rec.Offset)
 	case control.Resumed:
@@ -978,6 +1015,13 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	r.stopTasks(ctx)
 	r.gen = 0 // until every task of g runs, no trigger is passed on
 	mine := g.Assignment[r.opts.ReplicaID]
+	if g.Fingerprint != "" && g.Fingerprint != r.opts.Fingerprint {
+		return r.wait(g, mine)
+	}
+	// A record without a fingerprint comes from a coordinator of a
+	// version before fingerprints, which cannot tell files apart.
+	r.waiting.Store(nil)
+	r.met.waiting.Set(0)
 	r.log.Info("generation", "generation", g.Gen, "restore_from", g.RestoreFrom, "tasks", len(mine))
 	start := time.Now()
 	if err := r.openShuffleClient(mine); err != nil {
@@ -1059,6 +1103,46 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	}
 	r.ready.Store(true)
 	return nil
+}
+
+// wait handles a generation that runs another job file than this
+// replica's: the replica takes no task until a generation of its own file
+// starts (the leader moves the coordinator role to its file once most
+// members run it: runtime/membership), and says so once per generation.
+// It is ready meanwhile, so that a rolling update goes on to the next
+// replica. A generation of another file that gives this replica tasks
+// breaks the rule that a generation never runs two files: the replica
+// refuses them and stays not ready.
+func (r *Replica) wait(g control.Generation, mine []control.TaskID) error {
+	if len(mine) > 0 {
+		r.waiting.Store(nil)
+		r.met.waiting.Set(0)
+		r.log.Error("the generation gives this replica tasks but runs another job file; running none of them (a generation never runs two job files)",
+			"generation", g.Gen, "fingerprint", r.opts.Fingerprint, "generation_fingerprint", g.Fingerprint, "tasks", len(mine))
+		return nil
+	}
+	msg := fmt.Sprintf("waiting: this replica runs job %s, the generation runs %s", r.opts.Fingerprint, g.Fingerprint)
+	r.log.Info(msg, "generation", g.Gen, "fingerprint", r.opts.Fingerprint, "generation_fingerprint", g.Fingerprint)
+	r.met.tasks.Set(0)
+	r.met.waiting.Set(1)
+	r.ready.Store(true) // before the text: a waiting replica is ready
+	r.waiting.Store(&msg)
+	return nil
+}
+
+// setLastGen records g as the newest generation read.
+func (r *Replica) setLastGen(g control.Generation) {
+	r.lastGen = &g
+	r.running.Store(&running{gen: g.Gen, fingerprint: g.Fingerprint})
+}
+
+// runningGeneration is membership.Options.Running: the newest generation
+// read and its job file. Called from the membership group's goroutine.
+func (r *Replica) runningGeneration() (uint64, string) {
+	if g := r.running.Load(); g != nil {
+		return g.gen, g.fingerprint
+	}
+	return 0, ""
 }
 
 // openShuffleClient makes the producers that the shuffle writers of the

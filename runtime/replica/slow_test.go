@@ -220,8 +220,8 @@ func (s *slowCount) ProcessElement(ctx *stream.Context[[]byte], _ []byte) error 
 
 // startJobReplica starts an in-process replica of the Go job j with the
 // configuration yaml (whose pipeline is not run), stopped when the test
-// ends.
-func startJobReplica(ctx context.Context, t *testing.T, id, yaml string, j *stream.Job) *testReplica {
+// ends; adjust, if any, change its options.
+func startJobReplica(ctx context.Context, t *testing.T, id, yaml string, j *stream.Job, adjust ...func(*replica.Options)) *testReplica {
 	t.Helper()
 	cfg, err := config.Load(config.Source{YAML: []byte(yaml), NoEnv: true})
 	if err != nil {
@@ -232,7 +232,11 @@ func startJobReplica(ctx context.Context, t *testing.T, id, yaml string, j *stre
 		log = slog.New(slog.NewTextHandler(testlog.New(t, id), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	tr := &testReplica{reg: prometheus.NewRegistry(), done: make(chan error, 1)}
-	tr.Replica, err = replica.New(ctx, replica.Options{Config: cfg, Job: j, ReplicaID: id, Logger: log, Registerer: tr.reg})
+	opts := replica.Options{Config: cfg, Job: j, ReplicaID: id, Logger: log, Registerer: tr.reg}
+	for _, f := range adjust {
+		f(&opts)
+	}
+	tr.Replica, err = replica.New(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

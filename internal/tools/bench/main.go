@@ -98,6 +98,12 @@
 // format avro, against the raw pipe on the same input: throughput, its
 // ratio, checkpoint durations, and the verified output.
 //
+// With -rolling the run measures a rolling update instead (rolling.go,
+// issue 31): the count job on the last -replicas entry of replicas under
+// steady input, each replica replaced in turn with v2 of the job (a map
+// step added) as the chart's StatefulSet does it; the time from the first
+// replica's stop to v2's first committed output, and the verified output.
+//
 // With -window the run measures the tumbling-window job of issue 13
 // instead (window.go): throughput against the raw two-hop pipe, checkpoint
 // durations with one open window per input record (a million by default),
@@ -235,6 +241,8 @@ type config struct {
 	// on the same input; registry is the schema registry's URL.
 	avro     bool
 	registry string
+	// -rolling: a rolling update of the count job to v2 (rolling.go).
+	rolling bool
 }
 
 func main() {
@@ -279,6 +287,7 @@ func main() {
 	flag.IntVar(&c.passes, "passes", 3, "with -two-stage and -yaml: how many times the job runs, each a new job on the same input, between passes of the raw two-hop pipe (one more of them); throughput figures are over all passes, checkpoint, alignment and latency figures from the last")
 	flag.BoolVar(&c.avro, "avro", false, "measure the count job on Avro input (the same records in the Confluent wire format, source format avro) against the raw pipe on that input: throughput, checkpoint durations (no latency or recovery); needs -registry")
 	flag.StringVar(&c.registry, "registry", os.Getenv("WEIR_REGISTRY_URL"), "with -avro: the schema registry's Confluent-compatible API (env WEIR_REGISTRY_URL: eval $(bash scripts/registry.sh env))")
+	flag.BoolVar(&c.rolling, "rolling", false, "measure a rolling update (issue 31): the count job on the last -replicas entry of replicas under steady input (-rate), each replica replaced in turn with v2 (a map step added) as a StatefulSet does; the time from the first replica's stop to v2's first committed output (no throughput, latency or recovery)")
 	flag.Parse()
 	if *exprOnly {
 		runExpr()
@@ -327,8 +336,8 @@ func main() {
 		}
 		c.saslSSL = strings.Split(saslSSL, ",")
 	}
-	if modes := btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro); modes > 1 {
-		errs = append(errs, errors.New("two-stage, tls, window, yaml and avro: choose one"))
+	if modes := btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro) + btoi(c.rolling); modes > 1 {
+		errs = append(errs, errors.New("two-stage, tls, window, yaml, avro and rolling: choose one"))
 	}
 	if c.avro && c.registry == "" {
 		errs = append(errs, errors.New("avro: no registry; set WEIR_REGISTRY_URL (eval $(bash scripts/registry.sh env)) or -registry"))
@@ -489,6 +498,9 @@ func run(ctx context.Context, c config) (err error) {
 	} else if c.avro {
 		benchutil.Info("-avro: %d records over %d keys as Avro (registry %s), %d partitions, checkpoint every %v, exactly-once; the count job (source format avro) with %d replica(s) vs the raw pipe on the same input; run %s; %d CPUs, load average %s",
 			c.records, c.keys, c.registry, c.partitions, c.interval, c.replicas[0], id, runtime.NumCPU(), loadAvg())
+	} else if c.rolling {
+		benchutil.Info("-rolling: the count job on %d replicas, %d partitions, checkpoint every %v, exactly-once, steady input of %d records/s over %d keys, updated to v2 one replica at a time; session timeout %v; run %s; %d CPUs, load average %s",
+			max(c.replicas[len(c.replicas)-1], 2), c.partitions, c.interval, c.rate, c.keys, c.sessionTimeout, id, runtime.NumCPU(), loadAvg())
 	} else if c.twoStage {
 		benchutil.Info("-two-stage: %d clicks of %d users on %d pages, %d partitions, checkpoint every %v, exactly-once; the views-per-page job (key_by page, %d second-stage tasks, %d key groups) with %d replica(s) vs the raw two-hop pipe; run %s; %d CPUs, load average %s",
 			c.records, c.keys, c.pages, c.partitions, c.interval, c.partitions, c.maxParallelism, c.replicas[0], id, runtime.NumCPU(), loadAvg())
@@ -510,6 +522,9 @@ func run(ctx context.Context, c config) (err error) {
 		if err := b.registerAvro(ctx); err != nil {
 			return err
 		}
+	}
+	if c.rolling {
+		return b.runRolling(ctx) // steady input only: no preload
 	}
 	if err := b.preload(ctx); err != nil {
 		return err
@@ -1569,7 +1584,10 @@ log:
 }
 
 // start starts replica id (state kept across its restarts) on a free port.
-func (j *job) start(id string) (*proc, error) {
+func (j *job) start(id string) (*proc, error) { return j.startWith(id, j.cfg) }
+
+// startWith is start with the job file cfg (-rolling: v2 of the job).
+func (j *job) startWith(id, cfg string) (*proc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -1579,7 +1597,7 @@ func (j *job) start(id string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(j.b.c.processor, "run", "-c", j.cfg,
+	p.cmd = exec.Command(j.b.c.processor, "run", "-c", cfg,
 		"--process.replica_id="+id,
 		"--state.dir="+filepath.Join(j.dir, "state-"+id),
 		"--http.address="+p.http,
