@@ -113,9 +113,9 @@ type Format struct {
 	Registry string `mapstructure:"registry"`
 	// RegistryUsername and RegistryPassword, if set, are sent as HTTP
 	// basic auth (the password is best set through its environment
-	// variable).
+	// variable; it is no part of the job's fingerprint).
 	RegistryUsername string `mapstructure:"registry_username"`
-	RegistryPassword string `mapstructure:"registry_password" json:"-"` // not in the job's fingerprint
+	RegistryPassword string `mapstructure:"registry_password" json:"-"`
 	// Subject is where a sink registers its schema (default
 	// "<topic>-value", or "<topic>-key" for a key: the TopicNameStrategy).
 	Subject string `mapstructure:"subject"`

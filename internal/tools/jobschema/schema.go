@@ -84,7 +84,11 @@ func (g generator) object(t reflect.Type) obj {
 	}
 	o := obj{{"type", "object"}, {"additionalProperties", false}}
 	if t == stepType {
-		o = append(o, kv{"minProperties", 1}, kv{"maxProperties", 1})
+		// One kind, and an id beside it or not.
+		o = append(o, kv{"minProperties", 1}, kv{"oneOf", []obj{
+			{{"maxProperties", 1}, {"not", obj{{"required", []string{"id"}}}}},
+			{{"required", []string{"id"}}, {"minProperties", 2}, {"maxProperties", 2}},
+		}})
 	}
 	return append(o, kv{"properties", props})
 }
