@@ -90,7 +90,7 @@ type Replica struct {
 	plan       *plan.Plan
 	inputParts int
 	gen        uint64
-	tasks map[control.TaskID]*task.Task
+	tasks      map[control.TaskID]*task.Task
 	// shuffleCls are the producers the generation's tasks share for their
 	// shuffle writes (none if no task writes one), shuffleFor each writing
 	// task's; closed by stopTasks once every task stopped.
