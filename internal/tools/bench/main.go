@@ -105,6 +105,12 @@
 // steady input at wall-clock time) to its result being visible to
 // read_committed; every result is verified.
 //
+// With -grow-partitions N the run measures input partitions added to a
+// running job instead (issue 31, growth.go): N partitions are added one at
+// a time to the count job's input, each timed from its addition to its
+// first committed output, at the default kafka.metadata_max_age; every
+// count is verified.
+//
 // With -yaml the run measures the YAML language job of issue 14 instead
 // (yaml.go): filter → map → key_by an expression → three aggregates at
 // once → exactly-once sink, against the raw two-hop pipe: throughput, its
@@ -235,6 +241,9 @@ type config struct {
 	// on the same input; registry is the schema registry's URL.
 	avro     bool
 	registry string
+	// -grow-partitions: partitions added one at a time to the running
+	// count job's input (growth.go).
+	growRounds int
 }
 
 func main() {
@@ -278,6 +287,7 @@ func main() {
 	flag.BoolVar(&c.yaml, "yaml", false, "measure the YAML language job of issue 14 (filter, map, key_by expression, three aggregates at once, exactly-once sink) with the first -replicas entry against the raw two-hop pipe: throughput, checkpoint durations (no latency or recovery)")
 	flag.IntVar(&c.passes, "passes", 3, "with -two-stage and -yaml: how many times the job runs, each a new job on the same input, between passes of the raw two-hop pipe (one more of them); throughput figures are over all passes, checkpoint, alignment and latency figures from the last")
 	flag.BoolVar(&c.avro, "avro", false, "measure the count job on Avro input (the same records in the Confluent wire format, source format avro) against the raw pipe on that input: throughput, checkpoint durations (no latency or recovery); needs -registry")
+	flag.IntVar(&c.growRounds, "grow-partitions", 0, "measure only input partitions added to a running count job (growth.go): this many are added one at a time, each timed from its addition to its first committed output (goal <= 35s at the default kafka.metadata_max_age), with steady input (-rate) to the others; every count verified")
 	flag.StringVar(&c.registry, "registry", os.Getenv("WEIR_REGISTRY_URL"), "with -avro: the schema registry's Confluent-compatible API (env WEIR_REGISTRY_URL: eval $(bash scripts/registry.sh env))")
 	flag.Parse()
 	if *exprOnly {
@@ -327,8 +337,11 @@ func main() {
 		}
 		c.saslSSL = strings.Split(saslSSL, ",")
 	}
-	if modes := btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro); modes > 1 {
-		errs = append(errs, errors.New("two-stage, tls, window, yaml and avro: choose one"))
+	if modes := btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro) + btoi(c.growRounds > 0); modes > 1 {
+		errs = append(errs, errors.New("two-stage, tls, window, yaml, avro and grow-partitions: choose one"))
+	}
+	if c.growRounds < 0 {
+		errs = append(errs, fmt.Errorf("grow-partitions: %d, want 0 (off) or more", c.growRounds))
 	}
 	if c.avro && c.registry == "" {
 		errs = append(errs, errors.New("avro: no registry; set WEIR_REGISTRY_URL (eval $(bash scripts/registry.sh env)) or -registry"))
@@ -489,6 +502,9 @@ func run(ctx context.Context, c config) (err error) {
 	} else if c.avro {
 		benchutil.Info("-avro: %d records over %d keys as Avro (registry %s), %d partitions, checkpoint every %v, exactly-once; the count job (source format avro) with %d replica(s) vs the raw pipe on the same input; run %s; %d CPUs, load average %s",
 			c.records, c.keys, c.registry, c.partitions, c.interval, c.replicas[0], id, runtime.NumCPU(), loadAvg())
+	} else if c.growRounds > 0 {
+		benchutil.Info("-grow-partitions: %d partition(s) added one at a time to the %d-partition input of the count job with %d replica(s), steady input of %d records/s over %d keys, checkpoint every %v, exactly-once, kafka.metadata_max_age 30s (default); run %s; %d CPUs, load average %s",
+			c.growRounds, c.partitions, c.replicas[0], c.rate, c.keys, c.interval, id, runtime.NumCPU(), loadAvg())
 	} else if c.twoStage {
 		benchutil.Info("-two-stage: %d clicks of %d users on %d pages, %d partitions, checkpoint every %v, exactly-once; the views-per-page job (key_by page, %d second-stage tasks, %d key groups) with %d replica(s) vs the raw two-hop pipe; run %s; %d CPUs, load average %s",
 			c.records, c.keys, c.pages, c.partitions, c.interval, c.partitions, c.maxParallelism, c.replicas[0], id, runtime.NumCPU(), loadAvg())
@@ -505,6 +521,9 @@ func run(ctx context.Context, c config) (err error) {
 	}
 	if err := b.warmBroker(ctx); err != nil {
 		return err
+	}
+	if c.growRounds > 0 {
+		return b.runGrowth(ctx) // its own input, no preload
 	}
 	if c.avro {
 		if err := b.registerAvro(ctx); err != nil {
