@@ -21,11 +21,11 @@ import (
 // job.parallelism: its downstream stage's parallelism follows the input's
 // partition count at the first start, and keeps it when partitions are
 // added. The coordinator reads the partition count every 200ms.
-func growthYAML(job, in, out, broker, storage, dir, id string) string {
+func growthYAML(job, in, out, broker, storage, dir, id string, maxParallelism int) string {
 	return fmt.Sprintf(`
 job:
   name: %s
-  max_parallelism: 16
+  max_parallelism: %d
   pipeline:
     - source: {topics: [%s], format: json}
     - key_by: {field: page}
@@ -36,7 +36,7 @@ checkpoint: {interval: 100ms, timeout: 20s, purge_interval: 1s, storage: "%s"}
 state: {dir: "%s/state-%s"}
 http: {address: ""}
 process: {replica_id: %s, grace_period: 20s}
-`, job, in, out, broker, storage, dir, id, id)
+`, job, maxParallelism, in, out, broker, storage, dir, id, id)
 }
 
 // produceClicksTo writes clicks from..to-1 into in as produceClicks does,
@@ -120,7 +120,7 @@ func TestInputPartitionsAdded(t *testing.T) {
 		c.CreateTopic(t, out, 4, nil)
 		dir := t.TempDir()
 		start := func(id string) *testReplica {
-			return startReplica(ctx, t, id, growthYAML(job, in, out, c.Brokers[0], "file://"+dir+"/checkpoints", dir, id))
+			return startReplica(ctx, t, id, growthYAML(job, in, out, c.Brokers[0], "file://"+dir+"/checkpoints", dir, id, 16))
 		}
 		produceClicksTo(ctx, t, c, in, 4, pages, 0, records/4)
 		a, b := start("a"), start("b")
@@ -182,7 +182,8 @@ func waitLag(ctx context.Context, t *testing.T, topic string, partitions []strin
 
 // TestRestoreInputPartitions restores a job whose input gained partitions
 // while it was stopped (the new ones start empty, at their earliest
-// offset: every count exact), then one whose input topic was deleted and
+// offset: every count exact; its downstream stage keeps its 2 tasks, as
+// many as its key groups, which 4 would exceed), then one whose input topic was deleted and
 // created again with fewer partitions: the job fails with cause job, the
 // reason says so, and no output is written. On kfake and on the real
 // broker.
@@ -200,7 +201,7 @@ func TestRestoreInputPartitions(t *testing.T) {
 		c.CreateTopic(t, out, 2, nil)
 		dir := t.TempDir()
 		start := func() *testReplica {
-			return startReplica(ctx, t, "a", growthYAML(job, in, out, c.Brokers[0], "file://"+dir+"/checkpoints", dir, "a"))
+			return startReplica(ctx, t, "a", growthYAML(job, in, out, c.Brokers[0], "file://"+dir+"/checkpoints", dir, "a", 2))
 		}
 		produceClicksTo(ctx, t, c, in, 2, pages, 0, records/2)
 		a := start()

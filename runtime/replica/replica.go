@@ -242,10 +242,23 @@ func (r *Replica) prepare(ctx context.Context) error {
 			}
 			r.inputParts = parts
 			p, err = r.planFor(parts, nil)
+			<-controlMade
+			if errors.Is(err, plan.ErrInvalid) {
+				// Planned as at a first start, a downstream stage that
+				// follows the input may exceed the key groups after
+				// partitions were added; it keeps the running
+				// generation's task count.
+				g, herr := r.lastGeneration(ctx)
+				if herr != nil {
+					return herr
+				}
+				if g != nil {
+					p, err = r.planFor(parts, g)
+				}
+			}
 			if err != nil {
 				return permanent{err} // the job and its configuration disagree
 			}
-			<-controlMade
 			return r.ensureShuffleTopics(ctx, adm, p)
 		}),
 		timed(2, func() error { return r.checkSinks(ctx, adm) }),
@@ -302,6 +315,22 @@ func (r *Replica) planFor(parts int, g *control.Generation) (*plan.Plan, error) 
 		in.Running = plan.Count(tasks)
 	}
 	return plan.Build(r.opts.Job, in)
+}
+
+// lastGeneration returns the newest generation record of the commit
+// topic, or nil if there is none.
+func (r *Replica) lastGeneration(ctx context.Context) (*control.Generation, error) {
+	hist, err := controltopic.ReadHistory(ctx, r.kopts, r.topics, control.TopicCommit)
+	if err != nil {
+		return nil, err
+	}
+	var last *control.Generation
+	for _, rec := range hist.Records {
+		if g, ok := rec.Msg.(control.Generation); ok {
+			last = &g
+		}
+	}
+	return last, nil
 }
 
 // sourceTasks returns the number of tasks of the job's source stage in

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -217,8 +219,13 @@ func (b *bench) runGrowth(ctx context.Context) error {
 		}
 		wait := seen.Sub(added)
 		waits = append(waits, wait)
-		benchutil.Info("round %d: partition %d added; the broker took its first record after %v, its first output was committed after %v",
-			round+1, p, accepted.Round(time.Millisecond), wait.Round(time.Millisecond))
+		detail := "the coordinator's log line not found"
+		if at, ok := j.detected(int(p) + 1); ok {
+			detail = fmt.Sprintf("the coordinator noticed it after %v, %v before that output",
+				at.Sub(added).Round(time.Millisecond), seen.Sub(at).Round(time.Millisecond))
+		}
+		benchutil.Info("round %d: partition %d added; the broker took its first record after %v, its first output was committed after %v (%s)",
+			round+1, p, accepted.Round(time.Millisecond), wait.Round(time.Millisecond), detail)
 	}
 	stopSteady()
 	steady.Wait()
@@ -247,4 +254,29 @@ func (b *bench) runGrowth(ctx context.Context) error {
 		return err
 	}
 	return verdict([]*verification{v})
+}
+
+// detectedRE is the coordinator's log line for a new partition count.
+var detectedRE = regexp.MustCompile(`^time=(\S+) .*msg="the input topics' partition count changed.* partitions=(\d+) `)
+
+// detected returns when a replica of j logged that the input's partition
+// count changed to partitions (docs/operations.md, "Input partitions
+// added"): when the coordinator noticed it.
+func (j *job) detected(partitions int) (time.Time, bool) {
+	for _, p := range j.procs {
+		b, err := os.ReadFile(p.log)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			m := detectedRE.FindStringSubmatch(line)
+			if m == nil || m[2] != strconv.Itoa(partitions) {
+				continue
+			}
+			if at, err := time.Parse(time.RFC3339Nano, m[1]); err == nil {
+				return at, true
+			}
+		}
+	}
+	return time.Time{}, false
 }
