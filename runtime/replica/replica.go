@@ -320,7 +320,17 @@ func (r *Replica) planFor(parts int, g *control.Generation) (*plan.Plan, error) 
 // lastGeneration returns the newest generation record of the commit
 // topic, or nil if there is none.
 func (r *Replica) lastGeneration(ctx context.Context) (*control.Generation, error) {
-	hist, err := controltopic.ReadHistory(ctx, r.kopts, r.topics, control.TopicCommit)
+	return LastGeneration(ctx, r.kopts, r.topics)
+}
+
+// LastGeneration returns the newest generation record of the commit topic
+// of topics, or nil if there is none (or no commit topic: the job never
+// ran). `processor plan` asks it for the running generation's task counts.
+func LastGeneration(ctx context.Context, opts []kgo.Opt, topics controltopic.Topics) (*control.Generation, error) {
+	hist, err := controltopic.ReadHistory(ctx, opts, topics, control.TopicCommit)
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
