@@ -5,8 +5,9 @@
 // on those topics say.
 //
 // Goroutines: Run's goroutine owns the set of local tasks and every decision
-// about them; it reads control records from one tail goroutine and
-// membership views from the membership package. The coordinator runner, when
+// about them; it reads control records from one tail goroutine, membership
+// views from the membership package, and the input topics' partition count
+// from a watcher goroutine (every kafka.metadata_max_age). The coordinator runner, when
 // this replica holds the role, runs on a goroutine of its own and is fed
 // through its Submit method. Tasks run their own goroutines (package task).
 package replica
