@@ -56,9 +56,16 @@ func checkAgainst(ctx context.Context, out io.Writer, cfg *config.Config, job *s
 	if parts == 0 {
 		parts = countSourceTasks(md)
 	}
+	// As a replica plans a generation after the checkpoint's: a
+	// downstream stage whose parallelism follows the input keeps its task
+	// count (plan.Inputs.Running).
+	tasks := make([]control.TaskID, len(md.Tasks))
+	for i, ts := range md.Tasks {
+		tasks[i] = ts.Task
+	}
 	p, err := plan.Build(job, plan.Inputs{
 		SourcePartitions: parts, Parallelism: cfg.Job.Parallelism, MaxParallelism: cfg.Job.MaxParallelism,
-		TopicPrefix: cfg.Kafka.TopicPrefix,
+		TopicPrefix: cfg.Kafka.TopicPrefix, Running: plan.Count(tasks),
 	})
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/kafkaio/controltopic"
 	"github.com/weir-stream/weir/plan"
 	"github.com/weir-stream/weir/runtime/replica"
 	"github.com/weir-stream/weir/stream"
@@ -32,8 +33,11 @@ each shuffle topic with its partition count (job.max_parallelism), its
 writers and readers and the KeyBy (or key_by step) that made it.
 
 The source stage has one task per partition of the input topics: plan asks
-Kafka for that count, with the configuration's kafka settings, as run does.
-With --partitions N it uses N instead and connects to nothing.`,
+Kafka for that count, with the configuration's kafka settings, as run does,
+and a stage after a key_by whose parallelism follows the input keeps the
+task count of the job's running generation (its commit topic), as run does
+when partitions are added. With --partitions N it uses N instead and
+connects to nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("partitions") {
@@ -48,7 +52,7 @@ With --partitions N it uses N instead and connects to nothing.`,
 				if err != nil {
 					return err
 				}
-				return printPlan(cmd.OutOrStdout(), cfg, job, partitions, asJSON)
+				return printPlan(cmd.OutOrStdout(), cfg, job, partitions, nil, asJSON)
 			}
 			return withKafka(cmd, file, goJob, func(ctx context.Context, cfg *config.Config, opts []kgo.Opt) error {
 				job, err := jobOf(cfg, goJob)
@@ -59,7 +63,22 @@ With --partitions N it uses N instead and connects to nothing.`,
 				if err != nil {
 					return err
 				}
-				return printPlan(cmd.OutOrStdout(), cfg, job, n, asJSON)
+				// A downstream stage that follows the input keeps the
+				// running generation's task count (input partitions
+				// added to a running job).
+				g, err := replica.LastGeneration(ctx, opts, controltopic.NewTopics(cfg.Kafka.TopicPrefix))
+				if err != nil {
+					return fmt.Errorf("read the job's commit topic: %w", err)
+				}
+				var running map[string]int
+				if g != nil {
+					tasks, err := g.Assignment.Tasks()
+					if err != nil {
+						return err
+					}
+					running = plan.Count(tasks)
+				}
+				return printPlan(cmd.OutOrStdout(), cfg, job, n, running, asJSON)
 			})
 		},
 	}
@@ -80,11 +99,13 @@ func inputPartitions(ctx context.Context, opts []kgo.Opt, job *stream.Job) (int,
 	return replica.InputPartitions(ctx, kadm.NewClient(cl), job)
 }
 
-// printPlan plans job with the input's partition count and the
-// configuration's parallelism settings, and prints it.
-func printPlan(w io.Writer, cfg *config.Config, job *stream.Job, partitions int, asJSON bool) error {
+// printPlan plans job with the input's partition count, the
+// configuration's parallelism settings and the running generation's task
+// counts (nil: none; plan.Inputs.Running), and prints it.
+func printPlan(w io.Writer, cfg *config.Config, job *stream.Job, partitions int, running map[string]int, asJSON bool) error {
 	p, err := plan.Build(job, plan.Inputs{
 		SourcePartitions: partitions,
+		Running:          running,
 		Parallelism:      cfg.Job.Parallelism,
 		MaxParallelism:   cfg.Job.MaxParallelism,
 		TopicPrefix:      cfg.Kafka.TopicPrefix,

@@ -278,6 +278,11 @@ type Kafka struct {
 	// SessionTimeout of the replicas' membership group: how long a silent
 	// replica keeps its tasks.
 	SessionTimeout time.Duration `mapstructure:"session_timeout"`
+	// MetadataMaxAge is how often the coordinator asks the brokers for
+	// the input topics' partition count: partitions added to them get
+	// tasks within about this long (docs/operations.md, "Input partitions
+	// added").
+	MetadataMaxAge time.Duration `mapstructure:"metadata_max_age"`
 	// TLS secures the connections to every broker.
 	TLS TLS `mapstructure:"tls"`
 	// SASL authenticates the connections to every broker.
@@ -442,6 +447,7 @@ func Default() Config {
 		Kafka: Kafka{
 			ReplicationFactor: -1,
 			SessionTimeout:    10 * time.Second,
+			MetadataMaxAge:    30 * time.Second,
 		},
 		Checkpoint: Checkpoint{
 			Interval:          10 * time.Second,

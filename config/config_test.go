@@ -471,3 +471,23 @@ func TestEnvAndFlagLayers(t *testing.T) {
 		t.Errorf("NoEnv: client_id %q, max_concurrent %d", cfg.Kafka.ClientID, cfg.Checkpoint.MaxConcurrent)
 	}
 }
+
+// TestMetadataMaxAge: kafka.metadata_max_age defaults to 30s (the
+// coordinator's reading of the input's partition count, issue 31), and a
+// value outside [100ms, 1h] is a problem named by its key path.
+func TestMetadataMaxAge(t *testing.T) {
+	cfg, err := config.Load(config.Source{YAML: []byte(clicksJob), NoEnv: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kafka.MetadataMaxAge != 30*time.Second {
+		t.Errorf("default kafka.metadata_max_age %v, want 30s", cfg.Kafka.MetadataMaxAge)
+	}
+	for _, v := range []string{"10ms", "2h"} {
+		yaml := strings.Replace(clicksJob, "  brokers: [127.0.0.1:9092]\n", "  brokers: [127.0.0.1:9092]\n  metadata_max_age: "+v+"\n", 1)
+		_, err := config.Load(config.Source{YAML: []byte(yaml), NoEnv: true})
+		if err == nil || !strings.Contains(err.Error(), "kafka.metadata_max_age") || !strings.Contains(err.Error(), "between 100ms and 1h") {
+			t.Errorf("metadata_max_age %s: %v; want a problem naming kafka.metadata_max_age and its bounds", v, err)
+		}
+	}
+}

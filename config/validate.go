@@ -87,6 +87,12 @@ func (c *Config) Validate() error {
 	if c.Kafka.SessionTimeout < 6*time.Second || c.Kafka.SessionTimeout > 30*time.Minute {
 		v.add("kafka.session_timeout", "%v: must be between 6s and 30m (the broker's default group session bounds)", c.Kafka.SessionTimeout)
 	}
+	// Each check is one metadata request of the coordinator: more often
+	// than every 100ms only loads the brokers; less often than every hour
+	// leaves new partitions unread for longer than anyone expects.
+	if m := c.Kafka.MetadataMaxAge; m < 100*time.Millisecond || m > time.Hour {
+		v.add("kafka.metadata_max_age", "%v: must be between 100ms and 1h", m)
+	}
 
 	c.validateTLS(&v)
 	c.validateSASL(&v)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/control"
 )
 
@@ -122,6 +123,7 @@ type Core struct {
 	gen            uint64
 	assignment     control.Assignment
 	fingerprint    string           // the job file of the current generation (control.Generation)
+	schema         *compat.Schema   // the state schema of the current generation (Assign), or nil
 	tasks          []control.TaskID // sorted
 	index          map[control.TaskID]int
 	lastID         uint64     // highest checkpoint ID ever used
@@ -486,7 +488,7 @@ func (c *Core) ack(a control.Ack) {
 func (c *Core) finalize(p *pending) {
 	p.finalizing = true
 	md := control.Metadata{ID: p.id, Gen: p.gen, Kind: p.kind, Target: p.target,
-		TS: p.ts.UnixMilli(), Tasks: make([]control.TaskState, len(c.tasks))}
+		TS: p.ts.UnixMilli(), Tasks: make([]control.TaskState, len(c.tasks)), Schema: c.schema}
 	for i, t := range c.tasks { // c.tasks is sorted, as Metadata requires
 		md.Tasks[i] = control.TaskState{Task: t, Handle: p.acks[i].handle, Metrics: p.acks[i].metrics,
 			Shuffle: p.acks[i].shuffle}
@@ -687,7 +689,7 @@ func (c *Core) assign(ev Assign) error {
 	for r, ts := range ev.Assignment {
 		a[r] = slices.Clone(ts)
 	}
-	c.fingerprint = ev.Fingerprint
+	c.fingerprint, c.schema = ev.Fingerprint, ev.Schema
 	c.newGeneration(a)
 	return nil
 }

@@ -1,6 +1,9 @@
 package coordinator
 
-import "github.com/weir-stream/weir/control"
+import (
+	"github.com/weir-stream/weir/compat"
+	"github.com/weir-stream/weir/control"
+)
 
 // Event is an input of Core.Step. The set is closed: the types below.
 type Event interface{ isEvent() }
@@ -24,6 +27,10 @@ type Assign struct {
 	// coordinator replica's): its Generation record carries it, and so
 	// does every restart of that generation.
 	Fingerprint string
+	// Schema is the state schema of the job and plan of the new
+	// generation (package compat), which the _metadata of its checkpoints
+	// record; nil records none.
+	Schema *compat.Schema
 }
 
 // TaskRunning reports that Task has restored the state of generation Gen and

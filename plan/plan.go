@@ -1,6 +1,7 @@
 // Package plan owns the physical plan of a job: from a built stream.Job
-// and what is known at start (the source topics' partition count, the
-// job's parallelism settings, the topic prefix), it derives each stage's
+// and what is known when a generation is planned (the source topics'
+// partition count, the job's parallelism settings, the topic prefix, the
+// running generation's task counts), it derives each stage's
 // parallelism and tasks, each task's range of key groups, and each shuffle
 // topic with its partition count and its writers and readers.
 //
@@ -13,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/weir-stream/weir/control"
@@ -39,6 +42,14 @@ type Inputs struct {
 	// TopicPrefix is kafka.topic_prefix, which starts the shuffle topics'
 	// names.
 	TopicPrefix string
+	// Running is the number of tasks of each stage in the job's running
+	// generation (Count of its assignment); nil at the job's first start.
+	// A downstream stage whose parallelism neither its KeyBy nor
+	// Parallelism sets keeps its running task count instead of following
+	// SourcePartitions: its state cannot move to another number of tasks
+	// yet, so input partitions added to a running job give tasks to the
+	// source stage only.
+	Running map[string]int
 }
 
 // Plan is a job's stages, tasks and shuffle topics.
@@ -100,6 +111,7 @@ func Build(job *stream.Job, in Inputs) (*Plan, error) {
 	if in.MaxParallelism == 0 {
 		in.MaxParallelism = keygroup.DefaultMaxParallelism
 	}
+	followsInput := in.Parallelism == 0 // the default parallelism is the input's
 	if in.Parallelism == 0 {
 		in.Parallelism = in.SourcePartitions
 	}
@@ -125,6 +137,8 @@ func Build(job *stream.Job, in Inputs) (*Plan, error) {
 			st.Parallelism = in.SourcePartitions
 		case d.Parallelism > 0:
 			st.Parallelism = d.Parallelism
+		case followsInput && in.Running[d.Name] > 0:
+			st.Parallelism = in.Running[d.Name]
 		default:
 			st.Parallelism = in.Parallelism
 		}
@@ -145,6 +159,62 @@ func Build(job *stream.Job, in Inputs) (*Plan, error) {
 		p.Shuffles = append(p.Shuffles, sh)
 	}
 	return p, nil
+}
+
+// Count returns the number of tasks of each stage among tasks: a
+// generation's Inputs.Running.
+func Count(tasks []control.TaskID) map[string]int {
+	n := make(map[string]int)
+	for _, t := range tasks {
+		n[t.Stage]++
+	}
+	return n
+}
+
+// ForTasks plans job for a generation that runs tasks (its assignment's,
+// control.Assignment.Tasks): the source stage gets as many tasks as tasks
+// hold of it, every downstream stage whose parallelism follows the input
+// keeps its count in tasks (Inputs.Running). in.SourcePartitions and
+// in.Running are ignored. It fails, wrapping ErrInvalid, if the plan's
+// tasks are not exactly tasks: a generation placed by a coordinator
+// running another job file.
+func ForTasks(job *stream.Job, in Inputs, tasks []control.TaskID) (*Plan, error) {
+	if err := job.Build(); err != nil {
+		return nil, err
+	}
+	in.Running = Count(tasks)
+	in.SourcePartitions = 0
+	for _, d := range job.Stages() {
+		if d.Kafka {
+			in.SourcePartitions = in.Running[d.Name]
+		}
+	}
+	p, err := Build(job, in)
+	if err != nil {
+		return nil, err
+	}
+	want := p.Tasks()
+	if !slices.Equal(sortedTasks(want), sortedTasks(tasks)) {
+		return nil, fmt.Errorf("%w: job %s: the generation runs %d tasks (%s), the job's plan for them has %d (%s)",
+			ErrInvalid, job.Name(), len(tasks), describeCounts(Count(tasks)), len(want), describeCounts(Count(want)))
+	}
+	return p, nil
+}
+
+func sortedTasks(ts []control.TaskID) []control.TaskID {
+	ts = slices.Clone(ts)
+	slices.SortFunc(ts, control.TaskID.Compare)
+	return ts
+}
+
+// describeCounts writes counts as "a: 2, main: 8", by stage name.
+func describeCounts(counts map[string]int) string {
+	names := slices.Sorted(maps.Keys(counts))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s: %d", n, counts[n])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // validTopic is Kafka's rule for topic names.

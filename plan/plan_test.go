@@ -27,7 +27,7 @@ import (
 // pipeline, then plans it with partitions source partitions and the job's
 // settings (overridden by the other arguments); and
 //
-//	job [partitions=N] [parallelism=N] [max=N] [prefix=P]
+//	job [partitions=N] [parallelism=N] [max=N] [prefix=P] [running=<stage>:N,...]
 //	from <topic>
 //	key-by [name=<stage>] [parallelism=N]
 //	count <operator>
@@ -35,17 +35,26 @@ import (
 //	to <topic>
 //
 // builds a Go job of []byte streams, each line applied to the stream of the
-// line before. Both print the plan's Describe, or the error. Then
+// line before. Both print the plan's Describe, or the error; running (also
+// for yaml) is Inputs.Running. Then
 //
 //	keygroups <stage>/<i> ...
 //	tasks
 //	json
 //
-// print the key groups of tasks, every task, or the JSON of the last plan.
+// print the key groups of tasks, every task, or the JSON of the last plan,
+// and
+//
+//	for-tasks <stage>:N ...
+//
+// plans the last job (with its arguments) with ForTasks for a generation of
+// N tasks of each stage named, and prints it or the error.
 // Go call sites print as FILE:N.
 func TestPlan(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		var last *plan.Plan
+		var lastJob *stream.Job
+		var lastIn plan.Inputs
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			switch d.Cmd {
 			case "yaml", "job":
@@ -64,8 +73,12 @@ func TestPlan(t *testing.T) {
 					job = scriptJob(t, d.Input)
 				}
 				for _, arg := range d.CmdArgs {
-					if arg.Key == "prefix" {
+					switch arg.Key {
+					case "prefix":
 						in.TopicPrefix = arg.Vals[0]
+						continue
+					case "running":
+						in.Running = stageCounts(t, arg.Vals)
 						continue
 					}
 					n, err := strconv.Atoi(arg.Vals[0])
@@ -83,17 +96,24 @@ func TestPlan(t *testing.T) {
 						d.Fatalf(t, "unknown argument %s", arg.Key)
 					}
 				}
+				lastJob, lastIn = job, in
 				p, err := plan.Build(job, in)
-				if err != nil {
-					last = nil
-					return "error: " + goSite(err.Error()) + "\n"
-				}
 				last = p
-				var b bytes.Buffer
-				if err := p.Describe(&b); err != nil {
-					t.Fatal(err)
+				return describe(t, p, err)
+			case "for-tasks":
+				var items []string
+				for _, a := range d.CmdArgs {
+					items = append(items, a.Key)
 				}
-				return goSite(b.String())
+				var tasks []control.TaskID
+				for stage, n := range stageCounts(t, items) {
+					for i := range n {
+						tasks = append(tasks, control.TaskID{Stage: stage, Index: i})
+					}
+				}
+				p, err := plan.ForTasks(lastJob, lastIn, tasks)
+				last = p
+				return describe(t, p, err)
 			case "keygroups":
 				var b strings.Builder
 				for _, arg := range d.CmdArgs {
@@ -118,6 +138,34 @@ func TestPlan(t *testing.T) {
 			return ""
 		})
 	})
+}
+
+// describe prints plan p, or err.
+func describe(t *testing.T, p *plan.Plan, err error) string {
+	if err != nil {
+		return "error: " + goSite(err.Error()) + "\n"
+	}
+	var b bytes.Buffer
+	if err := p.Describe(&b); err != nil {
+		t.Fatal(err)
+	}
+	return goSite(b.String())
+}
+
+// stageCounts parses "<stage>:N" items, each possibly a comma-separated list.
+func stageCounts(t *testing.T, items []string) map[string]int {
+	out := map[string]int{}
+	for _, item := range items {
+		for kv := range strings.SplitSeq(item, ",") {
+			k, v, ok := strings.Cut(kv, ":")
+			n, err := strconv.Atoi(v)
+			if !ok || err != nil {
+				t.Fatalf("%q: want <stage>:N", kv)
+			}
+			out[k] = n
+		}
+	}
+	return out
 }
 
 var goSiteRE = regexp.MustCompile(`[\w.-]+\.go:\d+`)

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/weir-stream/weir/checkpoint"
-	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/state/objstore"
 )
@@ -14,16 +13,10 @@ import (
 // savepoints/<target>/_metadata for a savepoint with a target name.
 type ObjectStoreMetadata struct {
 	Store *objstore.Store
-	// Schema, if set, is the job's state schema, which every _metadata
-	// object records (package compat).
-	Schema *compat.Schema
 }
 
 // WriteMetadata implements MetadataStore with a conditional put.
 func (s ObjectStoreMetadata) WriteMetadata(ctx context.Context, m control.Metadata) (string, error) {
-	if s.Schema != nil {
-		m.Schema = s.Schema
-	}
 	return checkpoint.WriteMetadata(ctx, s.Store, m)
 }
 

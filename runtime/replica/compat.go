@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"time"
 
 	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/control"
+	kafkasink "github.com/weir-stream/weir/kafkaio/sink"
+	"github.com/weir-stream/weir/plan"
 	"github.com/weir-stream/weir/state/objstore"
 )
 
@@ -46,6 +49,7 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 type restoreCheck struct {
 	newest  *control.Complete // the newest completed checkpoint seen
 	checked uint64            // the checkpoint last compared (0: none)
+	schema  *compat.Schema    // the job's schema it was compared with
 	result  compat.Result
 	refused atomic.Pointer[RefusedError]
 }
@@ -54,9 +58,12 @@ type restoreCheck struct {
 // for use by any goroutine.
 func (r *Replica) Refused() *RefusedError { return r.check.refused.Load() }
 
-// Schema returns the job's state schema, as its checkpoints record it
-// (nil before the replica has planned the job).
-func (r *Replica) Schema() *compat.Schema { return r.schema }
+// schemaOf is the job's state schema under plan p, as the checkpoints of
+// a generation of p record it.
+func (r *Replica) schemaOf(p *plan.Plan) *compat.Schema {
+	s := p.Schema(r.opts.Job, r.opts.Fingerprint, kafkasink.TxnIDPrefix(r.cfg.Kafka.TopicPrefix))
+	return &s
+}
 
 // noteComplete records a completed checkpoint read from the commit topic.
 func (r *Replica) noteComplete(c control.Complete) {
@@ -65,20 +72,21 @@ func (r *Replica) noteComplete(c control.Complete) {
 	}
 }
 
-// checkRestore compares the job with the newest completed checkpoint
-// (once per checkpoint) and returns a *RefusedError if the job must not
-// restore it. Compatible differences are logged once.
-func (r *Replica) checkRestore(ctx context.Context) error {
+// checkRestore compares the job's schema sch with the newest completed
+// checkpoint's (once per checkpoint and schema) and returns a
+// *RefusedError if the job must not restore it. Compatible differences
+// are logged once.
+func (r *Replica) checkRestore(ctx context.Context, sch *compat.Schema) error {
 	n := r.check.newest
-	if n == nil || r.schema == nil {
+	if n == nil {
 		return nil // nothing to restore: the job starts from its sources
 	}
-	if n.ID != r.check.checked {
-		res, err := r.compare(ctx, n)
+	if n.ID != r.check.checked || !reflect.DeepEqual(sch, r.check.schema) {
+		res, err := r.compare(ctx, n, sch)
 		if err != nil {
 			return err // the object store: retried
 		}
-		r.check.checked, r.check.result = n.ID, res
+		r.check.checked, r.check.schema, r.check.result = n.ID, sch, res
 		r.logCompare(res)
 	}
 	if err := r.check.result.Err(r.cfg.Process.AllowNonRestoredState); err != nil {
@@ -89,7 +97,7 @@ func (r *Replica) checkRestore(ctx context.Context) error {
 
 // compare reads the metadata of checkpoint c and compares its schema with
 // the job's.
-func (r *Replica) compare(ctx context.Context, c *control.Complete) (compat.Result, error) {
+func (r *Replica) compare(ctx context.Context, c *control.Complete, sch *compat.Schema) (compat.Result, error) {
 	md, err := checkpoint.ReadCompleted(ctx, r.store, *c)
 	if errors.Is(err, objstore.ErrNotFound) {
 		// A completed checkpoint without its metadata: the object store
@@ -100,7 +108,7 @@ func (r *Replica) compare(ctx context.Context, c *control.Complete) (compat.Resu
 	if err != nil {
 		return compat.Result{}, fmt.Errorf("checkpoint %d: %w", c.ID, err)
 	}
-	return compat.Compare(c.ID, md.Schema, r.schema), nil
+	return compat.Compare(c.ID, md.Schema, sch), nil
 }
 
 // logCompare logs what a comparison found: the compatible differences at

@@ -5,8 +5,9 @@
 // on those topics say.
 //
 // Goroutines: Run's goroutine owns the set of local tasks and every decision
-// about them; it reads control records from one tail goroutine and
-// membership views from the membership package. The coordinator runner, when
+// about them; it reads control records from one tail goroutine, membership
+// views from the membership package, and the input topics' partition count
+// from a watcher goroutine (every kafka.metadata_max_age). The coordinator runner, when
 // this replica holds the role, runs on a goroutine of its own and is fed
 // through its Submit method. Tasks run their own goroutines (package task).
 package replica
@@ -33,7 +34,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator"
@@ -87,15 +87,19 @@ type Replica struct {
 	met     *metrics
 	runner  *runner.Runner // created once; Run once per coordinator term
 
-	plan    *plan.Plan       // the job's stages, tasks and shuffles, fixed at start
-	schema  *compat.Schema   // the job's state schema under plan (compat.go)
-	taskIDs []control.TaskID // every task of the job (plan.Tasks)
 	taskMet *task.Metrics
 	sinks   []stream.KafkaSink // the job's sinks with their defaults (sinkSpecs)
 
 	// Owned by Run's goroutine.
-	gen   uint64
-	tasks map[control.TaskID]*task.Task
+	//
+	// plan is the running generation's stages, tasks and shuffles
+	// (plan.ForTasks of its assignment; before the first generation, the
+	// plan made at start); inputParts the input topics' partition count
+	// last read, which the coordinator places tasks for.
+	plan       *plan.Plan
+	inputParts int
+	gen        uint64
+	tasks      map[control.TaskID]*task.Task
 	// shuffleCls are the producers the generation's tasks share for their
 	// shuffle writes (none if no task writes one), shuffleFor each writing
 	// task's; closed by stopTasks once every task stopped.
@@ -231,7 +235,7 @@ func (r *Replica) prepare(ctx context.Context) error {
 	// Metadata at most 50ms old: the checks below ask again for topics
 	// just created, and kadm answers from the client's cache, which by
 	// default keeps an unknown topic unknown for 5s.
-	cl, err := kgo.NewClient(append(r.kopts, kgo.MetadataMinAge(50*time.Millisecond))...)
+	cl, err := kgo.NewClient(append(slices.Clip(r.kopts), kgo.MetadataMinAge(50*time.Millisecond))...)
 	if err != nil {
 		return err
 	}
@@ -270,14 +274,25 @@ func (r *Replica) prepare(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			p, err = plan.Build(r.opts.Job, plan.Inputs{
-				SourcePartitions: parts, Parallelism: r.cfg.Job.Parallelism, MaxParallelism: r.cfg.Job.MaxParallelism,
-				TopicPrefix: r.cfg.Kafka.TopicPrefix,
-			})
+			r.inputParts = parts
+			p, err = r.planFor(parts, nil)
+			<-controlMade
+			if errors.Is(err, plan.ErrInvalid) {
+				// Planned as at a first start, a downstream stage that
+				// follows the input may exceed the key groups after
+				// partitions were added; it keeps the running
+				// generation's task count.
+				g, herr := r.lastGeneration(ctx)
+				if herr != nil {
+					return herr
+				}
+				if g != nil {
+					p, err = r.planFor(parts, g)
+				}
+			}
 			if err != nil {
 				return permanent{err} // the job and its configuration disagree
 			}
-			<-controlMade
 			return r.ensureShuffleTopics(ctx, adm, p)
 		}),
 		timed(2, func() error { return r.checkSinks(ctx, adm) }),
@@ -299,9 +314,7 @@ func (r *Replica) prepare(ctx context.Context) error {
 		return err
 	}
 	r.log.Debug("prepared", "control_topics", took[0], "plan_and_shuffle_topics", took[1], "sinks", took[2], "object_store", took[3])
-	r.plan, r.taskIDs = p, p.Tasks()
-	sch := p.Schema(r.opts.Job, r.opts.Fingerprint, kafkasink.TxnIDPrefix(r.cfg.Kafka.TopicPrefix))
-	r.schema = &sch
+	r.plan = p
 	if r.acks == nil {
 		a, err := controltopic.NewAckWriter(r.kopts, r.topics)
 		if err != nil {
@@ -313,6 +326,69 @@ func (r *Replica) prepare(ctx context.Context) error {
 		r.cache = pebble.NewCache(r.cfg.State.BlockCacheBytes)
 	}
 	return nil
+}
+
+// planInputs are the plan's inputs from the job's settings.
+func (r *Replica) planInputs() plan.Inputs {
+	return plan.Inputs{
+		Parallelism: r.cfg.Job.Parallelism, MaxParallelism: r.cfg.Job.MaxParallelism, TopicPrefix: r.cfg.Kafka.TopicPrefix,
+	}
+}
+
+// planFor plans the job for parts input partitions, its downstream stages
+// keeping the task counts of the running generation g (nil: none yet,
+// plan.Inputs.Running).
+func (r *Replica) planFor(parts int, g *control.Generation) (*plan.Plan, error) {
+	in := r.planInputs()
+	in.SourcePartitions = parts
+	if g != nil {
+		tasks, err := g.Assignment.Tasks()
+		if err != nil {
+			return nil, err
+		}
+		in.Running = plan.Count(tasks)
+	}
+	return plan.Build(r.opts.Job, in)
+}
+
+// lastGeneration returns the newest generation record of the commit
+// topic, or nil if there is none.
+func (r *Replica) lastGeneration(ctx context.Context) (*control.Generation, error) {
+	return LastGeneration(ctx, r.kopts, r.topics)
+}
+
+// LastGeneration returns the newest generation record of the commit topic
+// of topics, or nil if there is none (or no commit topic: the job never
+// ran). `processor plan` asks it for the running generation's task counts.
+func LastGeneration(ctx context.Context, opts []kgo.Opt, topics controltopic.Topics) (*control.Generation, error) {
+	hist, err := controltopic.ReadHistory(ctx, opts, topics, control.TopicCommit)
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var last *control.Generation
+	for _, rec := range hist.Records {
+		if g, ok := rec.Msg.(control.Generation); ok {
+			last = &g
+		}
+	}
+	return last, nil
+}
+
+// sourceTasks returns the number of tasks of the job's source stage in
+// generation g: the input partitions it was placed for.
+func (r *Replica) sourceTasks(g *control.Generation) int {
+	n := 0
+	for _, ts := range g.Assignment {
+		for _, t := range ts {
+			if st := r.plan.Stage(t.Stage); st != nil && st.Kafka {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // ensureShuffleTopics creates the shuffle topics of plan p, or checks
@@ -710,7 +786,7 @@ func (r *Replica) session(ctx context.Context) error {
 	}
 	// A job file that cannot restore the newest checkpoint never joins:
 	// it writes nothing, and a generation of the others goes on.
-	if err := r.checkRestore(ctx); err != nil {
+	if err := r.checkRestore(ctx, r.schemaOf(r.plan)); err != nil {
 		return err
 	}
 	r.setRefused(nil)
@@ -758,6 +834,9 @@ func (r *Replica) session(ctx context.Context) error {
 		}
 	}()
 
+	parts := make(chan int)
+	go r.watchInputPartitions(runCtx, parts)
+
 	// A replica that restarts into a running generation takes its tasks
 	// back only when the coordinator says so: a membership change starts a
 	// new generation, whose record arrives on the tail.
@@ -792,6 +871,8 @@ func (r *Replica) session(ctx context.Context) error {
 			if err := r.onRecord(ctx, rec); err != nil {
 				return err
 			}
+		case n := <-parts:
+			r.onInputPartitions(ctx, n)
 		case err := <-coordDone:
 			r.coord = nil
 			if ctx.Err() != nil {
@@ -837,10 +918,35 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 		r.stopCoordinator()
 		return nil
 	}
+	var previous map[string][]string
+	if r.lastGen != nil {
+		previous = map[string][]string{}
+		for rep, ts := range r.lastGen.Assignment {
+			for _, t := range ts {
+				previous[rep] = append(previous[rep], t.String())
+			}
+		}
+	}
+	// The tasks of the input's partition count now, read again: this
+	// replica's last reading may be older than the running generation (a
+	// coordinator that just took over after partitions were added). If
+	// the brokers cannot say, the running generation's count: a stale
+	// reading must not take tasks away.
+	parts, ok := r.readInputPartitions(ctx)
+	if !ok && r.lastGen != nil {
+		parts = r.sourceTasks(r.lastGen)
+	}
+	p, err := r.planFor(parts, r.lastGen)
+	if err != nil {
+		r.log.Error("plan the job's tasks", "err", err)
+		return nil
+	}
 	// The generation this placement starts restores the newest completed
-	// checkpoint with this replica's job: checked first (it was checked at
-	// the join, but a checkpoint may have completed since).
-	if err := r.checkRestore(ctx); err != nil {
+	// checkpoint with this replica's job under plan p: checked first (it
+	// was checked at the join, but a checkpoint may have completed since,
+	// or the input grown). Its checkpoints record p's schema.
+	sch := r.schemaOf(p)
+	if err := r.checkRestore(ctx, sch); err != nil {
 		var refused *RefusedError
 		if errors.As(err, &refused) {
 			r.stopCoordinator()
@@ -853,15 +959,6 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 		if err := r.startCoordinator(ctx); err != nil {
 			r.log.Error("start the coordinator", "err", err)
 			return nil
-		}
-	}
-	var previous map[string][]string
-	if r.lastGen != nil {
-		previous = map[string][]string{}
-		for rep, ts := range r.lastGen.Assignment {
-			for _, t := range ts {
-				previous[rep] = append(previous[rep], t.String())
-			}
 		}
 	}
 	// A generation never runs two job files: the tasks go only to the
@@ -877,12 +974,10 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 	// Each stage is placed on its own, so that every stage's tasks spread
 	// over the replicas (a downstream stage's load is not a source's).
 	a := control.Assignment{}
-	for _, st := range r.plan.Stages {
+	for _, st := range p.Stages {
 		var names []string
-		for _, t := range r.taskIDs {
-			if t.Stage == st.Name {
-				names = append(names, t.String())
-			}
+		for i := range st.Parallelism {
+			names = append(names, control.TaskID{Stage: st.Name, Index: i}.String())
 		}
 		for rep, ts := range membership.Place(names, members, previous) {
 			for _, name := range ts {
@@ -897,10 +992,86 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := r.runner.Submit(sctx, coordinator.Assign{Assignment: a, Fingerprint: r.opts.Fingerprint}); err != nil {
+	if err := r.runner.Submit(sctx, coordinator.Assign{Assignment: a, Fingerprint: r.opts.Fingerprint, Schema: sch}); err != nil {
 		r.log.Error("assign tasks", "err", err)
 	}
 	return nil
+}
+
+// readInputPartitions reads the input topics' partition count and keeps it
+// in r.inputParts; if the brokers cannot say within a few seconds, it
+// returns the count last read and false.
+func (r *Replica) readInputPartitions(ctx context.Context) (int, bool) {
+	cl, err := kgo.NewClient(append(slices.Clip(r.kopts), kgo.MetadataMinAge(50*time.Millisecond))...)
+	if err != nil {
+		r.log.Warn("read the input's partition count", "err", err)
+		return r.inputParts, false
+	}
+	defer cl.Close()
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := InputPartitions(lctx, kadm.NewClient(cl), r.opts.Job)
+	if err != nil {
+		r.log.Warn("read the input's partition count", "err", err, "partitions_last_read", r.inputParts)
+		return r.inputParts, false
+	}
+	r.inputParts = n
+	return n, true
+}
+
+// onInputPartitions reacts to the input topics' partition count read by
+// watchInputPartitions: the coordinator places the tasks of a new
+// generation when it differs from the running generation's (partitions
+// added get tasks; fewer partitions fail the restore, with cause job).
+func (r *Replica) onInputPartitions(ctx context.Context, n int) {
+	r.inputParts = n
+	if r.coord == nil || r.failed != nil || r.lastGen == nil || !r.lastView.IsCoordinator() {
+		return
+	}
+	running := r.sourceTasks(r.lastGen)
+	if n == running {
+		return
+	}
+	r.log.Info("the input topics' partition count changed; a new generation places their tasks",
+		"topics", strings.Join(r.opts.Job.Sources()[0].Topics, ","), "partitions", n, "running_partitions", running,
+		"generation", r.lastGen.Gen)
+	r.onView(ctx, r.lastView)
+}
+
+// watchInputPartitions reads the input topics' partition count every
+// kafka.metadata_max_age and sends it to out, until ctx ends. Every
+// replica watches (one metadata request per period), and only the
+// coordinator acts on it (onInputPartitions); a placement that failed is
+// tried again at the next reading.
+func (r *Replica) watchInputPartitions(ctx context.Context, out chan<- int) {
+	cl, err := kgo.NewClient(append(slices.Clip(r.kopts), kgo.MetadataMinAge(50*time.Millisecond))...)
+	if err != nil {
+		r.log.Warn("watch the input's partition count", "err", err)
+		return
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	tick := time.NewTicker(r.cfg.Kafka.MetadataMaxAge)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		n, err := InputPartitions(ctx, adm, r.opts.Job)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("read the input's partition count", "err", err)
+			}
+			continue
+		}
+		select {
+		case out <- n:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func (r *Replica) startCoordinator(ctx context.Context) error {
@@ -913,7 +1084,7 @@ func (r *Replica) startCoordinator(ctx context.Context) error {
 			},
 			Kafka: r.kopts, Topics: r.topics,
 			TransactionalID: controltopic.CoordinatorTransactionalID(r.cfg.Kafka.TopicPrefix),
-			Metadata:        runner.ObjectStoreMetadata{Store: r.store, Schema: r.schema},
+			Metadata:        runner.ObjectStoreMetadata{Store: r.store},
 			Discarder:       runner.NewObjectStoreGC(r.store, r.log),
 			PurgeInterval:   cp.PurgeInterval,
 			Logger:          r.log,
@@ -1024,6 +1195,25 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	r.met.waiting.Set(0)
 	r.log.Info("generation", "generation", g.Gen, "restore_from", g.RestoreFrom, "tasks", len(mine))
 	start := time.Now()
+	// Every replica runs the generation's plan, made from the tasks its
+	// record lists, not from its own reading of the input's partitions:
+	// all switch to added partitions at the same generation, and every
+	// downstream task aligns on the barriers of exactly the upstream
+	// tasks that run in it.
+	all, err := g.Assignment.Tasks()
+	if err == nil {
+		var p *plan.Plan
+		if p, err = plan.ForTasks(r.opts.Job, r.planInputs(), all); err == nil {
+			r.plan = p
+		}
+	}
+	if err != nil {
+		if len(mine) > 0 {
+			r.reportFailure(ctx, g.Gen, (&task.PermanentError{Cause: control.CauseJob, Err: fmt.Errorf("generation %d: %w", g.Gen, err)}).Failure(g.Gen, mine[0]))
+		}
+		r.log.Error("this replica's job cannot run the generation's tasks", "generation", g.Gen, "err", err)
+		return nil
+	}
 	if err := r.openShuffleClient(mine); err != nil {
 		return err
 	}

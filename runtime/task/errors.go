@@ -11,6 +11,12 @@ import (
 	"github.com/weir-stream/weir/stream"
 )
 
+// ErrFewerPartitions reports a restore from a checkpoint with state for
+// more partitions of the input topics than they have now (a topic deleted
+// and created again with fewer): the job stops with cause job, before its
+// tasks write anything.
+var ErrFewerPartitions = errors.New("task: input topics have fewer partitions than the checkpoint")
+
 // PermanentError is a task failure that no retry or restart can fix: a
 // record that does not decode under on_error: fail, an object store that
 // refuses the job. The replica reports it to the coordinator (a

@@ -131,8 +131,10 @@ func (s *sourceInput) complete(ctx context.Context, n uint64) error {
 	return s.src.Complete(ctx, int64(n))
 }
 
-// openSource creates the task's source input, restored to offsets.
-func (t *Task) openSource(ctx context.Context, offsets source.Offsets) (taskInput, error) {
+// openSource creates the task's source input, restored to offsets; added
+// (a partition added since the checkpoint) starts it at the earliest
+// offset instead of the configured start.
+func (t *Task) openSource(ctx context.Context, offsets source.Offsets, added bool) (taskInput, error) {
 	cfg := t.cfg
 	sources := cfg.Job.Sources()
 	if len(sources) != 1 {
@@ -156,6 +158,9 @@ func (t *Task) openSource(ctx context.Context, offsets source.Offsets) (taskInpu
 	srcCfg.ClientOpts = cfg.Kafka
 	srcCfg.Partition = int32(cfg.ID.Index)
 	srcCfg.Restored = offsets
+	if added {
+		srcCfg.Start = source.Start{Kind: source.StartEarliest}
+	}
 	srcCfg.Skip = cfg.Skip
 	srcCfg.Group = cfg.Prefix + "source"
 	srcCfg.Name = cfg.ID.String()

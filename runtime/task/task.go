@@ -224,11 +224,14 @@ func (t *Task) open(ctx context.Context, name string) error {
 		scfg.MaxParallelism, scfg.KeyGroups = cfg.Plan.MaxParallelism, [2]int{lo, hi}
 	}
 	var opState operatorState
+	var handle string
 	if cfg.RestoreFrom > 0 {
-		handle, err := t.manifestHandle(ctx, name)
-		if err != nil {
+		var err error
+		if handle, err = t.manifestHandle(ctx, name); err != nil {
 			return err
 		}
+	}
+	if handle != "" {
 		start := time.Now()
 		b, err := state.Restore(ctx, scfg, handle)
 		if err != nil {
@@ -333,7 +336,11 @@ func (t *Task) open(ctx context.Context, name string) error {
 	}
 	wg.Go(func() {
 		if st.Kafka {
-			t.in, errs[len(t.outs)] = t.openSource(ctx, opState.Offsets)
+			// A task of a partition added since the checkpoint starts at
+			// its earliest offset, whatever the configured start: every
+			// record written to it is processed.
+			added := cfg.RestoreFrom > 0 && handle == ""
+			t.in, errs[len(t.outs)] = t.openSource(ctx, opState.Offsets, added)
 		} else {
 			t.in, errs[len(t.outs)] = t.openShuffleInput(ctx, opState.Shuffle)
 		}
@@ -370,7 +377,15 @@ func (t *Task) openWatermarks(st *plan.Stage, restored *watermarkState) error {
 }
 
 // manifestHandle reads checkpoint RestoreFrom's _metadata and returns this
-// task's manifest handle in it.
+// task's manifest handle in it, or "" for a task of the source stage that
+// the checkpoint has no state for because the input topics gained
+// partitions since (docs/operations.md, "Input partitions added"): it
+// starts empty, its source at the partition's earliest offset.
+//
+// A checkpoint with state for more tasks of the source stage than the
+// input now has partitions (a topic deleted and created again with fewer),
+// or for another number of tasks of a downstream stage, is a permanent
+// failure of cause job: no restart fixes it, and nothing is written.
 func (t *Task) manifestHandle(ctx context.Context, name string) (string, error) {
 	md, err := checkpoint.ReadID(ctx, t.cfg.Store, t.cfg.RestoreFrom)
 	if err != nil {
@@ -388,7 +403,23 @@ func (t *Task) manifestHandle(ctx context.Context, name string) (string, error) 
 		}
 	}
 	st := t.cfg.Plan.Stage(t.cfg.ID.Stage)
-	if found == 0 || st == nil || inStage != st.Parallelism {
+	grown := st != nil && st.Kafka && inStage < st.Parallelism // partitions added
+	switch {
+	case grown && found == 1:
+		return handle, nil
+	case grown && found == 0 && t.cfg.ID.Index >= inStage:
+		// Partitions added: every task of the checkpoint's restores its
+		// state, this one starts empty.
+		t.log.Info("input partition added since the checkpoint: the task starts empty at the partition's earliest offset",
+			"checkpoint_id", t.cfg.RestoreFrom, "checkpoint_partitions", inStage, "partitions", st.Parallelism)
+		return "", nil
+	case st != nil && st.Kafka && inStage > st.Parallelism:
+		return "", &PermanentError{Cause: control.CauseJob, Err: fmt.Errorf(
+			"%w: checkpoint %d has state for %d partitions of the job's input topics, which now have %d (task %s): "+
+				"an input topic was deleted and created again with fewer partitions, or the job reads other topics; "+
+				"restore the topic's partitions, or start the job under a new job.name (its state starts empty)",
+			ErrFewerPartitions, t.cfg.RestoreFrom, inStage, st.Parallelism, name)}
+	case found == 0 || st == nil || inStage != st.Parallelism:
 		// The plan changed since the checkpoint: its tasks' state cannot be
 		// placed (rescaling a stage with its state is not supported yet).
 		// No restart fixes it: the job stops, saying so.
@@ -397,7 +428,7 @@ func (t *Task) manifestHandle(ctx context.Context, name string) (string, error) 
 			want = st.Parallelism
 		}
 		return "", &PermanentError{Cause: control.CauseJob, Err: fmt.Errorf(
-			"checkpoint %d has state for %d tasks of stage %s, the job's plan has %d (task %s): a stage's parallelism or name changed since the checkpoint (job.parallelism, a key_by's parallelism, kafka partitions of the input); restore the settings it was taken with",
+			"checkpoint %d has state for %d tasks of stage %s, the job's plan has %d (task %s): a stage's parallelism or name changed since the checkpoint (job.parallelism, a key_by's parallelism); restore the settings it was taken with",
 			t.cfg.RestoreFrom, inStage, t.cfg.ID.Stage, want, name)}
 	}
 	return handle, nil

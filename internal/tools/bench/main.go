@@ -111,6 +111,12 @@
 // steady input at wall-clock time) to its result being visible to
 // read_committed; every result is verified.
 //
+// With -grow-partitions N the run measures input partitions added to a
+// running job instead (issue 31, growth.go): N partitions are added one at
+// a time to the count job's input, each timed from its addition to its
+// first committed output, at the default kafka.metadata_max_age; every
+// count is verified.
+//
 // With -yaml the run measures the YAML language job of issue 14 instead
 // (yaml.go): filter → map → key_by an expression → three aggregates at
 // once → exactly-once sink, against the raw two-hop pipe: throughput, its
@@ -243,6 +249,9 @@ type config struct {
 	registry string
 	// -rolling: a rolling update of the count job to v2 (rolling.go).
 	rolling bool
+	// -grow-partitions: partitions added one at a time to the running
+	// count job's input (growth.go).
+	growRounds int
 }
 
 func main() {
@@ -286,6 +295,7 @@ func main() {
 	flag.BoolVar(&c.yaml, "yaml", false, "measure the YAML language job of issue 14 (filter, map, key_by expression, three aggregates at once, exactly-once sink) with the first -replicas entry against the raw two-hop pipe: throughput, checkpoint durations (no latency or recovery)")
 	flag.IntVar(&c.passes, "passes", 3, "with -two-stage and -yaml: how many times the job runs, each a new job on the same input, between passes of the raw two-hop pipe (one more of them); throughput figures are over all passes, checkpoint, alignment and latency figures from the last")
 	flag.BoolVar(&c.avro, "avro", false, "measure the count job on Avro input (the same records in the Confluent wire format, source format avro) against the raw pipe on that input: throughput, checkpoint durations (no latency or recovery); needs -registry")
+	flag.IntVar(&c.growRounds, "grow-partitions", 0, "measure only input partitions added to a running count job (growth.go): this many are added one at a time, each timed from its addition to its first committed output (goal <= 35s at the default kafka.metadata_max_age), with steady input (-rate) to the others; every count verified")
 	flag.StringVar(&c.registry, "registry", os.Getenv("WEIR_REGISTRY_URL"), "with -avro: the schema registry's Confluent-compatible API (env WEIR_REGISTRY_URL: eval $(bash scripts/registry.sh env))")
 	flag.BoolVar(&c.rolling, "rolling", false, "measure a rolling update (issue 31): the count job on the last -replicas entry of replicas under steady input (-rate), each replica replaced in turn with v2 (a map step added) as a StatefulSet does; the time from the first replica's stop to v2's first committed output (no throughput, latency or recovery)")
 	flag.Parse()
@@ -336,8 +346,11 @@ func main() {
 		}
 		c.saslSSL = strings.Split(saslSSL, ",")
 	}
-	if modes := btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro) + btoi(c.rolling); modes > 1 {
-		errs = append(errs, errors.New("two-stage, tls, window, yaml, avro and rolling: choose one"))
+	if modes := btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro) + btoi(c.rolling) + btoi(c.growRounds > 0); modes > 1 {
+		errs = append(errs, errors.New("two-stage, tls, window, yaml, avro, rolling and grow-partitions: choose one"))
+	}
+	if c.growRounds < 0 {
+		errs = append(errs, fmt.Errorf("grow-partitions: %d, want 0 (off) or more", c.growRounds))
 	}
 	if c.avro && c.registry == "" {
 		errs = append(errs, errors.New("avro: no registry; set WEIR_REGISTRY_URL (eval $(bash scripts/registry.sh env)) or -registry"))
@@ -501,6 +514,9 @@ func run(ctx context.Context, c config) (err error) {
 	} else if c.rolling {
 		benchutil.Info("-rolling: the count job on %d replicas, %d partitions, checkpoint every %v, exactly-once, steady input of %d records/s over %d keys, updated to v2 one replica at a time; session timeout %v; run %s; %d CPUs, load average %s",
 			max(c.replicas[len(c.replicas)-1], 2), c.partitions, c.interval, c.rate, c.keys, c.sessionTimeout, id, runtime.NumCPU(), loadAvg())
+	} else if c.growRounds > 0 {
+		benchutil.Info("-grow-partitions: %d partition(s) added one at a time to the %d-partition input of the count job with %d replica(s), steady input of %d records/s over %d keys, checkpoint every %v, exactly-once, kafka.metadata_max_age 30s (default); run %s; %d CPUs, load average %s",
+			c.growRounds, c.partitions, c.replicas[0], c.rate, c.keys, c.interval, id, runtime.NumCPU(), loadAvg())
 	} else if c.twoStage {
 		benchutil.Info("-two-stage: %d clicks of %d users on %d pages, %d partitions, checkpoint every %v, exactly-once; the views-per-page job (key_by page, %d second-stage tasks, %d key groups) with %d replica(s) vs the raw two-hop pipe; run %s; %d CPUs, load average %s",
 			c.records, c.keys, c.pages, c.partitions, c.interval, c.partitions, c.maxParallelism, c.replicas[0], id, runtime.NumCPU(), loadAvg())
@@ -517,6 +533,9 @@ func run(ctx context.Context, c config) (err error) {
 	}
 	if err := b.warmBroker(ctx); err != nil {
 		return err
+	}
+	if c.growRounds > 0 {
+		return b.runGrowth(ctx) // its own input, no preload
 	}
 	if c.avro {
 		if err := b.registerAvro(ctx); err != nil {
