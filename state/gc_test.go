@@ -332,4 +332,3 @@ func TestCollectGarbage(t *testing.T) {
 	}
 	_ = states
 }
-
