@@ -65,7 +65,7 @@ func TestRollingUpdate(t *testing.T) {
 	c.CreateTopic(t, input, rollingPartitions, nil)
 	c.CreateTopic(t, output, rollingPartitions, nil)
 	dir := t.TempDir()
-	v1File, v2File := filepath.Join(dir, "v1.yaml"), filepath.Join(dir, "v2.yaml")
+	v1File, v2File, v3File := filepath.Join(dir, "v1.yaml"), filepath.Join(dir, "v2.yaml"), filepath.Join(dir, "v3.yaml")
 	v1 := e2etest.Job{Name: job, Input: input, Output: output, Brokers: c.Brokers}
 	v2 := v1
 	v2.Steps = []string{"aggregate: {op: count}", `map: {value: {key: value.key, count: value.count, job: '"v2"'}}`}
@@ -73,6 +73,14 @@ func TestRollingUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := v2.Write(v2File); err != nil {
+		t.Fatal(err)
+	}
+	// v3 is incompatible: the named form of the count keeps its state
+	// under another operator (aggregate, not count), which would drop the
+	// counts (docs/operations.md, "Upgrading a job").
+	v3 := v1
+	v3.Steps = []string{"aggregate: {count: true}"}
+	if err := v3.Write(v3File); err != nil {
 		t.Fatal(err)
 	}
 
@@ -134,8 +142,34 @@ func TestRollingUpdate(t *testing.T) {
 	waitReadyz(t, p)
 	update("weir-0")
 
-	// Input goes on until every key has output of v2, then ends.
+	// Input goes on until every key has output of v2.
 	forms.waitAllV2(t, rollingKeys, 2*time.Minute)
+
+	// Then v3, incompatible, on weir-2: it refuses, not ready, and the
+	// replicas of v2 keep committing output; no generation runs v3
+	// (checkGenerations) and weir-2's run of v3 never joins.
+	reps.Stop("weir-2")
+	gensBefore := len(commits.Records("generation"))
+	p3 := reps.Restart("weir-2", "-c", v3File)
+	body := waitNotReady(t, p3, "cannot restore")
+	if !strings.Contains(body, "count (job.pipeline[1].aggregate): the checkpoint has state of this aggregate") {
+		t.Errorf("v3's /readyz does not name the difference:\n%s", body)
+	}
+	seen := verifier.Seen()
+	time.Sleep(5 * time.Second)
+	if verifier.Seen() <= seen {
+		t.Errorf("no output committed while v3 refused: the replicas of v2 stopped")
+	}
+	// The stop of weir-2's v2 run starts one generation (of the two
+	// others, after a session timeout at most); the refusing v3 run,
+	// which never joins, none.
+	if n := len(commits.Records("generation")) - gensBefore; n > 1 {
+		t.Errorf("%d generations since v3 started, want at most 1 (weir-2 leaving)", n)
+	}
+	if strings.Contains(p3.Log(), "joining membership group") {
+		t.Error("weir-2 joined the group with v3")
+	}
+	t.Logf("weir-2 runs v3: %s", strings.TrimSpace(body))
 	stopFlow()
 	if err := in.Flush(ctx); err != nil {
 		t.Fatal(err)

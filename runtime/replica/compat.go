@@ -38,7 +38,7 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("this replica's job does not run: %v", e.Err)
+	return fmt.Sprintf("this replica's job file is refused: %v", e.Err)
 }
 
 func (e *RefusedError) Unwrap() error { return e.Err }
