@@ -3,6 +3,7 @@ package checkpoint_test
 import (
 	"context"
 	"errors"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"testing"
 
 	"github.com/weir-stream/weir/checkpoint"
@@ -22,7 +23,7 @@ func memStore(t *testing.T) *objstore.Store {
 }
 
 func metadata(id uint64) control.Metadata {
-	return control.Metadata{ID: id, Gen: 1, Kind: control.KindCheckpoint, TS: 5,
+	return control.Metadata{ID: id, Gen: 1, Kind: ckpt.KindCheckpoint, TS: 5,
 		Tasks:  []control.TaskState{{Task: control.TaskID{Stage: "main", Index: 0}, Handle: "chk-1/main-0.manifest"}},
 		Schema: &compat.Schema{V: compat.Version, Fingerprint: "f", MaxParallelism: 8}}
 }
@@ -57,7 +58,7 @@ func TestWriteReadMetadata(t *testing.T) {
 		t.Fatalf("Latest: %q %v", latest, err)
 	}
 	sp := metadata(13)
-	sp.Kind, sp.Target = control.KindSavepoint, "before-upgrade"
+	sp.Kind, sp.Target = ckpt.KindSavepoint, "before-upgrade"
 	key, err := checkpoint.WriteMetadata(ctx, store, sp)
 	if err != nil || key != objstore.SavepointMetadataKey("before-upgrade") {
 		t.Fatalf("savepoint: %q %v", key, err)

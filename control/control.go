@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"slices"
 	"strconv"
@@ -62,28 +63,6 @@ const (
 	TopicAck     Topic = "ack"
 	TopicCommit  Topic = "commit"
 )
-
-// Kind says what a checkpoint is for.
-type Kind string
-
-// The kinds of checkpoint.
-const (
-	// KindCheckpoint is a periodic checkpoint, triggered by the coordinator.
-	KindCheckpoint Kind = "checkpoint"
-	// KindSavepoint is a savepoint a person asked for. It is self-contained,
-	// kept until deleted, and never subsumed or released by the coordinator.
-	KindSavepoint Kind = "savepoint"
-	// KindStop is a stop-with-savepoint: a savepoint after which the job stops.
-	KindStop Kind = "stop"
-)
-
-// Valid reports whether k is one of the defined kinds.
-func (k Kind) Valid() bool {
-	return k == KindCheckpoint || k == KindSavepoint || k == KindStop
-}
-
-// IsSavepoint reports whether k is a savepoint of either kind.
-func (k Kind) IsSavepoint() bool { return k == KindSavepoint || k == KindStop }
 
 // AbortReason says why a checkpoint was aborted. It is a closed set so that
 // a coordinator rebuilt from the trigger topic can tell which aborts count as
@@ -228,9 +207,9 @@ type Trigger struct {
 	ID uint64 `json:"id"`
 	// TS is the trigger time in Unix milliseconds; the checkpoint expires at
 	// TS plus the coordinator's timeout.
-	TS   int64  `json:"ts"`
-	Kind Kind   `json:"kind"`
-	Gen  uint64 `json:"gen"`
+	TS   int64     `json:"ts"`
+	Kind ckpt.Kind `json:"kind"`
+	Gen  uint64    `json:"gen"`
 	// Target is where a savepoint goes (a name or URL the person chose);
 	// empty for periodic checkpoints.
 	Target string `json:"target,omitempty"`
@@ -526,9 +505,9 @@ type Complete struct {
 	// Kind and Target repeat the trigger's, so that a coordinator rebuilt
 	// from the commit topic alone knows a savepoint (never released) from a
 	// checkpoint. (An addition to DESIGN.md section 4.)
-	Kind     Kind   `json:"kind"`
-	Target   string `json:"target,omitempty"`
-	Metadata string `json:"metadata"`
+	Kind     ckpt.Kind `json:"kind"`
+	Target   string    `json:"target,omitempty"`
+	Metadata string    `json:"metadata"`
 }
 
 // TaskState is one task's part of a checkpoint in its _metadata object.
@@ -547,7 +526,7 @@ type TaskState struct {
 type Metadata struct {
 	ID     uint64      `json:"id"`
 	Gen    uint64      `json:"gen"`
-	Kind   Kind        `json:"kind"`
+	Kind   ckpt.Kind   `json:"kind"`
 	Target string      `json:"target,omitempty"`
 	TS     int64       `json:"ts"`
 	Tasks  []TaskState `json:"tasks"`
@@ -601,11 +580,11 @@ func checkIDGen(id, gen uint64) error {
 	return nil
 }
 
-func checkKind(k Kind, target string) error {
+func checkKind(k ckpt.Kind, target string) error {
 	if !k.Valid() {
 		return fmt.Errorf("%w: kind %q", ErrInvalid, k)
 	}
-	if k == KindCheckpoint && target != "" {
+	if k == ckpt.KindCheckpoint && target != "" {
 		return fmt.Errorf("%w: a periodic checkpoint has no target", ErrInvalid)
 	}
 	return nil

@@ -2,6 +2,7 @@ package control
 
 import (
 	"errors"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"reflect"
 	"strings"
 	"testing"
@@ -12,9 +13,9 @@ func task(s string, i int) TaskID { return TaskID{Stage: s, Index: i} }
 // examples holds one valid message of every type.
 func examples() []Message {
 	return []Message{
-		Trigger{ID: 7, TS: 1_700_000_000_000, Kind: KindCheckpoint, Gen: 2},
-		Trigger{ID: 8, TS: 1_700_000_000_500, Kind: KindSavepoint, Gen: 2, Target: "s3://bucket/sp-1"},
-		Trigger{ID: 9, TS: 1_700_000_001_000, Kind: KindStop, Gen: 2, Target: "before-upgrade"},
+		Trigger{ID: 7, TS: 1_700_000_000_000, Kind: ckpt.KindCheckpoint, Gen: 2},
+		Trigger{ID: 8, TS: 1_700_000_000_500, Kind: ckpt.KindSavepoint, Gen: 2, Target: "s3://bucket/sp-1"},
+		Trigger{ID: 9, TS: 1_700_000_001_000, Kind: ckpt.KindStop, Gen: 2, Target: "before-upgrade"},
 		Abort{ID: 7, Gen: 2, Reason: AbortDeclined, Detail: "disk full", Last: 9},
 		Ack{ID: 7, Gen: 2, Task: task("enrich", 3), Handle: "chk-7/enrich-3.manifest",
 			Metrics: AckMetrics{SyncMS: 1, AsyncMS: 250, AlignMS: 4, StateBytes: 1 << 20, UploadedBytes: 4096}},
@@ -26,7 +27,7 @@ func examples() []Message {
 			"processor-0": {task("enrich", 0), task("enrich", 1)},
 			"processor-1": {task("enrich", 2), task("sink", 0)},
 		}},
-		Complete{ID: 6, Gen: 2, TS: 1_700_000_000_900, Kind: KindCheckpoint, Metadata: "file:///ckpt/job/chk-6/_metadata"},
+		Complete{ID: 6, Gen: 2, TS: 1_700_000_000_900, Kind: ckpt.KindCheckpoint, Metadata: "file:///ckpt/job/chk-6/_metadata"},
 		Generation{Gen: 4, RestoreFrom: 6, Assignment: Assignment{"p-0": {task("main", 0)}},
 			Skip: []Position{{Topic: "clicks", Partition: 0, Offset: 17}, {Topic: "clicks", Partition: 2, Offset: 3}}},
 		Failure{Gen: 3, Task: task("main", 2), Cause: CauseRecord, Reason: "value is not valid JSON",
@@ -37,10 +38,10 @@ func examples() []Message {
 		Failed{Gen: 3, TS: 5, Cause: CauseKafka, Reason: "topic authorization failed"},
 		Resumed{Gen: 3, TS: 1_700_000_003_000, Skip: []Position{{Topic: "clicks", Partition: 2, Offset: 41}}},
 		Resumed{Gen: 3, TS: 6},
-		Metadata{ID: 6, Gen: 2, Kind: KindSavepoint, Target: "sp", TS: 5, Tasks: []TaskState{
+		Metadata{ID: 6, Gen: 2, Kind: ckpt.KindSavepoint, Target: "sp", TS: 5, Tasks: []TaskState{
 			{Task: task("a", 0), Handle: "h0"}, {Task: task("a", 1), Handle: "h1", Metrics: AckMetrics{StateBytes: 3}},
 		}},
-		Metadata{ID: 9, Gen: 2, Kind: KindCheckpoint, TS: 5, Tasks: []TaskState{
+		Metadata{ID: 9, Gen: 2, Kind: ckpt.KindCheckpoint, TS: 5, Tasks: []TaskState{
 			{Task: task("count", 0), Handle: "h0", Shuffle: []Position{{Topic: "s", Partition: 0, Offset: 7}}},
 		}},
 	}
@@ -71,7 +72,7 @@ func TestGoldenEncoding(t *testing.T) {
 		m    Message
 		want string
 	}{
-		{Trigger{ID: 7, TS: 1000, Kind: KindCheckpoint, Gen: 2},
+		{Trigger{ID: 7, TS: 1000, Kind: ckpt.KindCheckpoint, Gen: 2},
 			`{"v":1,"type":"trigger","id":7,"ts":1000,"kind":"checkpoint","gen":2}`},
 		{Abort{ID: 7, Gen: 2, Reason: AbortExpired, Last: 8},
 			`{"v":1,"type":"abort","id":7,"gen":2,"reason":"expired","last":8}`},
@@ -79,7 +80,7 @@ func TestGoldenEncoding(t *testing.T) {
 			`{"v":1,"type":"ack","id":7,"gen":2,"task":"map/0","handle":"h","metrics":{"sync_ms":0,"async_ms":0,"align_ms":0,"state_bytes":0,"uploaded_bytes":0}}`},
 		{Ack{ID: 7, Gen: 2, Task: task("count", 0), Handle: "h", Shuffle: []Position{{Topic: "s", Partition: 3, Offset: 9}}},
 			`{"v":1,"type":"ack","id":7,"gen":2,"task":"count/0","handle":"h","metrics":{"sync_ms":0,"async_ms":0,"align_ms":0,"state_bytes":0,"uploaded_bytes":0},"shuffle":[{"topic":"s","partition":3,"offset":9}]}`},
-		{Metadata{ID: 7, Gen: 2, Kind: KindCheckpoint, TS: 1, Tasks: []TaskState{{Task: task("count", 0), Handle: "h", Shuffle: []Position{{Topic: "s", Partition: 3, Offset: 9}}}}},
+		{Metadata{ID: 7, Gen: 2, Kind: ckpt.KindCheckpoint, TS: 1, Tasks: []TaskState{{Task: task("count", 0), Handle: "h", Shuffle: []Position{{Topic: "s", Partition: 3, Offset: 9}}}}},
 			`{"v":1,"type":"metadata","id":7,"gen":2,"kind":"checkpoint","ts":1,"tasks":[{"task":"count/0","handle":"h","metrics":{"sync_ms":0,"async_ms":0,"align_ms":0,"state_bytes":0,"uploaded_bytes":0},"shuffle":[{"topic":"s","partition":3,"offset":9}]}]}`},
 		{Decline{ID: 7, Gen: 2, Task: task("map", 10), Reason: "x"},
 			`{"v":1,"type":"decline","id":7,"gen":2,"task":"map/10","reason":"x"}`},
@@ -87,7 +88,7 @@ func TestGoldenEncoding(t *testing.T) {
 			`{"v":1,"type":"running","gen":4,"task":"map/1"}`},
 		{Generation{Gen: 1, Assignment: Assignment{"r1": {task("map", 0)}}},
 			`{"v":1,"type":"generation","gen":1,"assignment":{"r1":["map/0"]},"restore_from":0}`},
-		{Complete{ID: 7, Gen: 2, TS: 9, Kind: KindStop, Target: "t", Metadata: "m"},
+		{Complete{ID: 7, Gen: 2, TS: 9, Kind: ckpt.KindStop, Target: "t", Metadata: "m"},
 			`{"v":1,"type":"complete","id":7,"gen":2,"ts":9,"kind":"stop","target":"t","metadata":"m"}`},
 		{Failure{Gen: 3, Task: task("main", 1), Cause: CauseRecord, Reason: "bad", Record: Position{Topic: "in", Partition: 1, Offset: 0}},
 			`{"v":1,"type":"failure","gen":3,"task":"main/1","cause":"record","reason":"bad","record":{"topic":"in","partition":1,"offset":0}}`},
@@ -183,7 +184,7 @@ func TestDecodeErrors(t *testing.T) {
 func TestEncodeRejectsInvalid(t *testing.T) {
 	for _, m := range []Message{
 		nil,
-		Trigger{ID: 0, Gen: 1, Kind: KindCheckpoint},
+		Trigger{ID: 0, Gen: 1, Kind: ckpt.KindCheckpoint},
 		Ack{ID: 1, Gen: 1, Task: task("a/b", 0), Handle: "h"},
 		Generation{Gen: 1},
 	} {

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"reflect"
 	"slices"
 	"time"
@@ -72,7 +73,7 @@ type taskAck struct {
 // pending is a triggered checkpoint that has not completed or aborted.
 type pending struct {
 	id, gen  uint64
-	kind     control.Kind
+	kind     ckpt.Kind
 	target   string
 	ts       time.Time // trigger time, from the trigger record
 	deadline time.Time
@@ -87,7 +88,7 @@ type pending struct {
 // completed is a completed checkpoint or savepoint the core remembers.
 type completed struct {
 	id, gen  uint64
-	kind     control.Kind
+	kind     ckpt.Kind
 	target   string
 	ts       time.Time
 	metadata string
@@ -231,7 +232,7 @@ func (c *Core) Tick(now time.Time) {
 			c.gcHeld = true
 			return
 		}
-		c.trigger(control.KindCheckpoint, "")
+		c.trigger(ckpt.KindCheckpoint, "")
 	}
 }
 
@@ -256,9 +257,9 @@ func (c *Core) triggerTime() (time.Time, bool) {
 	periodic := 0
 	for _, p := range c.pending {
 		switch p.kind {
-		case control.KindStop:
+		case ckpt.KindStop:
 			return time.Time{}, false // Flink stops the scheduler during stop-with-savepoint
-		case control.KindCheckpoint:
+		case ckpt.KindCheckpoint:
 			periodic++
 		}
 	}
@@ -355,7 +356,7 @@ type Status struct {
 // PendingStatus summarizes one pending checkpoint.
 type PendingStatus struct {
 	ID         uint64
-	Kind       control.Kind
+	Kind       ckpt.Kind
 	Remaining  int
 	Finalizing bool
 	Deadline   time.Time
@@ -364,7 +365,7 @@ type PendingStatus struct {
 // CompletedStatus summarizes one retained checkpoint or savepoint.
 type CompletedStatus struct {
 	ID       uint64
-	Kind     control.Kind
+	Kind     ckpt.Kind
 	Metadata string
 	// Shuffle is the lowest position of each shuffle partition its tasks
 	// read, if ShuffleKnown; after a Restore from the topics alone it is
@@ -552,7 +553,7 @@ func (c *Core) metadataFailed(ev MetadataFailed) error {
 // checkpoints beyond the retained count are released.
 func (c *Core) complete(p *pending, location string) {
 	for _, q := range slices.Clone(c.pending) {
-		if q.id < p.id && q.kind == control.KindCheckpoint {
+		if q.id < p.id && q.kind == ckpt.KindCheckpoint {
 			c.abort(q, control.AbortSubsumed, fmt.Sprintf("checkpoint %d completed", p.id))
 		}
 	}
@@ -567,7 +568,7 @@ func (c *Core) complete(p *pending, location string) {
 		c.discard(Discard{ID: k.id, Reason: DiscardReleased, Metadata: k.metadata})
 	}
 	c.purge()
-	if p.kind == control.KindStop {
+	if p.kind == ckpt.KindStop {
 		n.Stopped = true
 		c.out.Notifications = append(c.out.Notifications, n)
 		for _, q := range slices.Clone(c.pending) {
@@ -755,9 +756,9 @@ func (c *Core) requestSavepoint(ev RequestSavepoint) error {
 	default:
 		return fmt.Errorf("%w: generation %d is %s", ErrNotRunning, c.gen, c.phase)
 	}
-	if ev.Kind == control.KindStop {
+	if ev.Kind == ckpt.KindStop {
 		for _, p := range c.pending {
-			if p.kind == control.KindStop {
+			if p.kind == ckpt.KindStop {
 				return fmt.Errorf("%w: checkpoint %d", ErrStopPending, p.id)
 			}
 		}
@@ -766,7 +767,7 @@ func (c *Core) requestSavepoint(ev RequestSavepoint) error {
 	return nil
 }
 
-func (c *Core) trigger(kind control.Kind, target string) {
+func (c *Core) trigger(kind ckpt.Kind, target string) {
 	rec := control.Trigger{ID: c.lastID + 1, TS: c.now.UnixMilli(), Kind: kind, Gen: c.gen, Target: target}
 	c.applyTrigger(rec)
 	c.out.Records = append(c.out.Records, rec)

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"errors"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"reflect"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestUnknownEvent(t *testing.T) {
 	if err := c.Step(bogus{}); !errors.Is(err, ErrUnknownEvent) {
 		t.Fatalf("Step(bogus) = %v", err)
 	}
-	if err := c.Step(RequestSavepoint{Kind: control.KindCheckpoint}); !errors.Is(err, ErrInvalidEvent) {
+	if err := c.Step(RequestSavepoint{Kind: ckpt.KindCheckpoint}); !errors.Is(err, ErrInvalidEvent) {
 		t.Fatalf("savepoint of kind checkpoint: %v", err)
 	}
 }
@@ -114,7 +115,7 @@ func TestRestoreRejectsImpossibleHistory(t *testing.T) {
 	}
 	for name, h := range map[string][]control.Message{
 		"generation goes back":    {gen(2), gen(2)},
-		"invalid record":          {control.Trigger{ID: 0, Gen: 1, Kind: control.KindCheckpoint}},
+		"invalid record":          {control.Trigger{ID: 0, Gen: 1, Kind: ckpt.KindCheckpoint}},
 		"running is not replayed": {gen(1), control.Running{Gen: 1, Task: a0}},
 	} {
 		if _, err := Restore(testConfig(), t0, h); !errors.Is(err, ErrHistory) {
@@ -128,16 +129,16 @@ func TestRestoreRejectsImpossibleHistory(t *testing.T) {
 func TestRestoreNeverReusesIDs(t *testing.T) {
 	commit := []control.Message{
 		control.Generation{Gen: 1, Assignment: control.Assignment{"r": {a0}}},
-		control.Complete{ID: 4, Gen: 1, TS: 1, Kind: control.KindCheckpoint, Metadata: "m4"},
+		control.Complete{ID: 4, Gen: 1, TS: 1, Kind: ckpt.KindCheckpoint, Metadata: "m4"},
 	}
 	for _, tc := range []struct {
 		last control.Message
 		want uint64
 	}{
 		{nil, 5},
-		{control.Trigger{ID: 9, Gen: 1, TS: 1, Kind: control.KindCheckpoint}, 10},
+		{control.Trigger{ID: 9, Gen: 1, TS: 1, Kind: ckpt.KindCheckpoint}, 10},
 		{control.Abort{ID: 5, Gen: 1, Reason: control.AbortExpired, Last: 12}, 13},
-		{control.Trigger{ID: 3, Gen: 1, TS: 1, Kind: control.KindSavepoint}, 5},
+		{control.Trigger{ID: 3, Gen: 1, TS: 1, Kind: ckpt.KindSavepoint}, 5},
 	} {
 		h := commit
 		if tc.last != nil {
@@ -218,7 +219,7 @@ func TestLateAckBeyondRecentWindow(t *testing.T) {
 func TestMetadataRead(t *testing.T) {
 	history := []control.Message{
 		control.Generation{Gen: 1, Assignment: control.Assignment{"r": {a0}}},
-		control.Complete{ID: 4, Gen: 1, TS: 1, Kind: control.KindCheckpoint, Metadata: "m4"},
+		control.Complete{ID: 4, Gen: 1, TS: 1, Kind: ckpt.KindCheckpoint, Metadata: "m4"},
 	}
 	c, err := Restore(testConfig(), t0, history)
 	if err != nil {
@@ -227,21 +228,21 @@ func TestMetadataRead(t *testing.T) {
 	if k := c.Status().Completed[0]; k.ShuffleKnown {
 		t.Fatalf("positions known without _metadata: %+v", k)
 	}
-	bad := control.Metadata{ID: 4, Gen: 1, Kind: control.KindCheckpoint, TS: 1, Tasks: []control.TaskState{
+	bad := control.Metadata{ID: 4, Gen: 1, Kind: ckpt.KindCheckpoint, TS: 1, Tasks: []control.TaskState{
 		{Task: a0, Handle: "h", Shuffle: []control.Position{{Topic: "s", Partition: 0, Offset: -1}}}}}
 	if err := c.Step(MetadataRead{Metadata: bad}); !errors.Is(err, ErrInvalidEvent) {
 		t.Fatalf("invalid metadata: %v, want ErrInvalidEvent", err)
 	}
-	other := control.Metadata{ID: 3, Gen: 1, Kind: control.KindCheckpoint, TS: 1, Tasks: []control.TaskState{{Task: a0, Handle: "h"}}}
+	other := control.Metadata{ID: 3, Gen: 1, Kind: ckpt.KindCheckpoint, TS: 1, Tasks: []control.TaskState{{Task: a0, Handle: "h"}}}
 	if err := c.Step(MetadataRead{Metadata: other}); err != nil || c.Status().Completed[0].ShuffleKnown {
 		t.Fatalf("metadata of checkpoint 3 (not retained): err %v, status %+v", err, c.Status().Completed)
 	}
-	md := control.Metadata{ID: 4, Gen: 1, Kind: control.KindCheckpoint, TS: 1, Tasks: []control.TaskState{
+	md := control.Metadata{ID: 4, Gen: 1, Kind: ckpt.KindCheckpoint, TS: 1, Tasks: []control.TaskState{
 		{Task: a0, Handle: "h", Shuffle: []control.Position{{Topic: "s", Partition: 0, Offset: 9}, {Topic: "s", Partition: 1, Offset: 3}}}}}
 	if err := c.Step(MetadataRead{Metadata: md}); err != nil {
 		t.Fatal(err)
 	}
-	want := CompletedStatus{ID: 4, Kind: control.KindCheckpoint, Metadata: "m4", ShuffleKnown: true,
+	want := CompletedStatus{ID: 4, Kind: ckpt.KindCheckpoint, Metadata: "m4", ShuffleKnown: true,
 		Shuffle: []control.Position{{Topic: "s", Partition: 0, Offset: 9}, {Topic: "s", Partition: 1, Offset: 3}}}
 	if got := c.Status().Completed[0]; !reflect.DeepEqual(got, want) {
 		t.Fatalf("after MetadataRead: %+v, want %+v", got, want)

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/control"
 )
@@ -43,10 +44,10 @@ type TaskRunning struct {
 }
 
 // RequestSavepoint is a person's request for a savepoint (Kind
-// control.KindSavepoint) or a stop-with-savepoint (control.KindStop) written
+// ckpt.KindSavepoint) or a stop-with-savepoint (ckpt.KindStop) written
 // to Target. It is triggered at once, beside any periodic checkpoints.
 type RequestSavepoint struct {
-	Kind   control.Kind
+	Kind   ckpt.Kind
 	Target string
 }
 

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -461,9 +462,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return fmtRecord(r) + "\n" + fmtStatus(c.Status())
 
 	case "savepoint", "stop":
-		kind := control.KindSavepoint
+		kind := ckpt.KindSavepoint
 		if d.Cmd == "stop" {
-			kind = control.KindStop
+			kind = ckpt.KindStop
 		}
 		err := h.step(RequestSavepoint{Kind: kind, Target: argString(d, "target", "")})
 		return errOut(err) + h.delta()

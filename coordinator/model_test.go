@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"sort"
 	"time"
@@ -41,7 +42,7 @@ type model struct {
 }
 
 type mPending struct {
-	kind    control.Kind
+	kind    ckpt.Kind
 	ts      time.Time
 	acked   map[control.TaskID]string // task -> handle
 	shuffle []control.Position        // every acked task's positions
@@ -50,7 +51,7 @@ type mPending struct {
 
 type mCompleted struct {
 	id       uint64
-	kind     control.Kind
+	kind     ckpt.Kind
 	metadata string
 	shuffle  []control.Position
 }
@@ -92,7 +93,7 @@ func (m *model) abort(id uint64, reason control.AbortReason) {
 	delete(m.pending, id)
 	m.emit("abort %d gen=%d %s last=%d", id, m.gen, reason, m.lastID)
 	m.pushRecent(id, false)
-	if reason.CountsAsFailure() && p.kind == control.KindCheckpoint && id > m.lastCompleted {
+	if reason.CountsAsFailure() && p.kind == ckpt.KindCheckpoint && id > m.lastCompleted {
 		m.failures++
 		if m.failures > m.cfg.TolerableFailures {
 			m.restartDue = true
@@ -148,10 +149,10 @@ func (m *model) maybeRestart() {
 	m.emit("restart")
 }
 
-func (m *model) trigger(kind control.Kind) {
+func (m *model) trigger(kind ckpt.Kind) {
 	m.lastID++
 	m.pending[m.lastID] = &mPending{kind: kind, ts: m.now, acked: map[control.TaskID]string{}}
-	if kind == control.KindCheckpoint {
+	if kind == ckpt.KindCheckpoint {
 		m.nextTrigger, m.scheduled = m.now.Add(m.cfg.Interval), true
 	}
 	m.emit("trigger %d %s gen=%d", m.lastID, kind, m.gen)
@@ -176,17 +177,17 @@ func (m *model) tick(now time.Time) {
 	}
 	periodic := 0
 	for _, p := range m.pending {
-		if p.kind == control.KindStop {
+		if p.kind == ckpt.KindStop {
 			return
 		}
-		if p.kind == control.KindCheckpoint {
+		if p.kind == ckpt.KindCheckpoint {
 			periodic++
 		}
 	}
 	// Flink's CheckpointRequestDecider: no periodic trigger while more
 	// than max_concurrent checkpoints are being cleaned up.
 	if periodic < m.cfg.MaxConcurrent && m.gcBacklog <= m.cfg.MaxConcurrent {
-		m.trigger(control.KindCheckpoint)
+		m.trigger(ckpt.KindCheckpoint)
 	}
 }
 
@@ -202,10 +203,10 @@ func (m *model) dueAt() (time.Time, bool) {
 	}
 	periodic := 0
 	for _, p := range m.pending {
-		if p.kind == control.KindStop {
+		if p.kind == ckpt.KindStop {
 			return time.Time{}, false
 		}
-		if p.kind == control.KindCheckpoint {
+		if p.kind == ckpt.KindCheckpoint {
 			periodic++
 		}
 	}
@@ -309,7 +310,7 @@ func (m *model) metadataWritten(id uint64, loc string) error {
 		return ErrInvalidEvent
 	}
 	for _, q := range m.pendingIDs() {
-		if q < id && m.pending[q].kind == control.KindCheckpoint {
+		if q < id && m.pending[q].kind == ckpt.KindCheckpoint {
 			m.abort(q, control.AbortSubsumed)
 		}
 	}
@@ -328,26 +329,26 @@ func (m *model) metadataWritten(id uint64, loc string) error {
 	for {
 		n := 0
 		for _, k := range m.retained {
-			if k.kind == control.KindCheckpoint {
+			if k.kind == ckpt.KindCheckpoint {
 				n++
 			}
 		}
 		if n <= m.cfg.Retained {
 			break
 		}
-		i := slices.IndexFunc(m.retained, func(k mCompleted) bool { return k.kind == control.KindCheckpoint })
+		i := slices.IndexFunc(m.retained, func(k mCompleted) bool { return k.kind == ckpt.KindCheckpoint })
 		m.emit("discard %d released metadata=%s", m.retained[i].id, m.retained[i].metadata)
 		m.retained = slices.Delete(m.retained, i, i+1)
 	}
 	// Forget savepoints older than the oldest retained checkpoint.
-	if i := slices.IndexFunc(m.retained, func(k mCompleted) bool { return k.kind == control.KindCheckpoint }); i >= 0 {
+	if i := slices.IndexFunc(m.retained, func(k mCompleted) bool { return k.kind == ckpt.KindCheckpoint }); i >= 0 {
 		oldest := m.retained[i].id
 		m.retained = slices.DeleteFunc(m.retained, func(k mCompleted) bool {
-			return k.kind != control.KindCheckpoint && k.id < oldest
+			return k.kind != ckpt.KindCheckpoint && k.id < oldest
 		})
 	}
 	m.purge()
-	if p.kind == control.KindStop {
+	if p.kind == ckpt.KindStop {
 		m.abortAll(control.AbortStopped)
 		m.phase = "stopped"
 		m.scheduled = false
@@ -400,7 +401,7 @@ func (m *model) running(gen uint64, t control.TaskID) {
 	m.scheduled = true
 }
 
-func (m *model) savepoint(kind control.Kind) error {
+func (m *model) savepoint(kind ckpt.Kind) error {
 	defer m.maybeRestart()
 	switch m.phase {
 	case "stopped":
@@ -409,9 +410,9 @@ func (m *model) savepoint(kind control.Kind) error {
 	default:
 		return ErrNotRunning
 	}
-	if kind == control.KindStop {
+	if kind == ckpt.KindStop {
 		for _, p := range m.pending {
-			if p.kind == control.KindStop {
+			if p.kind == ckpt.KindStop {
 				return ErrStopPending
 			}
 		}
@@ -425,7 +426,7 @@ func (m *model) savepoint(kind control.Kind) error {
 func (m *model) purge() {
 	low := map[string]control.Position{}
 	for _, k := range m.retained {
-		if k.kind != control.KindCheckpoint {
+		if k.kind != ckpt.KindCheckpoint {
 			continue
 		}
 		for _, p := range k.shuffle {

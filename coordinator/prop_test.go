@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"strings"
 	"testing"
@@ -207,7 +208,7 @@ func (r *propRun) checkInvariants(t *rapid.T, what string, rd Ready) {
 	}
 	retainedCkpts := 0
 	for _, k := range r.c.completed {
-		if k.kind == control.KindCheckpoint {
+		if k.kind == ckpt.KindCheckpoint {
 			retainedCkpts++
 		}
 	}
@@ -247,7 +248,7 @@ func (r *propRun) checkInvariants(t *rapid.T, what string, rd Ready) {
 	for _, p := range rd.Purges {
 		key := partitionKey(p)
 		for _, k := range r.c.completed {
-			if k.kind != control.KindCheckpoint {
+			if k.kind != ckpt.KindCheckpoint {
 				continue
 			}
 			if !k.known {
@@ -369,7 +370,7 @@ func TestPropertyCoreMatchesModel(t *testing.T) {
 				r.compare(t, fmt.Sprintf("metadata-failed %d", id), r.c.Step(MetadataFailed{ID: id, Reason: "x"}), errM)
 			},
 			"savepoint": func(t *rapid.T) {
-				kind := rapid.SampledFrom([]control.Kind{control.KindSavepoint, control.KindStop}).Draw(t, "kind")
+				kind := rapid.SampledFrom([]ckpt.Kind{ckpt.KindSavepoint, ckpt.KindStop}).Draw(t, "kind")
 				errM := r.m.savepoint(kind)
 				r.compare(t, "savepoint "+string(kind), r.c.Step(RequestSavepoint{Kind: kind, Target: "t"}), errM)
 			},
@@ -516,7 +517,7 @@ func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
 				advance(t, "metadata")
 			},
 			"savepoint": func(t *rapid.T) {
-				_ = r.c.Step(RequestSavepoint{Kind: control.KindSavepoint, Target: "t"})
+				_ = r.c.Step(RequestSavepoint{Kind: ckpt.KindSavepoint, Target: "t"})
 				advance(t, "savepoint")
 			},
 			"failover": func(t *rapid.T) {

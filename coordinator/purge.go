@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 
 	"github.com/weir-stream/weir/control"
@@ -65,7 +66,7 @@ func (c *Core) applyMetadata(md control.Metadata) {
 func (c *Core) purge() {
 	var low map[partition]int64
 	for _, k := range c.completed {
-		if k.kind != control.KindCheckpoint {
+		if k.kind != ckpt.KindCheckpoint {
 			continue
 		}
 		if !k.known {

@@ -12,10 +12,11 @@ import (
 	"testing"
 )
 
-// The pure packages: the coordinator core, the barrier aligner and the
-// control messages. The Kafka runtime loop of the coordinator will live in
-// the subpackage coordinator/runner, which this check does not cover.
-var purePackages = []string{".", "../barrier", "../control", "../runtime/input", "../eventtime", "../compat"}
+// The pure packages: the coordinator core, the barrier aligner, the
+// control messages and the checkpoint vocabulary (checkpoint/ckpt). The
+// Kafka runtime loop of the coordinator lives in the subpackage
+// coordinator/runner, which this check does not cover.
+var purePackages = []string{".", "../barrier", "../control", "../runtime/input", "../eventtime", "../compat", "../checkpoint/ckpt"}
 
 // forbiddenImports are import path fragments no pure package may use.
 var forbiddenImports = []string{
@@ -70,13 +71,14 @@ func checkPure(fset *token.FileSet, f *ast.File, allowThirdParty func(string) bo
 
 func weirPure(path string) bool {
 	return path == "github.com/weir-stream/weir/control" || path == "github.com/weir-stream/weir/barrier" ||
-		path == "github.com/weir-stream/weir/compat"
+		path == "github.com/weir-stream/weir/compat" || path == "github.com/weir-stream/weir/checkpoint/ckpt"
 }
 
 // TestPurePackages fails if the coordinator core, the barrier aligner, the
-// shuffle input core (runtime/input), the watermark core (eventtime) or the
-// control package imports kgo or pebble, reads the clock, draws random
-// numbers from a global source, or starts a goroutine.
+// shuffle input core (runtime/input), the watermark core (eventtime), the
+// checkpoint vocabulary (checkpoint/ckpt) or the control package imports
+// kgo or pebble, reads the clock, draws random numbers from a global source,
+// or starts a goroutine.
 func TestPurePackages(t *testing.T) {
 	fset := token.NewFileSet()
 	checked := 0

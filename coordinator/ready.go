@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"time"
 
 	"github.com/weir-stream/weir/control"
@@ -108,7 +109,7 @@ type Outcome struct {
 type Notification struct {
 	ID     uint64
 	Gen    uint64
-	Kind   control.Kind
+	Kind   ckpt.Kind
 	Target string
 	// Completed is true for a completed checkpoint, false for an aborted one.
 	Completed bool

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"time"
 
@@ -101,7 +102,7 @@ func (c *Core) applyTrigger(r control.Trigger) {
 		id: r.ID, gen: r.Gen, kind: r.Kind, target: r.Target, ts: ts,
 		deadline: ts.Add(c.cfg.Timeout), acks: make([]taskAck, len(c.tasks)), remaining: len(c.tasks),
 	})
-	if r.Kind == control.KindCheckpoint {
+	if r.Kind == ckpt.KindCheckpoint {
 		c.nextTrigger, c.scheduled = ts.Add(c.cfg.Interval), true
 	}
 }
@@ -122,7 +123,7 @@ func (c *Core) applyAbort(r control.Abort) bool {
 	c.remember(finished{id: r.ID})
 	// Like Flink's CheckpointFailureManager: only periodic checkpoints newer
 	// than the last completed one count.
-	if r.Reason.CountsAsFailure() && p.kind == control.KindCheckpoint && p.id > c.lastCompleted {
+	if r.Reason.CountsAsFailure() && p.kind == ckpt.KindCheckpoint && p.id > c.lastCompleted {
 		c.failures++
 		return true
 	}
@@ -179,7 +180,7 @@ func (c *Core) applyComplete(r control.Complete) []completed {
 func (c *Core) retain() []completed {
 	n := 0
 	for _, k := range c.completed {
-		if k.kind == control.KindCheckpoint {
+		if k.kind == ckpt.KindCheckpoint {
 			n++
 		}
 	}
@@ -187,18 +188,18 @@ func (c *Core) retain() []completed {
 	kept := c.completed[:0]
 	var oldestKept uint64
 	for _, k := range c.completed {
-		if k.kind == control.KindCheckpoint && n > c.cfg.Retained {
+		if k.kind == ckpt.KindCheckpoint && n > c.cfg.Retained {
 			released = append(released, k)
 			n--
 			continue
 		}
-		if k.kind == control.KindCheckpoint && oldestKept == 0 {
+		if k.kind == ckpt.KindCheckpoint && oldestKept == 0 {
 			oldestKept = k.id
 		}
 		kept = append(kept, k)
 	}
 	c.completed = slices.DeleteFunc(kept, func(k completed) bool {
-		return k.kind != control.KindCheckpoint && oldestKept != 0 && k.id < oldestKept
+		return k.kind != ckpt.KindCheckpoint && oldestKept != 0 && k.id < oldestKept
 	})
 	return released
 }

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -134,7 +135,7 @@ func TestPeriodicCheckpointsWaitForDeletes(t *testing.T) {
 		}
 
 		// A savepoint is not held back.
-		if err := r.Submit(ctx, coordinator.RequestSavepoint{Kind: control.KindSavepoint, Target: "sp"}); err != nil {
+		if err := r.Submit(ctx, coordinator.RequestSavepoint{Kind: ckpt.KindSavepoint, Target: "sp"}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "the savepoint", 30*time.Second, func() bool {

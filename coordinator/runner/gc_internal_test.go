@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"log/slog"
 	"maps"
@@ -88,12 +89,12 @@ func (m *gcModel) snapshot(t *rapid.T, id uint64) ([]control.TaskState, []string
 
 // complete makes id a completed checkpoint (or savepoint) and returns its
 // Complete record and the checkpoints it releases.
-func (m *gcModel) complete(t *rapid.T, kind control.Kind) (control.Complete, []uint64) {
+func (m *gcModel) complete(t *rapid.T, kind ckpt.Kind) (control.Complete, []uint64) {
 	m.nextID++
 	id := m.nextID
 	tasks, keys := m.snapshot(t, id)
 	target := ""
-	if kind == control.KindSavepoint && rapid.Bool().Draw(t, "target") {
+	if kind == ckpt.KindSavepoint && rapid.Bool().Draw(t, "target") {
 		target = fmt.Sprintf("sp%d", id)
 	}
 	loc, err := ObjectStoreMetadata{Store: m.store}.WriteMetadata(context.Background(),
@@ -167,9 +168,9 @@ func TestObjectStoreGCRebuildProperty(t *testing.T) {
 		for range rapid.IntRange(1, 30).Draw(t, "steps") {
 			switch step := rapid.SampledFrom([]string{"checkpoint", "checkpoint", "checkpoint", "savepoint", "abort", "failover"}).Draw(t, "step"); step {
 			case "checkpoint", "savepoint":
-				kind := control.KindCheckpoint
+				kind := ckpt.KindCheckpoint
 				if step == "savepoint" {
-					kind = control.KindSavepoint
+					kind = ckpt.KindSavepoint
 				}
 				c, released := m.complete(t, kind)
 				if err := gc.Register(ctx, c); err != nil {

@@ -35,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -381,7 +382,7 @@ func (r *Runner) readRetained(ctx context.Context, log *slog.Logger, core *coord
 	ctx, cancel := context.WithTimeout(ctx, readRetainedTimeout)
 	defer cancel()
 	for _, k := range core.Status().Completed {
-		if k.Kind != control.KindCheckpoint || k.ShuffleKnown {
+		if k.Kind != ckpt.KindCheckpoint || k.ShuffleKnown {
 			continue
 		}
 		md, err := mr.ReadMetadata(ctx, k.Metadata)

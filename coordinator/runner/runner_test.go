@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -408,7 +409,7 @@ func TestTriggersOnTime(t *testing.T) {
 			for _, rec := range h.Records {
 				switch m := rec.Msg.(type) {
 				case control.Trigger:
-					if m.Kind == control.KindCheckpoint {
+					if m.Kind == ckpt.KindCheckpoint {
 						trgs = append(trgs, m)
 					}
 				case control.Complete:

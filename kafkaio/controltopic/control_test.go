@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"log/slog"
 	"testing"
@@ -94,11 +95,11 @@ func TestControlWriterAppendAndHistory(t *testing.T) {
 		}
 
 		gen := control.Generation{Gen: 1, Assignment: control.Assignment{"r0": {{Stage: "s", Index: 0}}}}
-		trig := control.Trigger{ID: 1, TS: 1000, Kind: control.KindCheckpoint, Gen: 1}
+		trig := control.Trigger{ID: 1, TS: 1000, Kind: ckpt.KindCheckpoint, Gen: 1}
 		if err := w.Append(ctx, gen, trig); err != nil {
 			t.Fatal(err)
 		}
-		done := control.Complete{ID: 1, Gen: 1, TS: 2000, Kind: control.KindCheckpoint, Metadata: "chk-1/_metadata"}
+		done := control.Complete{ID: 1, Gen: 1, TS: 2000, Kind: ckpt.KindCheckpoint, Metadata: "chk-1/_metadata"}
 		if err := w.Append(ctx, done); err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +117,7 @@ func TestControlWriterAppendAndHistory(t *testing.T) {
 		if err := open.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		junk, _ := control.Encode(control.Complete{ID: 99, Gen: 1, TS: 1, Kind: control.KindCheckpoint, Metadata: "x"})
+		junk, _ := control.Encode(control.Complete{ID: 99, Gen: 1, TS: 1, Kind: ckpt.KindCheckpoint, Metadata: "x"})
 		if err := open.ProduceSync(ctx, &kgo.Record{Topic: ts.Commit, Value: junk}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +157,7 @@ func TestControlWriterFenced(t *testing.T) {
 		}
 		defer old.Close()
 		trig := func(id uint64) control.Trigger {
-			return control.Trigger{ID: id, TS: int64(id), Kind: control.KindCheckpoint, Gen: 1}
+			return control.Trigger{ID: id, TS: int64(id), Kind: ckpt.KindCheckpoint, Gen: 1}
 		}
 		if err := old.Append(ctx, trig(1)); err != nil {
 			t.Fatal(err)
@@ -217,7 +218,7 @@ func TestControlTailAndAcks(t *testing.T) {
 		if err := acks.Send(ctx, control.Decline{ID: 8, Gen: 2, Task: task, Reason: "upload failed"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := acks.Send(ctx, control.Trigger{ID: 1, Gen: 1, Kind: control.KindCheckpoint}); err == nil {
+		if err := acks.Send(ctx, control.Trigger{ID: 1, Gen: 1, Kind: ckpt.KindCheckpoint}); err == nil {
 			t.Fatal("ack writer accepted a trigger")
 		}
 		r1, err := tail.Next(ctx)
@@ -262,7 +263,7 @@ func TestStableEndTail(t *testing.T) {
 		if err := open.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		pending, _ := control.Encode(control.Trigger{ID: 5, Gen: 1, TS: 1, Kind: control.KindCheckpoint})
+		pending, _ := control.Encode(control.Trigger{ID: 5, Gen: 1, TS: 1, Kind: ckpt.KindCheckpoint})
 		if err := open.ProduceSync(ctx, &kgo.Record{Topic: ts.Trigger, Key: []byte("trigger"), Value: pending}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
@@ -341,7 +342,7 @@ func TestControlWriterFirstWriteToEachTopicCommits(t *testing.T) {
 		if err := w.Append(ctx, gen); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Append(ctx, control.Trigger{ID: 1, TS: 1000, Kind: control.KindCheckpoint, Gen: 1}); err != nil {
+		if err := w.Append(ctx, control.Trigger{ID: 1, TS: 1000, Kind: ckpt.KindCheckpoint, Gen: 1}); err != nil {
 			t.Fatal(err)
 		}
 		w.Close()

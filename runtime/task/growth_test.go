@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"errors"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -29,7 +30,7 @@ func TestManifestHandleAfterInputChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	md := control.Metadata{ID: 5, Gen: 3, Kind: control.KindCheckpoint, TS: time.Now().UnixMilli()}
+	md := control.Metadata{ID: 5, Gen: 3, Kind: ckpt.KindCheckpoint, TS: time.Now().UnixMilli()}
 	for _, id := range []control.TaskID{{Stage: "count", Index: 0}, {Stage: "count", Index: 1}, {Stage: "main", Index: 0}, {Stage: "main", Index: 1}} {
 		md.Tasks = append(md.Tasks, control.TaskState{Task: id, Handle: "chk-5/" + StateName(id) + ".manifest"})
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -348,7 +349,7 @@ func (r *rig) complete(ctx context.Context, n uint64, tasks map[control.TaskID]*
 // coordinator does when every task has acknowledged.
 func (r *rig) writeMetadata(ctx context.Context, n, gen uint64, acks map[control.TaskID]control.Ack) {
 	r.t.Helper()
-	md := control.Metadata{ID: n, Gen: gen, Kind: control.KindCheckpoint, TS: time.Now().UnixMilli()}
+	md := control.Metadata{ID: n, Gen: gen, Kind: ckpt.KindCheckpoint, TS: time.Now().UnixMilli()}
 	for _, a := range acks {
 		md.Tasks = append(md.Tasks, control.TaskState{Task: a.Task, Handle: a.Handle, Metrics: a.Metrics, Shuffle: a.Shuffle})
 	}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -615,7 +616,7 @@ func compatCheck(store *objstore.Store, id int64) (time.Duration, error) {
 		op.Fields = append(slices.Clone(op.Fields), compat.Field{Name: "new", Type: "max"})
 		cur.Operators = append(cur.Operators, op)
 	}
-	md := control.Metadata{ID: uint64(id), Gen: 1, Kind: control.KindCheckpoint, TS: 1, Schema: &old}
+	md := control.Metadata{ID: uint64(id), Gen: 1, Kind: ckpt.KindCheckpoint, TS: 1, Schema: &old}
 	for i := range compatTasks {
 		st := "main"
 		if i >= compatTasks/2 {

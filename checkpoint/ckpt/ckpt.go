@@ -1,0 +1,40 @@
+// Package ckpt owns the vocabulary every package uses to talk about a
+// checkpoint: its ID and its Kind. It is a pure leaf package (the standard
+// library only, no I/O), so that the pure cores (control, coordinator,
+// barrier, runtime/input) can use it as well as state, the Kafka I/O and the
+// CLI. Package checkpoint, its parent, reads and writes the `_metadata`
+// objects and may not be imported by the pure cores, because it does I/O.
+//
+// Neither type has a method that changes how it is encoded: an ID is a JSON
+// number, a decimal in shuffle barrier headers and in object keys
+// (chk-<n>), and a Kind a JSON string, as before they had a type of their
+// own.
+package ckpt
+
+// ID identifies a checkpoint (or savepoint) of a job. The coordinator
+// assigns IDs from 1, strictly increasing for the life of the job, across
+// coordinator failovers (DESIGN.md invariant 2); 0 is never a checkpoint and
+// stands for "none" where a field may be empty.
+type ID uint64
+
+// Kind says what a checkpoint is for.
+type Kind string
+
+// The kinds of checkpoint.
+const (
+	// KindCheckpoint is a periodic checkpoint, triggered by the coordinator.
+	KindCheckpoint Kind = "checkpoint"
+	// KindSavepoint is a savepoint a person asked for. It is self-contained,
+	// kept until deleted, and never subsumed or released by the coordinator.
+	KindSavepoint Kind = "savepoint"
+	// KindStop is a stop-with-savepoint: a savepoint after which the job stops.
+	KindStop Kind = "stop"
+)
+
+// Valid reports whether k is one of the defined kinds.
+func (k Kind) Valid() bool {
+	return k == KindCheckpoint || k == KindSavepoint || k == KindStop
+}
+
+// IsSavepoint reports whether k is a savepoint of either kind.
+func (k Kind) IsSavepoint() bool { return k == KindSavepoint || k == KindStop }
