@@ -3,6 +3,7 @@ package barrier
 import (
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"time"
 )
 
@@ -78,7 +79,7 @@ func (k ActionKind) String() string {
 type Action struct {
 	Kind ActionKind
 	// ID is the checkpoint, for Abort, Snapshot and Forward.
-	ID uint64
+	ID ckpt.ID
 	// Input is the input, for Hold and Release.
 	Input int
 	// Alignment is, for Snapshot and Abort, the time from the first barrier
@@ -103,7 +104,7 @@ const maxTracked = 50
 
 // tracked is one checkpoint whose barriers are arriving.
 type tracked struct {
-	id    uint64
+	id    ckpt.ID
 	start time.Time
 	seen  []bool // by input
 	// covered counts the inputs that delivered this barrier or ended, so
@@ -133,7 +134,7 @@ type Aligner struct {
 	numEnded int
 	// latest is the highest checkpoint that completed or was aborted here;
 	// barriers and cancel markers up to it are late and ignored.
-	latest uint64
+	latest ckpt.ID
 	// inflight are the checkpoints whose barriers are arriving, by ID. In
 	// exactly-once mode there is at most one: the alignment in progress.
 	inflight []*tracked
@@ -173,7 +174,7 @@ func (a *Aligner) HeldInputs() int { return a.numHeld }
 
 // check validates an event on input; what and id describe it, formatted
 // only on error so that the happy path does not allocate.
-func (a *Aligner) check(input int, what string, id uint64) error {
+func (a *Aligner) check(input int, what string, id ckpt.ID) error {
 	if input < 0 || input >= len(a.held) {
 		return fmt.Errorf("%w: %s on input %d of %d", ErrInput, describe(what, id), input, len(a.held))
 	}
@@ -183,14 +184,14 @@ func (a *Aligner) check(input int, what string, id uint64) error {
 	return nil
 }
 
-func describe(what string, id uint64) string {
+func describe(what string, id ckpt.ID) string {
 	if id == 0 {
 		return what
 	}
 	return fmt.Sprintf("%s %d", what, id)
 }
 
-func (a *Aligner) find(id uint64) (int, *tracked) {
+func (a *Aligner) find(id ckpt.ID) (int, *tracked) {
 	for i, t := range a.inflight {
 		if t.id == id {
 			return i, t
@@ -199,7 +200,7 @@ func (a *Aligner) find(id uint64) (int, *tracked) {
 	return -1, nil
 }
 
-func (a *Aligner) track(id uint64, now time.Time) *tracked {
+func (a *Aligner) track(id ckpt.ID, now time.Time) *tracked {
 	var t *tracked
 	if n := len(a.free); n > 0 {
 		t, a.free = a.free[n-1], a.free[:n-1]
@@ -234,7 +235,7 @@ func (a *Aligner) releaseAll() {
 }
 
 // abortOlder aborts, oldest first, every tracked checkpoint below id.
-func (a *Aligner) abortOlder(id uint64, now time.Time) {
+func (a *Aligner) abortOlder(id ckpt.ID, now time.Time) {
 	for len(a.inflight) > 0 && a.inflight[0].id < id {
 		t := a.inflight[0]
 		a.out = append(a.out, Action{Kind: Abort, ID: t.id, Alignment: now.Sub(t.start)})
@@ -275,7 +276,7 @@ func (a *Aligner) completeReady(now time.Time) {
 }
 
 // Barrier handles barrier id arriving on input at time now.
-func (a *Aligner) Barrier(input int, id uint64, now time.Time) ([]Action, error) {
+func (a *Aligner) Barrier(input int, id ckpt.ID, now time.Time) ([]Action, error) {
 	a.out = a.out[:0]
 	if err := a.check(input, "barrier", id); err != nil {
 		return nil, err
@@ -321,7 +322,7 @@ func (a *Aligner) Barrier(input int, id uint64, now time.Time) ([]Action, error)
 // checkpoint was aborted upstream. The alignment of id (and of anything
 // older) is given up and its held inputs released; later barriers of id are
 // ignored.
-func (a *Aligner) Cancel(input int, id uint64, now time.Time) ([]Action, error) {
+func (a *Aligner) Cancel(input int, id ckpt.ID, now time.Time) ([]Action, error) {
 	a.out = a.out[:0]
 	if err := a.check(input, "cancel marker", id); err != nil {
 		return nil, err
@@ -337,18 +338,18 @@ func (a *Aligner) Cancel(input int, id uint64, now time.Time) ([]Action, error) 
 // is given up and its held inputs released; later barriers of id are
 // ignored. An abort of a checkpoint that completed or was aborted here, or
 // older than the alignment in progress, does nothing.
-func (a *Aligner) Abort(id uint64, now time.Time) []Action {
+func (a *Aligner) Abort(id ckpt.ID, now time.Time) []Action {
 	a.out = a.out[:0]
 	a.cancel(id, now)
 	return a.out
 }
 
 // cancel gives up checkpoint id, for Cancel and Abort.
-func (a *Aligner) cancel(id uint64, now time.Time) {
+func (a *Aligner) cancel(id ckpt.ID, now time.Time) {
 	if id <= a.latest {
 		return
 	}
-	var newest uint64
+	var newest ckpt.ID
 	if n := len(a.inflight); n > 0 {
 		newest = a.inflight[n-1].id
 	}
@@ -392,12 +393,12 @@ type Status struct {
 	Mode Mode
 	// Aligning lists the checkpoints whose barriers are arriving (at most
 	// one in exactly-once mode) and Since when the oldest started.
-	Aligning []uint64
+	Aligning []ckpt.ID
 	Since    time.Time
 	// Held and Ended list inputs.
 	Held, Ended []int
 	// Latest is the highest checkpoint completed or aborted here.
-	Latest uint64
+	Latest ckpt.ID
 }
 
 // Status returns a summary of the aligner. It allocates; it is not meant

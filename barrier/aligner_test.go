@@ -3,6 +3,7 @@ package barrier
 import (
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -35,8 +36,8 @@ func inputs(t *testing.T, d *datadriven.TestData) []int {
 	return ins
 }
 
-func argID(t *testing.T, d *datadriven.TestData) uint64 {
-	var id uint64
+func argID(t *testing.T, d *datadriven.TestData) ckpt.ID {
+	var id ckpt.ID
 	d.ScanArgs(t, "id", &id)
 	return id
 }

@@ -2,6 +2,7 @@ package barrier
 
 import (
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"testing"
 	"time"
 )
@@ -49,7 +50,7 @@ func BenchmarkRecordWithBarriers(b *testing.B) {
 				}
 				every := 1000 * n
 				now := time.Unix(0, 0)
-				var id uint64
+				var id ckpt.ID
 				delivered, i, k := 0, 0, 0
 				b.ReportAllocs()
 				for range b.N {
@@ -86,7 +87,7 @@ func BenchmarkAlign1024(b *testing.B) {
 		b.Fatal(err)
 	}
 	now := time.Unix(0, 0)
-	var id uint64
+	var id ckpt.ID
 	b.ReportAllocs()
 	for range b.N {
 		id++

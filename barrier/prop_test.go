@@ -3,6 +3,7 @@ package barrier
 import (
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"testing"
 	"time"
@@ -17,8 +18,8 @@ type amodel struct {
 	n        int
 	ended    map[int]bool
 	held     map[int]bool
-	latest   uint64
-	inflight map[uint64]*mtrack
+	latest   ckpt.ID
+	inflight map[ckpt.ID]*mtrack
 	out      []Action
 }
 
@@ -28,11 +29,11 @@ type mtrack struct {
 }
 
 func newAModel(n int, mode Mode) *amodel {
-	return &amodel{mode: mode, n: n, ended: map[int]bool{}, held: map[int]bool{}, inflight: map[uint64]*mtrack{}}
+	return &amodel{mode: mode, n: n, ended: map[int]bool{}, held: map[int]bool{}, inflight: map[ckpt.ID]*mtrack{}}
 }
 
-func (m *amodel) ids() []uint64 {
-	var ids []uint64
+func (m *amodel) ids() []ckpt.ID {
+	var ids []ckpt.ID
 	for id := range m.inflight {
 		ids = append(ids, id)
 	}
@@ -40,7 +41,7 @@ func (m *amodel) ids() []uint64 {
 	return ids
 }
 
-func (m *amodel) aligned(id uint64) bool {
+func (m *amodel) aligned(id ckpt.ID) bool {
 	for i := range m.n {
 		if !m.inflight[id].seen[i] && !m.ended[i] {
 			return false
@@ -58,7 +59,7 @@ func (m *amodel) releaseAll() {
 	}
 }
 
-func (m *amodel) abortBelow(id uint64, now time.Time) {
+func (m *amodel) abortBelow(id ckpt.ID, now time.Time) {
 	for _, o := range m.ids() {
 		if o < id {
 			m.out = append(m.out, Action{Kind: Abort, ID: o, Alignment: now.Sub(m.inflight[o].start)})
@@ -70,7 +71,7 @@ func (m *amodel) abortBelow(id uint64, now time.Time) {
 
 func (m *amodel) completeReady(now time.Time) {
 	for {
-		var done uint64
+		var done ckpt.ID
 		for _, id := range m.ids() {
 			if m.aligned(id) {
 				done = id
@@ -101,7 +102,7 @@ func (m *amodel) check(i int) error {
 	return nil
 }
 
-func (m *amodel) newest() uint64 {
+func (m *amodel) newest() ckpt.ID {
 	ids := m.ids()
 	if len(ids) == 0 {
 		return 0
@@ -109,7 +110,7 @@ func (m *amodel) newest() uint64 {
 	return ids[len(ids)-1]
 }
 
-func (m *amodel) barrier(i int, id uint64, now time.Time) error {
+func (m *amodel) barrier(i int, id ckpt.ID, now time.Time) error {
 	m.out = nil
 	if err := m.check(i); err != nil {
 		return err
@@ -144,7 +145,7 @@ func (m *amodel) barrier(i int, id uint64, now time.Time) error {
 	return nil
 }
 
-func (m *amodel) cancel(i int, id uint64, now time.Time) error {
+func (m *amodel) cancel(i int, id ckpt.ID, now time.Time) error {
 	m.out = nil
 	if err := m.check(i); err != nil {
 		return err
@@ -153,7 +154,7 @@ func (m *amodel) cancel(i int, id uint64, now time.Time) error {
 }
 
 // abort is an abort from the coordinator: a cancel marker on no input.
-func (m *amodel) abort(id uint64, now time.Time) error {
+func (m *amodel) abort(id ckpt.ID, now time.Time) error {
 	m.out = nil
 	if id <= m.latest {
 		return nil
@@ -204,11 +205,11 @@ func TestPropertyAlignerMatchesModel(t *testing.T) {
 		}
 		m := newAModel(n, mode)
 		now := t0
-		var maxID uint64
-		delivered := map[[2]uint64]bool{} // (input, id) barriers delivered
+		var maxID ckpt.ID
+		delivered := map[[2]ckpt.ID]bool{} // (input, id) barriers delivered
 		heldByActions := map[int]bool{}
-		finished := map[uint64]bool{}
-		var lastSnapshot uint64
+		finished := map[ckpt.ID]bool{}
+		var lastSnapshot ckpt.ID
 		ended := map[int]bool{}
 
 		apply := func(t *rapid.T, what string, acts []Action, err, errM error) {
@@ -233,7 +234,7 @@ func TestPropertyAlignerMatchesModel(t *testing.T) {
 					}
 					lastSnapshot = act.ID
 					for i := range n {
-						if !delivered[[2]uint64{uint64(i), act.ID}] && !ended[i] {
+						if !delivered[[2]ckpt.ID{ckpt.ID(i), act.ID}] && !ended[i] {
 							t.Fatalf("%s: snapshot %d before input %d delivered its barrier", what, act.ID, i)
 						}
 					}
@@ -260,9 +261,9 @@ func TestPropertyAlignerMatchesModel(t *testing.T) {
 				t.Fatalf("%s: HeldInputs %d, want %d", what, a.HeldInputs(), len(heldByActions))
 			}
 		}
-		drawID := func(t *rapid.T) uint64 {
+		drawID := func(t *rapid.T) ckpt.ID {
 			lo := maxID - min(maxID, 2)
-			id := rapid.Uint64Range(max(lo, 1), maxID+2).Draw(t, "id")
+			id := ckpt.ID(rapid.Uint64Range(uint64(max(lo, 1)), uint64(maxID+2)).Draw(t, "id"))
 			maxID = max(maxID, id)
 			return id
 		}
@@ -284,7 +285,7 @@ func TestPropertyAlignerMatchesModel(t *testing.T) {
 				errM := m.barrier(i, id, now)
 				acts, err := a.Barrier(i, id, now)
 				if err == nil {
-					delivered[[2]uint64{uint64(i), id}] = true
+					delivered[[2]ckpt.ID{ckpt.ID(i), id}] = true
 				}
 				apply(t, fmt.Sprintf("barrier %d on %d", id, i), acts, err, errM)
 			},
@@ -318,7 +319,7 @@ func TestPropertyAlignerMatchesModel(t *testing.T) {
 
 func TestAtLeastOnceTracksAtMost50(t *testing.T) {
 	a, _ := New(2, AtLeastOnce)
-	for id := uint64(1); id <= maxTracked; id++ {
+	for id := ckpt.ID(1); id <= maxTracked; id++ {
 		if acts, err := a.Barrier(0, id, t0); err != nil || len(acts) != 0 {
 			t.Fatalf("barrier %d: %v %v", id, acts, err)
 		}

@@ -4,13 +4,17 @@
 // `chk-<n>/_metadata` and `savepoints/<name>/_metadata` under the job's
 // root in the object store. The coordinator writes them; a restoring task,
 // the garbage collector, the compatibility check and the CLI read them,
-// all through this package. The encoding is package control's.
+// all through this package. The encoding is package control's. The
+// vocabulary (the checkpoint ID type and Kind) is in the pure subpackage
+// checkpoint/ckpt: the pure cores may import it, not this package, which
+// does I/O.
 package checkpoint
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/state/objstore"
@@ -25,7 +29,7 @@ func MetadataKey(m control.Metadata) (string, error) {
 		}
 		return objstore.SavepointMetadataKey(m.Target), nil
 	}
-	return objstore.MetadataKey(int64(m.ID)), nil
+	return objstore.MetadataKey(m.ID), nil
 }
 
 // WriteMetadata writes m with a conditional put and returns its key: it
@@ -74,10 +78,10 @@ func ReadCompleted(ctx context.Context, store *objstore.Store, c control.Complet
 }
 
 // ReadID reads the metadata of checkpoint id (at chk-<id>/_metadata).
-func ReadID(ctx context.Context, store *objstore.Store, id uint64) (control.Metadata, error) {
-	md, err := ReadMetadata(ctx, store, objstore.MetadataKey(int64(id)))
+func ReadID(ctx context.Context, store *objstore.Store, id ckpt.ID) (control.Metadata, error) {
+	md, err := ReadMetadata(ctx, store, objstore.MetadataKey(id))
 	if err == nil && md.ID != id {
-		err = fmt.Errorf("%s is the metadata of checkpoint %d", objstore.MetadataKey(int64(id)), md.ID)
+		err = fmt.Errorf("%s is the metadata of checkpoint %d", objstore.MetadataKey(id), md.ID)
 	}
 	return md, err
 }
@@ -94,7 +98,7 @@ func Latest(ctx context.Context, store *objstore.Store) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var best int64
+	var best ckpt.ID
 	for _, o := range objs {
 		if id, ok := objstore.ParseCheckpointKey(o.Key); ok && o.Key == objstore.MetadataKey(id) && id > best {
 			best = id

@@ -22,7 +22,7 @@ func memStore(t *testing.T) *objstore.Store {
 	return s
 }
 
-func metadata(id uint64) control.Metadata {
+func metadata(id ckpt.ID) control.Metadata {
 	return control.Metadata{ID: id, Gen: 1, Kind: ckpt.KindCheckpoint, TS: 5,
 		Tasks:  []control.TaskState{{Task: control.TaskID{Stage: "main", Index: 0}, Handle: "chk-1/main-0.manifest"}},
 		Schema: &compat.Schema{V: compat.Version, Fingerprint: "f", MaxParallelism: 8}}
@@ -37,9 +37,9 @@ func TestWriteReadMetadata(t *testing.T) {
 	if _, err := checkpoint.Latest(ctx, store); !errors.Is(err, checkpoint.ErrNone) {
 		t.Fatalf("Latest of an empty store: %v", err)
 	}
-	for _, id := range []uint64{3, 12} {
+	for _, id := range []ckpt.ID{3, 12} {
 		key, err := checkpoint.WriteMetadata(ctx, store, metadata(id))
-		if err != nil || key != objstore.MetadataKey(int64(id)) {
+		if err != nil || key != objstore.MetadataKey(id) {
 			t.Fatalf("write %d: %q %v", id, key, err)
 		}
 	}

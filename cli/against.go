@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"net/url"
 	"path"
@@ -136,11 +137,11 @@ func openAgainst(ctx context.Context, cfg *config.Config, against string) (*objs
 	case strings.HasPrefix(rel, "savepoints/"):
 		key = rel + "/_metadata"
 	default:
-		id, err := strconv.ParseInt(strings.TrimPrefix(rel, "chk-"), 10, 64)
-		if err != nil || id <= 0 {
+		id, err := strconv.ParseUint(strings.TrimPrefix(rel, "chk-"), 10, 64)
+		if err != nil || id == 0 {
 			return nil, "", fmt.Errorf("--against %s: want latest, a checkpoint (12 or chk-12), savepoints/NAME, or the URL of one", against)
 		}
-		key = objstore.MetadataKey(id)
+		key = objstore.MetadataKey(ckpt.ID(id))
 	}
 	store, err := objstore.Open(ctx, storage, job, objstore.Options{})
 	if err != nil {

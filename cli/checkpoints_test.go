@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"os"
 	"path/filepath"
@@ -74,7 +75,7 @@ log: {level: error}
 // runUntilCheckpoints runs serve (as run calls it, with onCommitted and a
 // log writer) until n checkpoints completed, calls atEnd while it still
 // runs, then stops it. If the test fails, the replica's log is printed.
-func runUntilCheckpoints(t *testing.T, n int, serve func(ctx context.Context, logOut io.Writer, onCommitted func(uint64)) error, atEnd func()) {
+func runUntilCheckpoints(t *testing.T, n int, serve func(ctx context.Context, logOut io.Writer, onCommitted func(ckpt.ID)) error, atEnd func()) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -84,9 +85,9 @@ func runUntilCheckpoints(t *testing.T, n int, serve func(ctx context.Context, lo
 			t.Logf("replica log:\n%s", logs.String())
 		}
 	})
-	completed := make(chan uint64, 100)
+	completed := make(chan ckpt.ID, 100)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, logs, func(id uint64) { completed <- id }) }()
+	go func() { done <- serve(ctx, logs, func(id ckpt.ID) { completed <- id }) }()
 	stuck := time.After(50 * time.Second) // before ctx ends: the stacks of a replica still running
 	for seen := 0; seen < n; {
 		select {
@@ -111,7 +112,7 @@ func runUntilCheckpoints(t *testing.T, n int, serve func(ctx context.Context, lo
 // until a few checkpoints completed, stops it, and lists them.
 func TestRunThenListCheckpoints(t *testing.T) {
 	cfg, file, _ := countJob(t, "listing")
-	runUntilCheckpoints(t, 3, func(ctx context.Context, logOut io.Writer, onCommitted func(uint64)) error {
+	runUntilCheckpoints(t, 3, func(ctx context.Context, logOut io.Writer, onCommitted func(ckpt.ID)) error {
 		return serve(ctx, cfg, nil, logOut, onCommitted)
 	}, nil)
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -491,7 +492,7 @@ func devSummary(out io.Writer, cfg *config.Config, brokers []string, dir string,
 		fmt.Fprintf(out, "weir dev: stopped; could not read the checkpoints: %v\n", err)
 		return
 	}
-	var last uint64
+	var last ckpt.ID
 	for _, rec := range hist.Records {
 		if c, ok := rec.Msg.(control.Complete); ok {
 			last = max(last, c.ID)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"net/http"
 	"strings"
@@ -40,7 +41,7 @@ func TestLivezFailsWhenTheLoopIsStuck(t *testing.T) {
 		var stall atomic.Bool
 		stalled := make(chan struct{}, 1)
 		release := make(chan struct{})
-		completed := make(chan uint64, 1000)
+		completed := make(chan ckpt.ID, 1000)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		logs := &lockedBuffer{}
@@ -51,7 +52,7 @@ func TestLivezFailsWhenTheLoopIsStuck(t *testing.T) {
 		})
 		done := make(chan error, 1)
 		go func() {
-			done <- serve(ctx, cfg, nil, logs, func(id uint64) {
+			done <- serve(ctx, cfg, nil, logs, func(id ckpt.ID) {
 				completed <- id
 				if stall.Load() {
 					stalled <- struct{}{}

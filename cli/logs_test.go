@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ func TestJSONLogsStrict(t *testing.T) {
 	cfg, _, _ := countJob(t, "logs")
 	cfg.Log.Format = "json"
 	logs := &lockedBuffer{}
-	runUntilCheckpoints(t, 3, func(ctx context.Context, logOut io.Writer, onCommitted func(uint64)) error {
+	runUntilCheckpoints(t, 3, func(ctx context.Context, logOut io.Writer, onCommitted func(ckpt.ID)) error {
 		return serve(ctx, cfg, nil, io.MultiWriter(logOut, logs), onCommitted)
 	}, nil)
 

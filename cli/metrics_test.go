@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"os"
 	"regexp"
@@ -69,7 +70,7 @@ func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
 	cfg, _, _ := countJob(t, "metrics")
 	reg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
 	var registered map[string]bool
-	runUntilCheckpoints(t, 2, func(ctx context.Context, logOut io.Writer, onCommitted func(uint64)) error {
+	runUntilCheckpoints(t, 2, func(ctx context.Context, logOut io.Writer, onCommitted func(ckpt.ID)) error {
 		return serveWith(ctx, cfg, nil, logOut, onCommitted, reg.Registry, reg)
 	}, func() { registered = reg.names() })
 

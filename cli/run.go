@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"log/slog"
 	"net"
@@ -106,7 +107,7 @@ func durationString(_ []string, a slog.Attr) slog.Attr {
 // serve runs one replica of job (nil: the configuration's YAML job) and its
 // HTTP endpoints until ctx ends. onCommitted, if set, is called for every
 // completed checkpoint.
-func serve(ctx context.Context, cfg *config.Config, job *stream.Job, logOut io.Writer, onCommitted func(uint64)) error {
+func serve(ctx context.Context, cfg *config.Config, job *stream.Job, logOut io.Writer, onCommitted func(ckpt.ID)) error {
 	reg := prometheus.NewRegistry()
 	return serveWith(ctx, cfg, job, logOut, onCommitted, reg, reg)
 }
@@ -114,7 +115,7 @@ func serve(ctx context.Context, cfg *config.Config, job *stream.Job, logOut io.W
 // serveWith is serve with the registry /metrics serves (gatherer) and the
 // registerer the replica registers its metrics with, normally the same
 // registry; a test wraps the registerer to see every metric registered.
-func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOut io.Writer, onCommitted func(uint64), gatherer prometheus.Gatherer, reg prometheus.Registerer) error {
+func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOut io.Writer, onCommitted func(ckpt.ID), gatherer prometheus.Gatherer, reg prometheus.Registerer) error {
 	log := newLogger(cfg, logOut)
 	registries, err := newRegistries(log, reg)
 	if err != nil {

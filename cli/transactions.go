@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -239,7 +240,7 @@ producer you need stopped; otherwise prefer abort.`,
 // recordedTxns is what the newest completed checkpoint of a job recorded as
 // pre-committed: the transactions its recovery commits.
 type recordedTxns struct {
-	checkpoint uint64 // 0: the job has no completed checkpoint
+	checkpoint ckpt.ID // 0: the job has no completed checkpoint
 	handles    map[string]sink.TxnHandle
 }
 
@@ -250,7 +251,7 @@ type recordedTxns struct {
 // longer matters. The sink never runs a new transaction at a recorded
 // producer ID and epoch while the checkpoint may be restored from
 // (docs/sinks.md), so on v1 brokers too the pair names one transaction.
-func (r *recordedTxns) match(t sink.TxnInfo) uint64 {
+func (r *recordedTxns) match(t sink.TxnInfo) ckpt.ID {
 	h, ok := r.handles[t.TransactionalID]
 	if ok && t.State == "Ongoing" && h.ProducerID == t.ProducerID && h.ProducerEpoch == t.ProducerEpoch {
 		return r.checkpoint
@@ -336,7 +337,7 @@ type listedTxn struct {
 	// checkpoint when it recorded this very transaction (ID, producer ID
 	// and epoch), 0 when it did not; absent when that could not be read,
 	// and for a transaction that is not open.
-	RecordedBy *uint64 `json:"recorded_by_checkpoint,omitempty"`
+	RecordedBy *ckpt.ID `json:"recorded_by_checkpoint,omitempty"`
 }
 
 // printTxns prints txns; rec, when known, fills the RECORDED column.

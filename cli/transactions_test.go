@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"os"
 	"path/filepath"
@@ -183,18 +184,18 @@ func TestTransactionsRecordedByCheckpoint(t *testing.T) {
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	completed := make(chan uint64, 100)
+	completed := make(chan ckpt.ID, 100)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, nil, logs, func(id uint64) { completed <- id }) }()
-	var ckpt uint64
+	go func() { done <- serve(ctx, cfg, nil, logs, func(id ckpt.ID) { completed <- id }) }()
+	var newest ckpt.ID
 	stuck := time.After(50 * time.Second) // before ctx ends: the stacks of a replica still running
-	for ckpt == 0 || refused.Load() == 0 {
+	for newest == 0 || refused.Load() == 0 {
 		select {
-		case ckpt = <-completed:
+		case newest = <-completed:
 		case err := <-done:
 			t.Fatalf("replica stopped: %v", err)
 		case <-stuck:
-			t.Fatalf("within 50s: newest completed checkpoint %d, commits refused %d; goroutines:\n%s", ckpt, refused.Load(), goroutines())
+			t.Fatalf("within 50s: newest completed checkpoint %d, commits refused %d; goroutines:\n%s", newest, refused.Load(), goroutines())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -204,7 +205,7 @@ func TestTransactionsRecordedByCheckpoint(t *testing.T) {
 	}
 	// The newest completed checkpoint records the open transactions.
 	for len(completed) > 0 {
-		ckpt = max(ckpt, <-completed)
+		newest = max(newest, <-completed)
 	}
 
 	got, err := cli(t, "transactions", "list", "-c", file, "--json")
@@ -214,9 +215,9 @@ func TestTransactionsRecordedByCheckpoint(t *testing.T) {
 	var recorded []string
 	for _, line := range strings.Split(strings.TrimSpace(got), "\n") {
 		var l struct {
-			ID         string  `json:"transactional_id"`
-			State      string  `json:"state"`
-			RecordedBy *uint64 `json:"recorded_by_checkpoint"`
+			ID         string   `json:"transactional_id"`
+			State      string   `json:"state"`
+			RecordedBy *ckpt.ID `json:"recorded_by_checkpoint"`
 		}
 		if err := json.Unmarshal([]byte(line), &l); err != nil {
 			t.Fatalf("list --json line %q: %v", line, err)
@@ -224,8 +225,8 @@ func TestTransactionsRecordedByCheckpoint(t *testing.T) {
 		if l.RecordedBy == nil {
 			t.Fatalf("list could not read what the checkpoint recorded:\n%s", got)
 		}
-		if l.State == "Ongoing" && *l.RecordedBy != ckpt {
-			t.Fatalf("open transaction %s is not recorded by checkpoint %d, the only completed one:\n%s", l.ID, ckpt, got)
+		if l.State == "Ongoing" && *l.RecordedBy != newest {
+			t.Fatalf("open transaction %s is not recorded by checkpoint %d, the only completed one:\n%s", l.ID, newest, got)
 		}
 		recorded = append(recorded, l.ID)
 	}
@@ -234,8 +235,8 @@ func TestTransactionsRecordedByCheckpoint(t *testing.T) {
 	}
 	table, err := cli(t, "transactions", "list", "-c", file)
 	t.Logf("after the refused commits:\n%s", table)
-	if err != nil || !strings.Contains(table, fmt.Sprintf("checkpoint %d", ckpt)) {
-		t.Fatalf("list does not show RECORDED checkpoint %d: %v\n%s", ckpt, err, table)
+	if err != nil || !strings.Contains(table, fmt.Sprintf("checkpoint %d", newest)) {
+		t.Fatalf("list does not show RECORDED checkpoint %d: %v\n%s", newest, err, table)
 	}
 
 	// The checkpoint's objects unreadable: list says it does not know,
@@ -262,7 +263,7 @@ func TestTransactionsRecordedByCheckpoint(t *testing.T) {
 	// output: refused.
 	for _, verb := range []string{"abort", "fence"} {
 		if got, err := cli(t, "transactions", verb, "-c", file, recorded[0], "--yes"); err == nil || !strings.Contains(err.Error(), "--lose-output") {
-			t.Fatalf("%s of %s, which checkpoint %d recorded: %v\n%s", verb, recorded[0], ckpt, err, got)
+			t.Fatalf("%s of %s, which checkpoint %d recorded: %v\n%s", verb, recorded[0], newest, err, got)
 		}
 	}
 
@@ -273,18 +274,18 @@ func TestTransactionsRecordedByCheckpoint(t *testing.T) {
 		unrecorded = sink.TxnID(prefix, pool, 1, 2)
 	}
 	if got, err := cli(t, "transactions", "commit", "-c", file, unrecorded, "--yes"); err == nil || !strings.Contains(err.Error(), "did not record") {
-		t.Fatalf("commit of %s, which checkpoint %d did not record: %v\n%s", unrecorded, ckpt, err, got)
+		t.Fatalf("commit of %s, which checkpoint %d did not record: %v\n%s", unrecorded, newest, err, got)
 	}
 	for _, id := range recorded {
 		got, err := cli(t, "transactions", "commit", "-c", file, id, "--yes")
-		if err != nil || !strings.Contains(got, fmt.Sprintf("recorded by checkpoint %d", ckpt)) {
+		if err != nil || !strings.Contains(got, fmt.Sprintf("recorded by checkpoint %d", newest)) {
 			t.Fatalf("commit %s: %v\n%s", id, err, got)
 		}
 	}
 
 	// Started again, the job's recovery finds them committed: every input
 	// is counted exactly once.
-	runUntilCheckpoints(t, 1, func(ctx context.Context, logOut io.Writer, onCommitted func(uint64)) error {
+	runUntilCheckpoints(t, 1, func(ctx context.Context, logOut io.Writer, onCommitted func(ckpt.ID)) error {
 		return serve(ctx, cfg, nil, logOut, onCommitted)
 	}, nil)
 	rd := c.Client(t, kgo.ConsumeTopics("out"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))

@@ -2,6 +2,7 @@ package compat
 
 import (
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"strings"
 )
@@ -61,7 +62,7 @@ func (d Difference) String() string {
 // Result is what Compare found.
 type Result struct {
 	// Checkpoint is the checkpoint compared with, for messages (0: unknown).
-	Checkpoint uint64
+	Checkpoint ckpt.ID
 	// Unchecked is set when the checkpoint records no schema (one taken by
 	// a version of Weir before schemas): nothing could be compared.
 	Unchecked   bool
@@ -145,7 +146,7 @@ func (r Result) Report() string {
 // Compare compares the schema recorded by a checkpoint (old; nil if it
 // records none) with a job's (cur), and returns every difference. It reads
 // nothing else: the caller passes the checkpoint's ID for messages.
-func Compare(checkpoint uint64, old, cur *Schema) Result {
+func Compare(checkpoint ckpt.ID, old, cur *Schema) Result {
 	r := Result{Checkpoint: checkpoint}
 	if old == nil {
 		r.Unchecked = true

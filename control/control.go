@@ -204,7 +204,7 @@ func TopicOf(m Message) (Topic, bool) {
 // Trigger starts checkpoint ID: every source reader injects barrier ID.
 // Written by the coordinator to the trigger topic.
 type Trigger struct {
-	ID uint64 `json:"id"`
+	ID ckpt.ID `json:"id"`
 	// TS is the trigger time in Unix milliseconds; the checkpoint expires at
 	// TS plus the coordinator's timeout.
 	TS   int64     `json:"ts"`
@@ -218,7 +218,7 @@ type Trigger struct {
 // Abort cancels checkpoint ID: tasks discard its partial uploads.
 // Written by the coordinator to the trigger topic.
 type Abort struct {
-	ID     uint64      `json:"id"`
+	ID     ckpt.ID     `json:"id"`
 	Gen    uint64      `json:"gen"`
 	Reason AbortReason `json:"reason"`
 	// Detail is free text for people (the decline reason, for example).
@@ -227,7 +227,7 @@ type Abort struct {
 	// coordinator reads only the newest record of the trigger topic; when
 	// that record is an abort of an older checkpoint, Last still tells it
 	// which IDs are used. (An addition to DESIGN.md section 4.)
-	Last uint64 `json:"last"`
+	Last ckpt.ID `json:"last"`
 }
 
 // AckMetrics are a task's measurements of one snapshot.
@@ -249,7 +249,7 @@ func (m AckMetrics) validate() error {
 // Ack reports that Task snapshotted checkpoint ID: Handle names its task
 // manifest. Written by the task to the ack topic.
 type Ack struct {
-	ID      uint64     `json:"id"`
+	ID      ckpt.ID    `json:"id"`
 	Gen     uint64     `json:"gen"`
 	Task    TaskID     `json:"task"`
 	Handle  string     `json:"handle"`
@@ -267,10 +267,10 @@ type Ack struct {
 // Decline reports that Task could not snapshot checkpoint ID.
 // Written by the task to the ack topic.
 type Decline struct {
-	ID     uint64 `json:"id"`
-	Gen    uint64 `json:"gen"`
-	Task   TaskID `json:"task"`
-	Reason string `json:"reason"`
+	ID     ckpt.ID `json:"id"`
+	Gen    uint64  `json:"gen"`
+	Task   TaskID  `json:"task"`
+	Reason string  `json:"reason"`
 }
 
 // Running reports that Task restored the state of generation Gen and runs:
@@ -317,7 +317,7 @@ func (a Assignment) Tasks() ([]TaskID, error) {
 type Generation struct {
 	Gen         uint64     `json:"gen"`
 	Assignment  Assignment `json:"assignment"`
-	RestoreFrom uint64     `json:"restore_from"`
+	RestoreFrom ckpt.ID    `json:"restore_from"`
 	// Skip lists input records every task of the generation drops unread:
 	// the records an operator skipped with `processor resume --skip`, kept
 	// in every later generation (a restore may read them again). Sorted,
@@ -498,8 +498,8 @@ type Resumed struct {
 // at Metadata. Written by the coordinator to the commit topic, only after the
 // object was written.
 type Complete struct {
-	ID  uint64 `json:"id"`
-	Gen uint64 `json:"gen"`
+	ID  ckpt.ID `json:"id"`
+	Gen uint64  `json:"gen"`
 	// TS is the completion time in Unix milliseconds.
 	TS int64 `json:"ts"`
 	// Kind and Target repeat the trigger's, so that a coordinator rebuilt
@@ -524,7 +524,7 @@ type TaskState struct {
 // handle, sorted by task. It is no topic record, but shares the versioned
 // encoding so that it reads the same way.
 type Metadata struct {
-	ID     uint64      `json:"id"`
+	ID     ckpt.ID     `json:"id"`
 	Gen    uint64      `json:"gen"`
 	Kind   ckpt.Kind   `json:"kind"`
 	Target string      `json:"target,omitempty"`
@@ -570,7 +570,7 @@ func (Resumed) Type() Type { return TypeResumed }
 // Type implements Message.
 func (Metadata) Type() Type { return TypeMetadata }
 
-func checkIDGen(id, gen uint64) error {
+func checkIDGen(id ckpt.ID, gen uint64) error {
 	if id == 0 {
 		return fmt.Errorf("%w: id must be positive", ErrInvalid)
 	}

@@ -72,7 +72,8 @@ type taskAck struct {
 
 // pending is a triggered checkpoint that has not completed or aborted.
 type pending struct {
-	id, gen  uint64
+	id       ckpt.ID
+	gen      uint64
 	kind     ckpt.Kind
 	target   string
 	ts       time.Time // trigger time, from the trigger record
@@ -87,7 +88,8 @@ type pending struct {
 
 // completed is a completed checkpoint or savepoint the core remembers.
 type completed struct {
-	id, gen  uint64
+	id       ckpt.ID
+	gen      uint64
 	kind     ckpt.Kind
 	target   string
 	ts       time.Time
@@ -102,7 +104,7 @@ type completed struct {
 
 // finished is a recently finished checkpoint of the current generation.
 type finished struct {
-	id        uint64
+	id        ckpt.ID
 	completed bool
 }
 
@@ -127,13 +129,13 @@ type Core struct {
 	schema         *compat.Schema   // the state schema of the current generation (Assign), or nil
 	tasks          []control.TaskID // sorted
 	index          map[control.TaskID]int
-	lastID         uint64     // highest checkpoint ID ever used
-	lastCompleted  uint64     // highest completed ID (restore point)
+	lastID         ckpt.ID    // highest checkpoint ID ever used
+	lastCompleted  ckpt.ID    // highest completed ID (restore point)
 	pending        []*pending // by ID, ascending
 	completed      []completed
 	recent         []finished
-	savepoints     []uint64 // savepoints completed in this generation
-	failures       int      // consecutive counted failures
+	savepoints     []ckpt.ID // savepoints completed in this generation
+	failures       int       // consecutive counted failures
 	lastCompletion time.Time
 	failed         *control.Failed    // the job's permanent failure, until resumed
 	skip           []control.Position // records every generation skips, sorted
@@ -335,8 +337,8 @@ type Status struct {
 	Gen           uint64
 	Phase         string
 	Tasks         int
-	LastID        uint64
-	LastCompleted uint64
+	LastID        ckpt.ID
+	LastCompleted ckpt.ID
 	Failures      int
 	Pending       []PendingStatus
 	Completed     []CompletedStatus
@@ -355,7 +357,7 @@ type Status struct {
 
 // PendingStatus summarizes one pending checkpoint.
 type PendingStatus struct {
-	ID         uint64
+	ID         ckpt.ID
 	Kind       ckpt.Kind
 	Remaining  int
 	Finalizing bool
@@ -364,7 +366,7 @@ type PendingStatus struct {
 
 // CompletedStatus summarizes one retained checkpoint or savepoint.
 type CompletedStatus struct {
-	ID       uint64
+	ID       ckpt.ID
 	Kind     ckpt.Kind
 	Metadata string
 	// Shuffle is the lowest position of each shuffle partition its tasks
@@ -400,7 +402,7 @@ func (c *Core) Status() Status {
 // Now returns the latest time the core was told.
 func (c *Core) Now() time.Time { return c.now }
 
-func (c *Core) find(id uint64) *pending {
+func (c *Core) find(id ckpt.ID) *pending {
 	for _, p := range c.pending {
 		if p.id == id {
 			return p
@@ -411,7 +413,7 @@ func (c *Core) find(id uint64) *pending {
 
 // gone classifies a checkpoint ID of the current generation that is not
 // pending.
-func (c *Core) gone(id uint64) AckResult {
+func (c *Core) gone(id ckpt.ID) AckResult {
 	for _, k := range c.completed {
 		if k.id == id {
 			return AckDuplicate
@@ -438,7 +440,7 @@ func (c *Core) gone(id uint64) AckResult {
 	return AckDiscarded
 }
 
-func (c *Core) outcome(t control.Type, id, gen uint64, task control.TaskID, r AckResult) {
+func (c *Core) outcome(t control.Type, id ckpt.ID, gen uint64, task control.TaskID, r AckResult) {
 	c.out.Outcomes = append(c.out.Outcomes, Outcome{Type: t, ID: id, Gen: gen, Task: task, Result: r})
 	if t == control.TypeAck {
 		c.out.Metrics.Acks[r]++

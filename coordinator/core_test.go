@@ -133,7 +133,7 @@ func TestRestoreNeverReusesIDs(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		last control.Message
-		want uint64
+		want ckpt.ID
 	}{
 		{nil, 5},
 		{control.Trigger{ID: 9, Gen: 1, TS: 1, Kind: ckpt.KindCheckpoint}, 10},
@@ -155,7 +155,7 @@ func TestRestoreNeverReusesIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.Tick(t0.Add(time.Hour))
-		var got uint64
+		var got ckpt.ID
 		for _, r := range c.Ready().Records {
 			if tr, ok := r.(control.Trigger); ok {
 				got = tr.ID
@@ -180,7 +180,7 @@ func TestLateAckBeyondRecentWindow(t *testing.T) {
 		cfg.Retained = retained
 		c := runningCore(t, cfg, a0)
 		now := t0
-		for id := uint64(1); id <= 20; id++ {
+		for id := ckpt.ID(1); id <= 20; id++ {
 			now = now.Add(10 * time.Second)
 			c.Tick(now)
 			if err := c.Step(Acknowledge{control.Ack{ID: id, Gen: 1, Task: a0, Handle: "h"}}); err != nil {

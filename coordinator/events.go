@@ -54,14 +54,14 @@ type RequestSavepoint struct {
 // MetadataWritten reports that the _metadata object of checkpoint ID, asked
 // for in Ready.Metadata, was written at Location.
 type MetadataWritten struct {
-	ID       uint64
+	ID       ckpt.ID
 	Location string
 }
 
 // MetadataFailed reports that writing the _metadata object of checkpoint ID
 // failed; the checkpoint is aborted and counts as a failure.
 type MetadataFailed struct {
-	ID     uint64
+	ID     ckpt.ID
 	Reason string
 }
 

@@ -43,7 +43,7 @@ type harness struct {
 	printed Ready
 	// written are the _metadata objects the core asked for, by ID: what a
 	// new coordinator reads back (read-metadata).
-	written map[uint64]control.Metadata
+	written map[ckpt.ID]control.Metadata
 }
 
 func (h *harness) step(e Event) error {
@@ -75,7 +75,7 @@ func (h *harness) delta() string {
 	for _, m := range rd.Metadata[len(h.printed.Metadata):] {
 		fmt.Fprintf(&b, "write-metadata %d %s gen=%d tasks=%d\n", m.ID, m.Kind, m.Gen, len(m.Tasks))
 		if h.written == nil {
-			h.written = map[uint64]control.Metadata{}
+			h.written = map[ckpt.ID]control.Metadata{}
 		}
 		h.written[m.ID] = m
 	}
@@ -362,7 +362,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return fmt.Sprintf("now=%s\n", rel(h.c.Now())) + h.delta()
 
 	case "ack", "ack-all":
-		id := uint64(argInt(t, d, "id", int(h.c.lastID)))
+		id := ckpt.ID(argInt(t, d, "id", int(h.c.lastID)))
 		gen := uint64(argInt(t, d, "gen", int(h.c.gen)))
 		var tasks []control.TaskID
 		if d.Cmd == "ack-all" {
@@ -411,7 +411,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.delta()
 
 	case "decline":
-		id := uint64(argInt(t, d, "id", int(h.c.lastID)))
+		id := ckpt.ID(argInt(t, d, "id", int(h.c.lastID)))
 		gen := uint64(argInt(t, d, "gen", int(h.c.gen)))
 		a, _ := d.Arg("task")
 		err := h.step(Decline{control.Decline{ID: id, Gen: gen, Task: parseTask(t, a.SingleVal(t)),
@@ -470,7 +470,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return errOut(err) + h.delta()
 
 	case "metadata":
-		id := uint64(argInt(t, d, "id", int(h.c.lastID)))
+		id := ckpt.ID(argInt(t, d, "id", int(h.c.lastID)))
 		var err error
 		if a, ok := d.Arg("fail"); ok {
 			err = h.step(MetadataFailed{ID: id, Reason: a.SingleVal(t)})
@@ -482,7 +482,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "read-metadata":
 		// A new coordinator reads the _metadata object of a retained
 		// checkpoint (MetadataRead): the one the core asked to write.
-		id := uint64(argInt(t, d, "id", 0))
+		id := ckpt.ID(argInt(t, d, "id", 0))
 		md, ok := h.written[id]
 		if !ok {
 			t.Fatalf("%s: no _metadata of checkpoint %d was written", d.Pos, id)
@@ -566,12 +566,12 @@ type durableState struct {
 	Assignment     control.Assignment
 	Fingerprint    string
 	Tasks          []control.TaskID
-	LastID         uint64
-	LastCompleted  uint64
+	LastID         ckpt.ID
+	LastCompleted  ckpt.ID
 	Pending        []pending
 	Completed      []completed
 	Recent         []finished
-	Savepoints     []uint64
+	Savepoints     []ckpt.ID
 	Failures       int
 	LastCompletion time.Time
 	Failed         *control.Failed

@@ -25,11 +25,11 @@ type model struct {
 	phase      string // waiting, starting, running, stopped
 	notRunning map[control.TaskID]bool
 
-	lastID, lastCompleted uint64
-	pending               map[uint64]*mPending
+	lastID, lastCompleted ckpt.ID
+	pending               map[ckpt.ID]*mPending
 	retained              []mCompleted // by ID
 	recent                []finished   // last 16 finished, this generation
-	savepoints            map[uint64]bool
+	savepoints            map[ckpt.ID]bool
 	failures              int
 	restartDue            bool
 	lastCompletion        time.Time
@@ -50,15 +50,15 @@ type mPending struct {
 }
 
 type mCompleted struct {
-	id       uint64
+	id       ckpt.ID
 	kind     ckpt.Kind
 	metadata string
 	shuffle  []control.Position
 }
 
 func newModel(cfg Config, now time.Time) *model {
-	return &model{cfg: cfg, now: now, phase: "waiting", pending: map[uint64]*mPending{},
-		savepoints: map[uint64]bool{}, tasks: map[control.TaskID]bool{}, purged: map[string]int64{}}
+	return &model{cfg: cfg, now: now, phase: "waiting", pending: map[ckpt.ID]*mPending{},
+		savepoints: map[ckpt.ID]bool{}, tasks: map[control.TaskID]bool{}, purged: map[string]int64{}}
 }
 
 func (m *model) emit(format string, args ...any) { m.out = append(m.out, fmt.Sprintf(format, args...)) }
@@ -72,8 +72,8 @@ func (m *model) sortedTasks() []control.TaskID {
 	return ts
 }
 
-func (m *model) pendingIDs() []uint64 {
-	var ids []uint64
+func (m *model) pendingIDs() []ckpt.ID {
+	var ids []ckpt.ID
 	for id := range m.pending {
 		ids = append(ids, id)
 	}
@@ -81,14 +81,14 @@ func (m *model) pendingIDs() []uint64 {
 	return ids
 }
 
-func (m *model) pushRecent(id uint64, completed bool) {
+func (m *model) pushRecent(id ckpt.ID, completed bool) {
 	m.recent = append(m.recent, finished{id: id, completed: completed})
 	if len(m.recent) > 16 {
 		m.recent = m.recent[1:]
 	}
 }
 
-func (m *model) abort(id uint64, reason control.AbortReason) {
+func (m *model) abort(id ckpt.ID, reason control.AbortReason) {
 	p := m.pending[id]
 	delete(m.pending, id)
 	m.emit("abort %d gen=%d %s last=%d", id, m.gen, reason, m.lastID)
@@ -128,9 +128,9 @@ func (m *model) newGeneration(a control.Assignment) {
 		}
 	}
 	m.emit("generation %d restore_from=%d tasks=%v", m.gen, m.lastCompleted, m.sortedTasks())
-	m.pending = map[uint64]*mPending{}
+	m.pending = map[ckpt.ID]*mPending{}
 	m.recent = nil
-	m.savepoints = map[uint64]bool{}
+	m.savepoints = map[ckpt.ID]bool{}
 	m.failures = 0
 	m.phase = "starting"
 	m.scheduled = false
@@ -221,7 +221,7 @@ func (m *model) dueAt() (time.Time, bool) {
 }
 
 // gone classifies an ID of this generation that is not pending.
-func (m *model) gone(id uint64) AckResult {
+func (m *model) gone(id ckpt.ID) AckResult {
 	for _, k := range m.retained {
 		if k.id == id {
 			return AckDuplicate
@@ -297,7 +297,7 @@ func (m *model) decline(d control.Decline) {
 	m.abort(d.ID, control.AbortDeclined)
 }
 
-func (m *model) metadataWritten(id uint64, loc string) error {
+func (m *model) metadataWritten(id ckpt.ID, loc string) error {
 	defer m.maybeRestart()
 	p := m.pending[id]
 	if p == nil {
@@ -356,7 +356,7 @@ func (m *model) metadataWritten(id uint64, loc string) error {
 	return nil
 }
 
-func (m *model) metadataFailed(id uint64) error {
+func (m *model) metadataFailed(id ckpt.ID) error {
 	defer m.maybeRestart()
 	p := m.pending[id]
 	if p == nil {

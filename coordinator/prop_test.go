@@ -86,17 +86,17 @@ type propRun struct {
 	log []control.Message // for rebuilds
 
 	// invariant bookkeeping
-	maxTrigger   uint64
-	genOf        map[uint64]uint64 // checkpoint -> generation
-	tasksOf      map[uint64]int    // generation -> number of tasks
-	successAcks  map[uint64]int    // checkpoint -> SUCCESS acks
-	metadataDone map[uint64]bool
-	released     map[uint64]bool
+	maxTrigger   ckpt.ID
+	genOf        map[ckpt.ID]uint64 // checkpoint -> generation
+	tasksOf      map[uint64]int     // generation -> number of tasks
+	successAcks  map[ckpt.ID]int    // checkpoint -> SUCCESS acks
+	metadataDone map[ckpt.ID]bool
+	released     map[ckpt.ID]bool
 	// purged is the last purge offset of each shuffle partition, over
 	// every core of the run; termPurged over the current core only.
 	purged, termPurged map[control.Position]int64
 	// written are the _metadata objects asked for, by ID.
-	written map[uint64]control.Metadata
+	written map[ckpt.ID]control.Metadata
 }
 
 // shufflePartitions are the partitions of the shuffle topic the tasks of
@@ -150,7 +150,7 @@ func (r *propRun) compare(t *rapid.T, what string, errC, errM error) {
 	if !slices.Equal(pc, pm) {
 		t.Fatalf("%s: pending differ\ncore:  %v\nmodel: %v", what, pc, pm)
 	}
-	var kc, km []uint64
+	var kc, km []ckpt.ID
 	for _, k := range r.c.completed {
 		kc = append(kc, k.id)
 	}
@@ -299,14 +299,14 @@ func TestPropertyCoreMatchesModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &propRun{cfg: cfg, c: c, m: newModel(cfg, t0), genOf: map[uint64]uint64{},
-			tasksOf: map[uint64]int{}, successAcks: map[uint64]int{}, metadataDone: map[uint64]bool{},
-			released: map[uint64]bool{}, purged: map[control.Position]int64{},
-			termPurged: map[control.Position]int64{}, written: map[uint64]control.Metadata{}}
-		pendingID := func(t *rapid.T) uint64 {
+		r := &propRun{cfg: cfg, c: c, m: newModel(cfg, t0), genOf: map[ckpt.ID]uint64{},
+			tasksOf: map[uint64]int{}, successAcks: map[ckpt.ID]int{}, metadataDone: map[ckpt.ID]bool{},
+			released: map[ckpt.ID]bool{}, purged: map[control.Position]int64{},
+			termPurged: map[control.Position]int64{}, written: map[ckpt.ID]control.Metadata{}}
+		pendingID := func(t *rapid.T) ckpt.ID {
 			ids := r.m.pendingIDs()
 			if len(ids) == 0 || rapid.IntRange(0, 9).Draw(t, "stray") == 0 {
-				return rapid.Uint64Range(0, r.m.lastID+2).Draw(t, "id")
+				return idRange(0, r.m.lastID+2).Draw(t, "id")
 			}
 			return rapid.SampledFrom(ids).Draw(t, "pending")
 		}
@@ -319,7 +319,7 @@ func TestPropertyCoreMatchesModel(t *testing.T) {
 			}
 			return r.m.gen
 		}
-		ack := func(t *rapid.T, id uint64, task control.TaskID) {
+		ack := func(t *rapid.T, id ckpt.ID, task control.TaskID) {
 			// Positions at random: the core must keep the purge rules
 			// whatever the tasks report.
 			a := control.Ack{ID: id, Gen: drawGen(t), Task: task, Handle: fmt.Sprintf("h%d-%s", id, task),
@@ -447,10 +447,10 @@ func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
 		var commit []control.Message
 		var lastTrigger control.Message
 		var acksAfter []control.Message
-		r := &propRun{cfg: cfg, c: c, genOf: map[uint64]uint64{}, tasksOf: map[uint64]int{},
-			successAcks: map[uint64]int{}, metadataDone: map[uint64]bool{}, released: map[uint64]bool{},
+		r := &propRun{cfg: cfg, c: c, genOf: map[ckpt.ID]uint64{}, tasksOf: map[uint64]int{},
+			successAcks: map[ckpt.ID]int{}, metadataDone: map[ckpt.ID]bool{}, released: map[ckpt.ID]bool{},
 			purged: map[control.Position]int64{}, termPurged: map[control.Position]int64{},
-			written: map[uint64]control.Metadata{}}
+			written: map[ckpt.ID]control.Metadata{}}
 		advance := func(t *rapid.T, what string) {
 			rd := r.c.Ready()
 			r.c.Advance(rd)
@@ -551,4 +551,9 @@ func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
 			},
 		})
 	})
+}
+
+// idRange draws a checkpoint ID in [lo, hi], as rapid.Uint64Range does.
+func idRange(lo, hi ckpt.ID) *rapid.Generator[ckpt.ID] {
+	return rapid.Map(rapid.Uint64Range(uint64(lo), uint64(hi)), func(v uint64) ckpt.ID { return ckpt.ID(v) })
 }

@@ -99,7 +99,7 @@ func (r AckResult) String() string {
 // Outcome reports how one ack or decline was handled.
 type Outcome struct {
 	Type   control.Type // control.TypeAck or control.TypeDecline
-	ID     uint64
+	ID     ckpt.ID
 	Gen    uint64
 	Task   control.TaskID
 	Result AckResult
@@ -107,7 +107,7 @@ type Outcome struct {
 
 // Notification reports the end of a checkpoint.
 type Notification struct {
-	ID     uint64
+	ID     ckpt.ID
 	Gen    uint64
 	Kind   ckpt.Kind
 	Target string
@@ -151,7 +151,7 @@ const (
 
 // Discard names state of checkpoint ID that nothing needs any more.
 type Discard struct {
-	ID     uint64
+	ID     ckpt.ID
 	Reason DiscardReason
 	// Handles are task handles (manifests) to discard.
 	Handles []string
@@ -182,7 +182,7 @@ type Metrics struct {
 	// Gauges.
 	Generation    uint64
 	Pending       int
-	LastCompleted uint64
+	LastCompleted ckpt.ID
 }
 
 func (m Metrics) counting() bool {

@@ -83,7 +83,7 @@ func Restore(cfg Config, now time.Time, history []control.Message) (*Core, error
 // The apply functions below are the only code that changes durable state.
 // Live decisions and Restore both go through them, record by record.
 
-func (c *Core) bumpID(id uint64) { c.lastID = max(c.lastID, id) }
+func (c *Core) bumpID(id ckpt.ID) { c.lastID = max(c.lastID, id) }
 
 // applyTrigger creates the pending checkpoint of a Trigger record.
 func (c *Core) applyTrigger(r control.Trigger) {
@@ -151,7 +151,7 @@ func (c *Core) applyComplete(r control.Complete) []completed {
 		}
 		k.shuffle, k.known = lowest(ps), true
 	}
-	i, _ := slices.BinarySearchFunc(c.completed, r.ID, func(k completed, id uint64) int {
+	i, _ := slices.BinarySearchFunc(c.completed, r.ID, func(k completed, id ckpt.ID) int {
 		switch {
 		case k.id < id:
 			return -1
@@ -186,7 +186,7 @@ func (c *Core) retain() []completed {
 	}
 	var released []completed
 	kept := c.completed[:0]
-	var oldestKept uint64
+	var oldestKept ckpt.ID
 	for _, k := range c.completed {
 		if k.kind == ckpt.KindCheckpoint && n > c.cfg.Retained {
 			released = append(released, k)

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 type stageState struct {
 	cfg        state.Config
 	b          *state.Backend
-	checkpoint int64
+	checkpoint ckpt.ID
 }
 
 func newStageState(t *testing.T, stage string) *stageState {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"sync"
 	"time"
@@ -259,7 +260,7 @@ type Backend struct {
 	curGroup    int // the current key's key group (MaxParallelism > 0)
 	hasKey      bool
 	states      map[string]*stateInfo
-	lastSnap    int64
+	lastSnap    ckpt.ID
 	wo          *pebble.WriteOptions
 	restoreInfo RestoreInfo
 	rc          *recordCache // nil: off
@@ -282,12 +283,12 @@ type snapMu struct {
 	// may be used after it is released (Snapshot.run's plan does).
 	confirmed     map[string]FileEntry
 	confirmedKeys map[string]struct{}
-	confirmedID   int64
+	confirmedID   ckpt.ID
 	// uploads are shared objects uploaded (or being uploaded) by snapshots
 	// not yet confirmed, keyed by object key.
 	uploads map[string]*upload
 	// pending snapshots by checkpoint ID.
-	pending map[int64]*Snapshot
+	pending map[ckpt.ID]*Snapshot
 	closed  bool
 }
 
@@ -296,7 +297,7 @@ type upload struct {
 	done   chan struct{}
 	entry  FileEntry
 	err    error
-	owners map[int64]struct{}
+	owners map[ckpt.ID]struct{}
 }
 
 // Open opens a task's state with no prior snapshot: whatever Dir holds is
@@ -343,7 +344,7 @@ func newBackend(cfg Config) (*Backend, error) {
 	b.mu.confirmed = make(map[string]FileEntry)
 	b.mu.confirmedKeys = make(map[string]struct{})
 	b.mu.uploads = make(map[string]*upload)
-	b.mu.pending = make(map[int64]*Snapshot)
+	b.mu.pending = make(map[ckpt.ID]*Snapshot)
 	m, err := newMetrics(cfg.Registerer, cfg.Task)
 	if err != nil {
 		return nil, err
@@ -455,7 +456,7 @@ func (b *Backend) Close(ctx context.Context) error {
 		return nil
 	}
 	b.mu.closed = true
-	var ids []int64
+	var ids []ckpt.ID
 	for id, s := range b.mu.pending {
 		if s.result == nil {
 			ids = append(ids, id)

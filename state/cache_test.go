@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"maps"
 	"testing"
 	"time"
@@ -108,7 +109,7 @@ func TestRecordCacheDifferential(tt *testing.T) {
 			_ = got.b.Close(context.Background())
 		}()
 		ops := []string{"get", "put", "clear", "ttl-get", "ttl-put", "stale-get", "stale-put", "sum-add", "sum-get", "list-add", "list-get", "advance", "purge", "flush", "snapshot"}
-		var id int64
+		var id ckpt.ID
 		n := rapid.IntRange(1, 300).Draw(t, "n")
 		for i := range n {
 			op := rapid.SampledFrom(ops).Draw(t, "op")
@@ -161,7 +162,7 @@ func TestRecordCacheDifferential(tt *testing.T) {
 	})
 }
 
-func snapshotSide(t *rapid.T, b *Backend, id int64) *SnapshotResult {
+func snapshotSide(t *rapid.T, b *Backend, id ckpt.ID) *SnapshotResult {
 	s, err := b.Snapshot(id, nil)
 	if err != nil {
 		t.Fatal(err)

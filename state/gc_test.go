@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -15,11 +16,11 @@ import (
 
 // checkpointRun takes n checkpoints, each completed (registered, metadata
 // written, notified), and returns their results and expected states.
-func checkpointRun(t *testing.T, b *Backend, reg *Registry, kv *ValueState[string], rng *rand.Rand, want model, from, to int64) (map[int64]*SnapshotResult, map[int64]model) {
+func checkpointRun(t *testing.T, b *Backend, reg *Registry, kv *ValueState[string], rng *rand.Rand, want model, from, to ckpt.ID) (map[ckpt.ID]*SnapshotResult, map[ckpt.ID]model) {
 	t.Helper()
 	ctx := context.Background()
-	res := map[int64]*SnapshotResult{}
-	states := map[int64]model{}
+	res := map[ckpt.ID]*SnapshotResult{}
+	states := map[ckpt.ID]model{}
 	for id := from; id <= to; id++ {
 		mutate(t, rng, kv, want, 1500)
 		_ = flushDB(b)
@@ -68,7 +69,7 @@ func TestRegistryReleaseDeletesExactlyUnreferenced(t *testing.T) {
 	res, states := checkpointRun(t, b, reg, kv, rng, model{}, 1, 5)
 	// With small memtables and many flushes, compactions drop files between
 	// checkpoints, so that releases have something to delete.
-	for _, release := range []int64{1, 2, 3, 4} {
+	for _, release := range []ckpt.ID{1, 2, 3, 4} {
 		if _, err := reg.Release(ctx, release); err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +94,7 @@ func TestRegistryReleaseDeletesExactlyUnreferenced(t *testing.T) {
 		t.Fatal("no shared file was deleted: the test exercises nothing")
 	}
 	t.Logf("%d shared files deleted", sharedDeletes)
-	if !slices.Equal(reg.Retained(), []int64{5}) {
+	if !slices.Equal(reg.Retained(), []ckpt.ID{5}) {
 		t.Fatalf("retained %v", reg.Retained())
 	}
 	r := restoreTest(t, testConfig(t, store, t.TempDir()), res[5].Handle)
@@ -163,7 +164,7 @@ func TestInjectedFailuresDeclineAndKeepReferenced(t *testing.T) {
 			if after := listKeys(t, store, ""); !slices.Equal(after, before) {
 				t.Fatalf("objects after failed snapshot\n%q\nwant\n%q", after, before)
 			}
-			for _, id := range []int64{1, 2} {
+			for _, id := range []ckpt.ID{1, 2} {
 				rb := restoreTest(t, testConfig(t, store, t.TempDir()), res[id].Handle)
 				if !maps.Equal(dump(t, rb), states[id]) {
 					t.Fatalf("checkpoint %d damaged by the failed snapshot", id)
@@ -221,7 +222,7 @@ func TestReleaseWithDeleteFailures(t *testing.T) {
 	if err == nil {
 		t.Fatal("release hid failed deletes")
 	}
-	for _, id := range []int64{3, 4, 5, 6} {
+	for _, id := range []ckpt.ID{3, 4, 5, 6} {
 		for _, k := range objectsOf(res[id]) {
 			if _, err := store.Stat(ctx, k); err != nil {
 				t.Fatalf("object %s of retained checkpoint %d: %v", k, id, err)
@@ -279,7 +280,7 @@ func TestCollectGarbage(t *testing.T) {
 		t.Fatal(err)
 	}
 	keep := map[string]bool{}
-	for _, id := range []int64{1, 2} {
+	for _, id := range []ckpt.ID{1, 2} {
 		for _, k := range objectsOf(res[id]) {
 			keep[k] = true
 		}
@@ -301,7 +302,7 @@ func TestCollectGarbage(t *testing.T) {
 			t.Fatalf("savepoint file outside its directory: %s", f.Key)
 		}
 	}
-	for _, id := range []int64{1, 2} {
+	for _, id := range []ckpt.ID{1, 2} {
 		if _, err := reg.Release(ctx, id); err != nil {
 			t.Fatal(err)
 		}

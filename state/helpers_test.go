@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"slices"
 	"strings"
@@ -314,7 +315,7 @@ func del(t testing.TB, s *ValueState[string], key string) {
 }
 
 // snapshotNow takes and uploads a snapshot, failing the test on error.
-func snapshotNow(t testing.TB, b *Backend, id int64, opState string) *SnapshotResult {
+func snapshotNow(t testing.TB, b *Backend, id ckpt.ID, opState string) *SnapshotResult {
 	t.Helper()
 	s, err := b.Snapshot(id, []byte(opState))
 	if err != nil {
@@ -358,6 +359,6 @@ func flushDB(b *Backend) error {
 
 // putMetadata writes checkpoint id's _metadata object with a conditional
 // put, as the coordinator does (package checkpoint owns its contents).
-func putMetadata(ctx context.Context, store *objstore.Store, id int64, data []byte) error {
+func putMetadata(ctx context.Context, store *objstore.Store, id ckpt.ID, data []byte) error {
 	return store.PutIfAbsent(ctx, objstore.MetadataKey(id), data)
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"path"
 	"strings"
 	"sync"
@@ -37,10 +38,10 @@ const InlineMaxBytes = 16 << 10
 // operator state the task handed in (source offsets, sink transaction
 // handles). It is written after every file it lists.
 type Manifest struct {
-	Version    int    `json:"v"`
-	Job        string `json:"job"`
-	Task       string `json:"task"`
-	Checkpoint int64  `json:"checkpoint"`
+	Version    int     `json:"v"`
+	Job        string  `json:"job"`
+	Task       string  `json:"task"`
+	Checkpoint ckpt.ID `json:"checkpoint"`
 	// Savepoint is the savepoint name, empty for a checkpoint. A savepoint's
 	// file keys are relative to its directory savepoints/<name>/, so that the
 	// savepoint is self-contained.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -33,7 +34,7 @@ type Registry struct {
 		// sizes are the sizes of the shared keys in refs and orphans, as
 		// the manifests list them.
 		sizes       map[string]int64
-		checkpoints map[int64][]string // retained checkpoint -> its shared keys, deduplicated
+		checkpoints map[ckpt.ID][]string // retained checkpoint -> its shared keys, deduplicated
 		// orphans are unreferenced shared keys whose deletion failed; every
 		// Release and CollectGarbage tries them again.
 		orphans map[string]struct{}
@@ -48,7 +49,7 @@ func NewRegistry(store *objstore.Store, logger *slog.Logger) *Registry {
 	r := &Registry{store: store, log: logger}
 	r.mu.refs = make(map[string]int)
 	r.mu.sizes = make(map[string]int64)
-	r.mu.checkpoints = make(map[int64][]string)
+	r.mu.checkpoints = make(map[ckpt.ID][]string)
 	r.mu.orphans = make(map[string]struct{})
 	return r
 }
@@ -58,7 +59,7 @@ func NewRegistry(store *objstore.Store, logger *slog.Logger) *Registry {
 // they list. Call it before releasing older checkpoints, so that a file the
 // new checkpoint shares with them is never deleted in between. Registering
 // an ID twice is an error.
-func (r *Registry) Register(ctx context.Context, id int64, handles []string) error {
+func (r *Registry) Register(ctx context.Context, id ckpt.ID, handles []string) error {
 	ms := make([]*Manifest, 0, len(handles))
 	for _, h := range handles {
 		m, err := ReadManifest(ctx, r.store, h)
@@ -71,7 +72,7 @@ func (r *Registry) Register(ctx context.Context, id int64, handles []string) err
 }
 
 // RegisterManifests is Register with manifests already read.
-func (r *Registry) RegisterManifests(id int64, ms []*Manifest) error {
+func (r *Registry) RegisterManifests(id ckpt.ID, ms []*Manifest) error {
 	if err := objstore.CheckID(id); err != nil {
 		return err
 	}
@@ -124,10 +125,10 @@ func (d *Deleted) merge(o Deleted) {
 }
 
 // Retained returns the registered checkpoint IDs, ascending.
-func (r *Registry) Retained() []int64 {
+func (r *Registry) Retained() []ckpt.ID {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]int64, 0, len(r.mu.checkpoints))
+	out := make([]ckpt.ID, 0, len(r.mu.checkpoints))
 	for id := range r.mu.checkpoints {
 		out = append(out, id)
 	}
@@ -136,7 +137,7 @@ func (r *Registry) Retained() []int64 {
 }
 
 // Registered reports whether checkpoint id is registered.
-func (r *Registry) Registered(id int64) bool {
+func (r *Registry) Registered(id ckpt.ID) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, ok := r.mu.checkpoints[id]
@@ -158,7 +159,7 @@ func (r *Registry) Refs(key string) int {
 // checkpoint stays registered and Release returns the error; later delete
 // failures are remembered and retried by the next Release or
 // CollectGarbage. It returns what it deleted.
-func (r *Registry) Release(ctx context.Context, id int64) (Deleted, error) {
+func (r *Registry) Release(ctx context.Context, id ckpt.ID) (Deleted, error) {
 	var del Deleted
 	r.mu.Lock()
 	_, ok := r.mu.checkpoints[id]
@@ -257,7 +258,7 @@ func (r *Registry) deleteOrphans(ctx context.Context) (Deleted, error) {
 // a new generation, the highest ID triggered before it: none of those can
 // complete any more, whenever their objects were written). It returns what
 // it deleted.
-func (r *Registry) CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo int64) (Deleted, error) {
+func (r *Registry) CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo ckpt.ID) (Deleted, error) {
 	deleted, err := r.deleteOrphans(ctx)
 	errs := []error{err}
 	shared, err := r.store.List(ctx, objstore.SharedPrefix(""))

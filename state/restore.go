@@ -6,9 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"hash"
 	"io"
-	"strconv"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -20,7 +20,7 @@ import (
 // from object storage (Err wraps ErrMissingFile) or with the wrong size or
 // checksum (ErrCorruptFile), or any other failure to fetch it.
 type FileError struct {
-	Checkpoint int64
+	Checkpoint ckpt.ID
 	Savepoint  string
 	Task       string
 	File       string // name in the Pebble directory
@@ -29,7 +29,7 @@ type FileError struct {
 }
 
 func (e *FileError) Error() string {
-	what := "checkpoint " + strconv.FormatInt(e.Checkpoint, 10)
+	what := "checkpoint " + e.Checkpoint.String()
 	if e.Savepoint != "" {
 		what = "savepoint " + e.Savepoint
 	}
@@ -137,7 +137,7 @@ func (b *Backend) restoreFiles(ctx context.Context, m *Manifest) (RestoreInfo, e
 		return RestoreInfo{}, fmt.Errorf("state: %w", err)
 	}
 	var info RestoreInfo
-	keepLocal := int64(-1)
+	keepLocal := ""            // the local copy kept: the directory name of a checkpoint
 	empty := len(m.Files) == 0 // a snapshot of an empty database
 	if empty {
 		if err := fs.MkdirAll(tmp, 0o755); err != nil {
@@ -147,7 +147,7 @@ func (b *Backend) restoreFiles(ctx context.Context, m *Manifest) (RestoreInfo, e
 	if !empty && !b.cfg.DisableLocalRecovery && m.Savepoint == "" {
 		if err := b.linkLocal(m, tmp); err == nil {
 			info.Local = true
-			keepLocal = m.Checkpoint
+			keepLocal = m.Checkpoint.String()
 		} else {
 			b.cfg.Logger.Info("no local recovery, downloading", "checkpoint", m.Checkpoint, "reason", err)
 			_ = fs.RemoveAll(tmp)
@@ -179,7 +179,7 @@ func (b *Backend) restoreFiles(ctx context.Context, m *Manifest) (RestoreInfo, e
 		return info, fmt.Errorf("state: list %s: %w", b.snapDir, err)
 	}
 	for _, n := range names {
-		if n == strconv.FormatInt(keepLocal, 10) || n == strconv.FormatInt(keepLocal, 10)+".manifest" {
+		if keepLocal != "" && (n == keepLocal || n == keepLocal+".manifest") {
 			continue
 		}
 		if err := fs.RemoveAll(fs.PathJoin(b.snapDir, n)); err != nil {

@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"maps"
 	"math/rand/v2"
 	"testing"
@@ -48,12 +49,12 @@ func checkSnapshotRestoreOn(t *testing.T, url string) {
 	if err := putMetadata(ctx, store, 4, []byte("again")); !errors.Is(err, objstore.ErrExists) {
 		t.Fatalf("conditional put: %v", err)
 	}
-	for _, id := range []int64{1, 2} {
+	for _, id := range []ckpt.ID{1, 2} {
 		if _, err := reg.Release(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, id := range []int64{3, 4} {
+	for _, id := range []ckpt.ID{3, 4} {
 		// A second store opened from the URL alone, as a restarted replica would.
 		s2, err := objstore.Open(ctx, url, testJob, objstore.Options{})
 		if err != nil {

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 
 	"github.com/weir-stream/weir/state/objstore"
@@ -30,7 +31,7 @@ type planInput struct {
 	Task     string
 	Instance string // the backend's instance: names the shared objects it uploads
 	// Checkpoint is the snapshot's ID, Savepoint its name (empty: a checkpoint).
-	Checkpoint int64
+	Checkpoint ckpt.ID
 	Savepoint  string
 	// Files is the local copy, sorted by name (empty: a database that holds
 	// nothing, whose manifest lists no files).

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"hash"
 	"io"
 	"slices"
@@ -28,7 +29,7 @@ const cleanupTimeout = 30 * time.Second
 // the asynchronous part.
 type Snapshot struct {
 	b         *Backend
-	id        int64
+	id        ckpt.ID
 	savepoint string
 	dir       string
 	opStateFn func(context.Context) ([]byte, error) // nil: none
@@ -49,7 +50,7 @@ type Snapshot struct {
 // SnapshotResult is what the asynchronous part produced: the handle to
 // acknowledge and the figures for the ack's metrics.
 type SnapshotResult struct {
-	Checkpoint int64
+	Checkpoint ckpt.ID
 	// Handle is the manifest's key relative to the job root.
 	Handle        string
 	Manifest      *Manifest
@@ -64,7 +65,7 @@ type SnapshotResult struct {
 }
 
 // ID returns the snapshot's checkpoint ID.
-func (s *Snapshot) ID() int64 { return s.id }
+func (s *Snapshot) ID() ckpt.ID { return s.id }
 
 // SyncDuration returns the duration of the synchronous part.
 func (s *Snapshot) SyncDuration() time.Duration { return s.syncDur }
@@ -87,7 +88,7 @@ func (s *Snapshot) SyncDuration() time.Duration { return s.syncDur }
 //
 // Call it from the task goroutine, at the barrier; then run the returned
 // Snapshot's Run in the background. Checkpoint IDs must increase.
-func (b *Backend) Snapshot(id int64, operatorState []byte) (*Snapshot, error) {
+func (b *Backend) Snapshot(id ckpt.ID, operatorState []byte) (*Snapshot, error) {
 	return b.snapshot(id, "", operatorState)
 }
 
@@ -95,14 +96,14 @@ func (b *Backend) Snapshot(id int64, operatorState []byte) (*Snapshot, error) {
 // savepoints/<name>/<task>/ and writes savepoints/<name>/<task>.manifest, so
 // that the savepoint refers to nothing outside its directory and garbage
 // collection never touches it.
-func (b *Backend) Savepoint(id int64, name string, operatorState []byte) (*Snapshot, error) {
+func (b *Backend) Savepoint(id ckpt.ID, name string, operatorState []byte) (*Snapshot, error) {
 	if err := objstore.ValidName("savepoint", name); err != nil {
 		return nil, err
 	}
 	return b.snapshot(id, name, operatorState)
 }
 
-func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapshot, error) {
+func (b *Backend) snapshot(id ckpt.ID, savepoint string, opState []byte) (*Snapshot, error) {
 	s, err := b.snapshotFiles(id, savepoint)
 	if err != nil {
 		return nil, err
@@ -113,7 +114,7 @@ func (b *Backend) snapshot(id int64, savepoint string, opState []byte) (*Snapsho
 	return s, nil
 }
 
-func (b *Backend) snapshotFiles(id int64, savepoint string) (*Snapshot, error) {
+func (b *Backend) snapshotFiles(id ckpt.ID, savepoint string) (*Snapshot, error) {
 	if b.db == nil {
 		return nil, ErrClosed
 	}
@@ -208,11 +209,11 @@ func (b *Backend) removeLocal(s *Snapshot) {
 	}
 }
 
-func (b *Backend) snapPath(id int64) string {
-	return b.fs.PathJoin(b.snapDir, strconv.FormatInt(id, 10))
+func (b *Backend) snapPath(id ckpt.ID) string {
+	return b.fs.PathJoin(b.snapDir, id.String())
 }
 
-func (b *Backend) snapMarker(id int64) string { return b.snapPath(id) + ".manifest" }
+func (b *Backend) snapMarker(id ckpt.ID) string { return b.snapPath(id) + ".manifest" }
 
 // isShared reports whether a Pebble file is immutable once written and may
 // therefore be shared by checkpoints: SSTs and blob files.
@@ -659,7 +660,7 @@ func (b *Backend) acquire(s *Snapshot, name, key string) (e FileEntry, up *uploa
 			return FileEntry{}, nil, true
 		}
 	}
-	u := &upload{done: make(chan struct{}), owners: map[int64]struct{}{s.id: {}}}
+	u := &upload{done: make(chan struct{}), owners: map[ckpt.ID]struct{}{s.id: {}}}
 	if old, ok := b.mu.uploads[key]; ok {
 		u.owners = old.owners
 	} else {
@@ -797,7 +798,7 @@ func (b *Backend) dropSnapshot(ctx context.Context, s *Snapshot) {
 // (notifyCheckpointComplete): its files become the base that later snapshots
 // reuse, older pending snapshots are subsumed (aborted, their private
 // uploads deleted) and older local snapshot copies are removed.
-func (b *Backend) NotifyComplete(ctx context.Context, id int64) error {
+func (b *Backend) NotifyComplete(ctx context.Context, id ckpt.ID) error {
 	b.mu.Lock()
 	s := b.mu.pending[id]
 	if s != nil && s.result != nil {
@@ -808,7 +809,7 @@ func (b *Backend) NotifyComplete(ctx context.Context, id int64) error {
 	} else {
 		b.cfg.Logger.Warn("completed checkpoint has no successful local snapshot", "checkpoint", id)
 	}
-	var older []int64
+	var older []ckpt.ID
 	for pid := range b.mu.pending {
 		if pid < id {
 			older = append(older, pid)
@@ -827,7 +828,7 @@ func (b *Backend) NotifyComplete(ctx context.Context, id int64) error {
 // setConfirmedLocked makes m's shared files (and, if withWAL, its WAL parts:
 // only for manifests this instance wrote, whose WAL files are the live ones)
 // the base that later snapshots reuse.
-func (b *Backend) setConfirmedLocked(id int64, m *Manifest, withWAL bool) {
+func (b *Backend) setConfirmedLocked(id ckpt.ID, m *Manifest, withWAL bool) {
 	conf := make(map[string]FileEntry)
 	keys := make(map[string]struct{})
 	for _, f := range m.Files {
@@ -855,7 +856,7 @@ func (b *Backend) setConfirmedLocked(id int64, m *Manifest, withWAL bool) {
 // NotifyAborted cancels checkpoint id's snapshot, waits for its
 // asynchronous part to stop and deletes what only it uploaded. Unknown IDs
 // are ignored.
-func (b *Backend) NotifyAborted(ctx context.Context, id int64) error {
+func (b *Backend) NotifyAborted(ctx context.Context, id ckpt.ID) error {
 	b.mu.Lock()
 	s := b.mu.pending[id]
 	if s == nil {
@@ -882,7 +883,7 @@ func (b *Backend) NotifyAborted(ctx context.Context, id int64) error {
 
 // removeLocalSnapshotsBefore removes local snapshot copies older than keep
 // that no pending snapshot uses.
-func (b *Backend) removeLocalSnapshotsBefore(keep int64) error {
+func (b *Backend) removeLocalSnapshotsBefore(keep ckpt.ID) error {
 	names, err := b.fs.List(b.snapDir)
 	if err != nil {
 		return fmt.Errorf("state: list %s: %w", b.snapDir, err)
@@ -891,8 +892,8 @@ func (b *Backend) removeLocalSnapshotsBefore(keep int64) error {
 	defer b.mu.Unlock()
 	var errs []error
 	for _, n := range names {
-		id, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSuffix(n, ".tmp"), ".manifest"), 10, 64)
-		if err != nil || id >= keep || b.mu.pending[id] != nil {
+		u, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSuffix(n, ".tmp"), ".manifest"), 10, 64)
+		if id := ckpt.ID(u); err != nil || id >= keep || b.mu.pending[id] != nil {
 			continue
 		}
 		if err := b.fs.RemoveAll(b.fs.PathJoin(b.snapDir, n)); err != nil {

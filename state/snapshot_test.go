@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -48,7 +49,7 @@ func TestSnapshotMutateRestoreExact(t *testing.T) {
 		want   model
 	}
 	var snaps []snap
-	for id := int64(1); id <= 6; id++ {
+	for id := ckpt.ID(1); id <= 6; id++ {
 		mutate(t, rng, kv, want, 3000)
 		if id%2 == 0 {
 			// Some snapshots with data in SSTs, some with data only in the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"runtime"
 	"testing"
 	"time"
@@ -174,7 +175,7 @@ func BenchmarkCheckpointOpenWindows(b *testing.B) {
 	for k := 0; k < windows; k += batch {
 		fill(k)
 	}
-	id := int64(0)
+	id := ckpt.ID(0)
 	checkpoint := func() {
 		id++
 		s, err := be.Snapshot(id, nil)

@@ -3,6 +3,7 @@ package stream_test
 import (
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -197,7 +198,7 @@ type etHarness struct {
 	clk      clock
 	late     map[string]int
 	snap     *state.SnapshotResult
-	snapID   int64
+	snapID   ckpt.ID
 	offset   int64
 	sinkName []string
 }

@@ -3,6 +3,7 @@ package stream_test
 import (
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"math"
 	"slices"
 	"strings"
@@ -258,7 +259,7 @@ func TestWindowsMatchModel(t *testing.T) {
 			}
 			slices.Sort(got[i])
 			if i == snapAfter && snap == nil {
-				s, err := b.Snapshot(int64(i+1), nil)
+				s, err := b.Snapshot(ckpt.ID(i+1), nil)
 				if err != nil {
 					rt.Fatal(err)
 				}

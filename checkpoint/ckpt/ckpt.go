@@ -11,11 +11,17 @@
 // own.
 package ckpt
 
+import "strconv"
+
 // ID identifies a checkpoint (or savepoint) of a job. The coordinator
 // assigns IDs from 1, strictly increasing for the life of the job, across
 // coordinator failovers (DESIGN.md invariant 2); 0 is never a checkpoint and
 // stands for "none" where a field may be empty.
 type ID uint64
+
+// String returns id in decimal: its form in object keys (chk-<n>), shuffle
+// barrier headers, local snapshot directories and messages.
+func (id ID) String() string { return strconv.FormatUint(uint64(id), 10) }
 
 // Kind says what a checkpoint is for.
 type Kind string

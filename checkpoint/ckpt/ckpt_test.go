@@ -37,7 +37,13 @@ func TestEncoding(t *testing.T) {
 	if got, want := string(b), `{"id":18446744073709551615,"kind":"stop"}`; got != want {
 		t.Errorf("JSON %s, want %s", got, want)
 	}
-	if got := fmt.Sprint(ID(42)); got != "42" {
-		t.Errorf("fmt.Sprint(ID(42)) = %q", got)
+	for _, id := range []ID{1, 42, 18446744073709551615} {
+		want := fmt.Sprintf("%d", uint64(id))
+		if got := id.String(); got != want {
+			t.Errorf("ID(%s).String() = %q", want, got)
+		}
+		if got := fmt.Sprint(id); got != want {
+			t.Errorf("fmt.Sprint(ID(%s)) = %q", want, got)
+		}
 	}
 }

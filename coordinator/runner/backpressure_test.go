@@ -24,13 +24,13 @@ import (
 type stuckDiscarder struct {
 	open     chan struct{}
 	mu       sync.Mutex
-	released []uint64
+	released []ckpt.ID
 }
 
 func (d *stuckDiscarder) Rebuild(context.Context, []control.Complete) error { return nil }
 func (d *stuckDiscarder) Register(context.Context, control.Complete) error  { return nil }
 func (d *stuckDiscarder) Clock(context.Context) (time.Time, error)          { return time.Now(), nil }
-func (d *stuckDiscarder) CollectGarbage(context.Context, time.Time, uint64) (state.Deleted, error) {
+func (d *stuckDiscarder) CollectGarbage(context.Context, time.Time, ckpt.ID) (state.Deleted, error) {
 	return state.Deleted{}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -45,7 +46,7 @@ type Discarder interface {
 	// refers to and that was written before olderThan (a Clock reading),
 	// and everything under chk-<n>/ of unregistered checkpoints n <=
 	// deadUpTo (state.Registry.CollectGarbage).
-	CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo uint64) (state.Deleted, error)
+	CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo ckpt.ID) (state.Deleted, error)
 }
 
 // ObjectStoreGC is the Discarder of a job's object store: a state.Registry
@@ -56,19 +57,19 @@ type ObjectStoreGC struct {
 	log   *slog.Logger
 	reg   *state.Registry
 	// savepoints are the registered savepoints: never released.
-	savepoints map[int64]bool
+	savepoints map[ckpt.ID]bool
 }
 
 // NewObjectStoreGC returns the Discarder of store.
 func NewObjectStoreGC(store *objstore.Store, logger *slog.Logger) *ObjectStoreGC {
 	return &ObjectStoreGC{store: store, log: logger.With("component", "gc"),
-		reg: state.NewRegistry(store, logger), savepoints: map[int64]bool{}}
+		reg: state.NewRegistry(store, logger), savepoints: map[ckpt.ID]bool{}}
 }
 
 // Rebuild implements Discarder.
 func (g *ObjectStoreGC) Rebuild(ctx context.Context, completed []control.Complete) error {
 	g.reg = state.NewRegistry(g.store, g.log)
-	g.savepoints = map[int64]bool{}
+	g.savepoints = map[ckpt.ID]bool{}
 	for _, c := range completed {
 		if err := g.Register(ctx, c); err != nil {
 			return err
@@ -81,7 +82,7 @@ func (g *ObjectStoreGC) Rebuild(ctx context.Context, completed []control.Complet
 // Register implements Discarder: it reads c's _metadata and the task
 // manifests it names. A savepoint whose objects a person deleted is skipped.
 func (g *ObjectStoreGC) Register(ctx context.Context, c control.Complete) error {
-	id := int64(c.ID)
+	id := c.ID
 	err := g.register(ctx, c)
 	if err != nil && c.Kind.IsSavepoint() && errors.Is(err, objstore.ErrNotFound) {
 		g.log.Warn("savepoint is gone; nothing of it is kept", "checkpoint_id", id, "metadata", c.Metadata, "err", err)
@@ -105,7 +106,7 @@ func (g *ObjectStoreGC) register(ctx context.Context, c control.Complete) error 
 	for i, ts := range md.Tasks {
 		handles[i] = ts.Handle
 	}
-	return g.reg.Register(ctx, int64(c.ID), handles)
+	return g.reg.Register(ctx, c.ID, handles)
 }
 
 // Discard implements Discarder. A released checkpoint goes with every
@@ -115,7 +116,7 @@ func (g *ObjectStoreGC) register(ctx context.Context, c control.Complete) error 
 // uploaded may be reused by a snapshot still in progress, so they are left
 // to the task that uploaded them and to CollectGarbage.
 func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (state.Deleted, error) {
-	id := int64(d.ID)
+	id := d.ID
 	if d.Reason == coordinator.DiscardReleased {
 		if g.savepoints[id] {
 			return state.Deleted{}, fmt.Errorf("checkpoint %d is a savepoint: never released", id)
@@ -187,8 +188,8 @@ func (g *ObjectStoreGC) Clock(ctx context.Context) (time.Time, error) {
 }
 
 // CollectGarbage implements Discarder.
-func (g *ObjectStoreGC) CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo uint64) (state.Deleted, error) {
-	return g.reg.CollectGarbage(ctx, olderThan, int64(deadUpTo))
+func (g *ObjectStoreGC) CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo ckpt.ID) (state.Deleted, error) {
+	return g.reg.CollectGarbage(ctx, olderThan, deadUpTo)
 }
 
 // gcKind says what a gcWork item is.
@@ -209,7 +210,7 @@ type gcWork struct {
 	// gcCollect: the object store's time before the generation, and the
 	// highest checkpoint ID triggered before it.
 	olderThan time.Time
-	deadUpTo  uint64
+	deadUpTo  ckpt.ID
 }
 
 // gcQueue hands work from Run's goroutine to the gc goroutine. It has no
@@ -414,11 +415,11 @@ func (r *Runner) gcLoop(ctx context.Context, log *slog.Logger, q *gcQueue) {
 // rebuilt from: the retained checkpoints (retained, from the rebuilt core)
 // and every savepoint in the commit history.
 func retainedCompletes(history []control.Message, retained []coordinator.CompletedStatus) []control.Complete {
-	keep := make(map[uint64]bool, len(retained))
+	keep := make(map[ckpt.ID]bool, len(retained))
 	for _, k := range retained {
 		keep[k.ID] = true
 	}
-	seen := map[uint64]bool{}
+	seen := map[ckpt.ID]bool{}
 	var out []control.Complete
 	for _, m := range history {
 		c, ok := m.(control.Complete)

@@ -25,12 +25,12 @@ import (
 type gcModel struct {
 	store    *objstore.Store
 	history  []control.Message
-	retained []uint64                       // completed periodic checkpoints kept, ascending
-	saves    []uint64                       // savepoints, never released
-	refs     map[uint64][]string            // completed ID -> every object it needs
-	live     map[string][]string            // task -> its live shared files
-	liveAt   map[uint64]map[string][]string // completed ID -> live then
-	nextID   uint64
+	retained []ckpt.ID                       // completed periodic checkpoints kept, ascending
+	saves    []ckpt.ID                       // savepoints, never released
+	refs     map[ckpt.ID][]string            // completed ID -> every object it needs
+	live     map[string][]string             // task -> its live shared files
+	liveAt   map[ckpt.ID]map[string][]string // completed ID -> live then
+	nextID   ckpt.ID
 	nextFile int
 }
 
@@ -47,7 +47,7 @@ func (m *gcModel) put(t *rapid.T, key string) {
 // snapshot writes what checkpoint id's tasks upload: new shared files (the
 // live set changes as compactions would), per-checkpoint files and
 // manifests. It returns the handles and every object they refer to.
-func (m *gcModel) snapshot(t *rapid.T, id uint64) ([]control.TaskState, []string) {
+func (m *gcModel) snapshot(t *rapid.T, id ckpt.ID) ([]control.TaskState, []string) {
 	var tasks []control.TaskState
 	var keys []string
 	for i, task := range gcTestTasks {
@@ -64,12 +64,12 @@ func (m *gcModel) snapshot(t *rapid.T, id uint64) ([]control.TaskState, []string
 			live = append(live, k)
 		}
 		m.live[task] = live
-		man := &state.Manifest{Version: 1, Job: "job", Task: task, Checkpoint: int64(id), Instance: "x"}
+		man := &state.Manifest{Version: 1, Job: "job", Task: task, Checkpoint: id, Instance: "x"}
 		for _, k := range live {
 			man.Files = append(man.Files, state.FileEntry{Name: k[strings.LastIndex(k, "/")+1:], Key: k, Size: 1,
 				SHA256: strings.Repeat("0", 64), Shared: true})
 		}
-		own := objstore.ExclusiveKey(int64(id), task, "MANIFEST-000001")
+		own := objstore.ExclusiveKey(id, task, "MANIFEST-000001")
 		m.put(t, own)
 		man.Files = append(man.Files, state.FileEntry{Name: "MANIFEST-000001", Key: own, Size: 1, SHA256: strings.Repeat("0", 64)})
 		man.StateBytes = int64(len(man.Files))
@@ -89,7 +89,7 @@ func (m *gcModel) snapshot(t *rapid.T, id uint64) ([]control.TaskState, []string
 
 // complete makes id a completed checkpoint (or savepoint) and returns its
 // Complete record and the checkpoints it releases.
-func (m *gcModel) complete(t *rapid.T, kind ckpt.Kind) (control.Complete, []uint64) {
+func (m *gcModel) complete(t *rapid.T, kind ckpt.Kind) (control.Complete, []ckpt.ID) {
 	m.nextID++
 	id := m.nextID
 	tasks, keys := m.snapshot(t, id)
@@ -111,7 +111,7 @@ func (m *gcModel) complete(t *rapid.T, kind ckpt.Kind) (control.Complete, []uint
 		return c, nil
 	}
 	m.retained = append(m.retained, id)
-	var released []uint64
+	var released []ckpt.ID
 	for len(m.retained) > gcTestRetained {
 		released = append(released, m.retained[0])
 		m.retained = m.retained[1:]
@@ -159,8 +159,8 @@ func TestObjectStoreGCRebuildProperty(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer store.Close()
-		m := &gcModel{store: store, refs: map[uint64][]string{}, live: map[string][]string{},
-			liveAt: map[uint64]map[string][]string{}}
+		m := &gcModel{store: store, refs: map[ckpt.ID][]string{}, live: map[string][]string{},
+			liveAt: map[ckpt.ID]map[string][]string{}}
 		gc := NewObjectStoreGC(store, log)
 		if err := gc.Rebuild(ctx, nil); err != nil {
 			t.Fatal(err)
@@ -177,11 +177,11 @@ func TestObjectStoreGCRebuildProperty(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, id := range released {
-					if _, err := gc.Discard(ctx, coordinator.Discard{ID: id, Reason: coordinator.DiscardReleased, Metadata: objstore.MetadataKey(int64(id))}); err != nil {
+					if _, err := gc.Discard(ctx, coordinator.Discard{ID: id, Reason: coordinator.DiscardReleased, Metadata: objstore.MetadataKey(id)}); err != nil {
 						t.Fatal(err)
 					}
 					for k := range m.objects(t) {
-						if n, ok := objstore.ParseCheckpointKey(k); ok && n == int64(id) {
+						if n, ok := objstore.ParseCheckpointKey(k); ok && n == id {
 							t.Fatalf("released checkpoint %d left %s", id, k)
 						}
 					}
@@ -198,7 +198,7 @@ func TestObjectStoreGCRebuildProperty(t *testing.T) {
 						t.Fatal(err)
 					}
 					for k := range m.objects(t) {
-						if n, ok := objstore.ParseCheckpointKey(k); ok && n == int64(m.nextID) {
+						if n, ok := objstore.ParseCheckpointKey(k); ok && n == m.nextID {
 							t.Fatalf("aborted checkpoint %d left %s", m.nextID, k)
 						}
 					}

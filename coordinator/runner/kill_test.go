@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"os"
 	"os/exec"
 	"strings"
@@ -46,10 +47,10 @@ func TestCoordinatorProcessKilled(t *testing.T) {
 		if err := child.Start(); err != nil {
 			t.Fatal(err)
 		}
-		pendingID := uint64(0)
+		pendingID := ckpt.ID(0)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			var id uint64
+			var id ckpt.ID
 			if _, err := fmt.Sscanf(sc.Text(), "pending %d", &id); err == nil {
 				pendingID = id
 				break
@@ -126,7 +127,7 @@ func runChildCoordinator(t *testing.T) {
 	})
 	_, done, _ := e.history(ctx)
 	last := done[len(done)-1]
-	waitFor(t, "a pending checkpoint", 30*time.Second, func() bool { return f.lastTrg.Load() > last })
+	waitFor(t, "a pending checkpoint", 30*time.Second, func() bool { return ckpt.ID(f.lastTrg.Load()) > last })
 	fmt.Printf("pending %d\n", f.lastTrg.Load())
 	select {} // until killed
 }

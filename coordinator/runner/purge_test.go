@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"sync"
 	"testing"
@@ -54,8 +55,8 @@ const (
 // shufflePositions plays downstream tasks: task count/i reads partitions
 // 2i and 2i+1 of topic, and at checkpoint id it has read id records of
 // each.
-func shufflePositions(topic string) func(uint64, control.TaskID) []control.Position {
-	return func(id uint64, task control.TaskID) []control.Position {
+func shufflePositions(topic string) func(ckpt.ID, control.TaskID) []control.Position {
+	return func(id ckpt.ID, task control.TaskID) []control.Position {
 		off := min(int64(id), shuffleRecords)
 		p := int32(2 * task.Index)
 		return []control.Position{{Topic: topic, Partition: p, Offset: off}, {Topic: topic, Partition: p + 1, Offset: off}}

@@ -429,7 +429,7 @@ func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, core *coordinat
 	// pending checkpoint, and tasks of the new generation upload only after
 	// they read it, for higher IDs.
 	var collectBefore time.Time
-	var deadUpTo uint64
+	var deadUpTo ckpt.ID
 	if r.opts.Discarder != nil && slices.ContainsFunc(rd.Records, isGeneration) {
 		deadUpTo = core.Status().LastID
 		// (A trigger of the new generation comes only after its tasks

@@ -105,7 +105,7 @@ type fakeTasks struct {
 	// complete.
 	skipped atomic.Uint64
 	// shuffle, if set, gives each ack's shuffle positions.
-	shuffle func(id uint64, task control.TaskID) []control.Position
+	shuffle func(id ckpt.ID, task control.TaskID) []control.Position
 }
 
 func (f *fakeTasks) setRunner(r *runner.Runner) { f.mu.Lock(); f.current = r; f.mu.Unlock() }
@@ -143,12 +143,12 @@ func (f *fakeTasks) run(ctx context.Context) error {
 				cancel()
 			}
 		case control.Trigger:
-			f.lastTrg.Store(m.ID)
+			f.lastTrg.Store(uint64(m.ID))
 			if m.Gen != f.gen.Load() {
 				continue
 			}
 			if !f.acking.Load() {
-				f.skipped.CompareAndSwap(0, m.ID)
+				f.skipped.CompareAndSwap(0, uint64(m.ID))
 				continue
 			}
 			for _, task := range tasks {
@@ -165,7 +165,7 @@ func (f *fakeTasks) run(ctx context.Context) error {
 }
 
 // history returns the trigger and complete IDs written so far, in order.
-func (e *env) history(ctx context.Context) (triggers, completes []uint64, gens []uint64) {
+func (e *env) history(ctx context.Context) (triggers, completes []ckpt.ID, gens []uint64) {
 	e.t.Helper()
 	for _, topic := range []control.Topic{control.TopicTrigger, control.TopicCommit} {
 		h, err := controltopic.ReadHistory(ctx, e.opts, e.topics, topic)
@@ -260,7 +260,7 @@ func TestCoordinatorKilledAndReplaced(t *testing.T) {
 		// pending (one already acknowledged may still complete).
 		f.acking.Store(false)
 		waitFor(t, "a pending checkpoint", 10*time.Second, func() bool { return f.skipped.Load() > 0 })
-		pendingID := f.skipped.Load()
+		pendingID := ckpt.ID(f.skipped.Load())
 		kill() // the coordinator dies mid-checkpoint
 		if err := <-firstDone; err != nil {
 			t.Fatalf("first coordinator: %v", err)
@@ -299,7 +299,7 @@ func TestCoordinatorKilledAndReplaced(t *testing.T) {
 			if id == pendingID {
 				t.Errorf("checkpoint %d, pending when its coordinator died, was completed by the successor", id)
 			}
-			if _, err := e.store.Get(ctx, objstore.MetadataKey(int64(id))); err != nil {
+			if _, err := e.store.Get(ctx, objstore.MetadataKey(id)); err != nil {
 				t.Errorf("complete %d without _metadata: %v", id, err)
 			}
 		}
@@ -369,7 +369,7 @@ func TestZombieCoordinatorFenced(t *testing.T) {
 	})
 }
 
-func strictlyIncreasing(t *testing.T, what string, ids []uint64) {
+func strictlyIncreasing[T ckpt.ID | uint64](t *testing.T, what string, ids []T) {
 	t.Helper()
 	for i := 1; i < len(ids); i++ {
 		if ids[i] <= ids[i-1] {
@@ -400,7 +400,7 @@ func TestTriggersOnTime(t *testing.T) {
 			t.Fatalf("coordinator: %v", err)
 		}
 		var trgs []control.Trigger
-		completedAt := map[uint64]int64{}
+		completedAt := map[ckpt.ID]int64{}
 		for _, topic := range []control.Topic{control.TopicTrigger, control.TopicCommit} {
 			h, err := controltopic.ReadHistory(ctx, e.opts, e.topics, topic)
 			if err != nil {

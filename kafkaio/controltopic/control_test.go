@@ -156,7 +156,7 @@ func TestControlWriterFenced(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer old.Close()
-		trig := func(id uint64) control.Trigger {
+		trig := func(id ckpt.ID) control.Trigger {
 			return control.Trigger{ID: id, TS: int64(id), Kind: ckpt.KindCheckpoint, Gen: 1}
 		}
 		if err := old.Append(ctx, trig(1)); err != nil {
@@ -180,7 +180,7 @@ func TestControlWriterFenced(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ids []uint64
+		var ids []ckpt.ID
 		for _, r := range h.Records {
 			ids = append(ids, r.Msg.(control.Trigger).ID)
 		}

@@ -3,6 +3,7 @@ package shuffle
 import (
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"math"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -34,8 +35,8 @@ const MetaHeaders = 2
 
 // Meta is what a shuffle record's weir- headers say.
 type Meta struct {
-	Barrier bool   // a barrier record
-	ID      uint64 // the checkpoint, if Barrier
+	Barrier bool    // a barrier record
+	ID      ckpt.ID // the checkpoint, if Barrier
 	// Watermark marks a watermark record: the writing task's watermark is
 	// WatermarkMs (Unix ms), or, if Idle, every input of the writing task is
 	// idle (WatermarkMs is then 0).
@@ -73,7 +74,7 @@ func (p Parser) Parse(hs []kgo.RecordHeader) (Meta, error) {
 		if !ok {
 			return Meta{}, malformed(hs, "weir-barrier is not a decimal number")
 		}
-		m.Barrier, m.ID = true, id
+		m.Barrier, m.ID = true, ckpt.ID(id)
 		task, gen = 0, 1
 	case HeaderWatermark:
 		if n != 3 {

@@ -2,6 +2,7 @@ package shuffle
 
 import (
 	"errors"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"math"
 	"strconv"
 	"testing"
@@ -11,13 +12,13 @@ import (
 
 // headersOf returns the headers a writer of task stage/u in generation gen
 // gives a data record with user headers user, or barrier id if barrier.
-func headersOf(user []kgo.RecordHeader, stage string, u int, gen uint64, barrier bool, id uint64) []kgo.RecordHeader {
+func headersOf(user []kgo.RecordHeader, stage string, u int, gen uint64, barrier bool, id ckpt.ID) []kgo.RecordHeader {
 	hs := append([]kgo.RecordHeader(nil), user...)
 	hs = append(hs,
 		kgo.RecordHeader{Key: HeaderTask, Value: []byte(stage + "/" + strconv.Itoa(u))},
 		kgo.RecordHeader{Key: HeaderGen, Value: strconv.AppendUint(nil, gen, 10)})
 	if barrier {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderBarrier, Value: strconv.AppendUint(nil, id, 10)})
+		hs = append(hs, kgo.RecordHeader{Key: HeaderBarrier, Value: strconv.AppendUint(nil, uint64(id), 10)})
 	}
 	return hs
 }
@@ -30,7 +31,7 @@ func TestParseRoundTrip(t *testing.T) {
 		u       int
 		gen     uint64
 		barrier bool
-		id      uint64
+		id      ckpt.ID
 	}{
 		{name: "data", u: 3, gen: 12},
 		{name: "data with user headers", user: user[:1], u: 0, gen: 0},

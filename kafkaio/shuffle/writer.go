@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"strconv"
 	"sync/atomic"
@@ -197,14 +198,14 @@ type Pending struct {
 // returns its Pending. The barrier records of a partition are acknowledged
 // only after every earlier record of that partition, so once all of them
 // are, every record written before the barrier is.
-func (w *Writer) Barrier(ctx context.Context, n uint64) (*Pending, error) {
+func (w *Writer) Barrier(ctx context.Context, n ckpt.ID) (*Pending, error) {
 	if e := w.err.Load(); e != nil {
 		return nil, *e
 	}
 	p := &Pending{w: w, done: make(chan struct{})}
 	p.left.Store(int64(w.m))
 	// One slice of headers and one value for all M records: never mutated.
-	hs := []kgo.RecordHeader{w.task, w.gen, {Key: HeaderBarrier, Value: strconv.AppendUint(nil, n, 10)}}
+	hs := []kgo.RecordHeader{w.task, w.gen, {Key: HeaderBarrier, Value: []byte(n.String())}}
 	value := []byte{}
 	recs := make([]kgo.Record, w.m)
 	ack := func(r *kgo.Record, err error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"strconv"
 	"testing"
 	"time"
@@ -88,7 +89,7 @@ func TestWriteBarriers(t *testing.T) {
 		}
 		defer w.Close()
 		written := 0
-		for round := uint64(1); round <= 2; round++ {
+		for round := ckpt.ID(1); round <= 2; round++ {
 			for range perRound {
 				r := &kgo.Record{Key: []byte("key-" + strconv.Itoa(written%97)), Value: []byte(fmt.Sprintf("%d/%d", round, written)),
 					Headers: []kgo.RecordHeader{{Key: "user", Value: []byte("h")}}}
@@ -132,7 +133,7 @@ func TestWriteBarriers(t *testing.T) {
 			}
 		}
 		parser := shuffle.Parser{Stage: "up"}
-		barriers := make([]uint64, m) // last barrier seen per partition
+		barriers := make([]ckpt.ID, m) // last barrier seen per partition
 		for _, r := range recs {
 			meta, err := parser.Parse(r.Headers)
 			if err != nil {
@@ -155,7 +156,7 @@ func TestWriteBarriers(t *testing.T) {
 			if _, err := fmt.Sscanf(string(r.Value), "%d/%d", &round, &seq); err != nil {
 				t.Fatal(err)
 			}
-			if uint64(round) != barriers[r.Partition]+1 {
+			if ckpt.ID(round) != barriers[r.Partition]+1 {
 				t.Fatalf("partition %d: record %s of round %d after barrier %d", r.Partition, r.Value, round, barriers[r.Partition])
 			}
 			if hs := shuffle.UserHeaders(r.Headers); len(hs) != 1 || hs[0].Key != "user" {
@@ -441,7 +442,7 @@ func TestSharedClient(t *testing.T) {
 			t.Fatalf("read %d records, want %d", len(recs), total)
 		}
 		parser := shuffle.Parser{Stage: "up"}
-		barriers := [2][m]uint64{} // last barrier per upstream and partition
+		barriers := [2][m]ckpt.ID{} // last barrier per upstream and partition
 		count := [2]int{}
 		for _, r := range recs {
 			meta, err := parser.Parse(r.Headers)
@@ -460,7 +461,7 @@ func TestSharedClient(t *testing.T) {
 			if _, err := fmt.Sscanf(string(r.Value), "%d/%d", &round, &seq); err != nil {
 				t.Fatal(err)
 			}
-			if uint64(round) != barriers[u][r.Partition]+1 {
+			if ckpt.ID(round) != barriers[u][r.Partition]+1 {
 				t.Fatalf("upstream %d partition %d: record %s after barrier %d", u, r.Partition, r.Value, barriers[u][r.Partition])
 			}
 			count[u]++

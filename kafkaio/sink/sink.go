@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"regexp"
 	"slices"
@@ -256,7 +257,7 @@ type Sink struct {
 	// Owned by the task goroutine.
 	cur         *sinkSlot // the open transaction of the current epoch; nil if the epoch is empty so far
 	curOpened   time.Time
-	lastBarrier int64
+	lastBarrier ckpt.ID
 	alo         *kgo.Client // the idempotent producer of at-least-once mode
 	aloErr      atomic.Pointer[error]
 	aloPromise  func(*kgo.Record, error)
@@ -275,7 +276,7 @@ type Sink struct {
 	free        []*sinkSlot // FIFO
 	pending     []*sinkTxn  // pre-committed, by checkpoint
 	quarantined []quarantinedSlot
-	barrierSeen int64 // the newest PreCommit's checkpoint (lastBarrier, under mu)
+	barrierSeen ckpt.ID // the newest PreCommit's checkpoint (lastBarrier, under mu)
 	freed       chan struct{}
 }
 
@@ -292,7 +293,7 @@ type Sink struct {
 // else.
 type quarantinedSlot struct {
 	slot  *sinkSlot
-	until int64
+	until ckpt.ID
 }
 
 // sinkSlot is one transactional producer of the pool.
@@ -349,7 +350,7 @@ func recordBytes(r *kgo.Record) int {
 // sinkTxn is a pre-committed transaction.
 type sinkTxn struct {
 	slot       *sinkSlot
-	checkpoint int64
+	checkpoint ckpt.ID
 	opened     time.Time
 	done       chan struct{} // closed when the flush ended; then handle or err is set
 	handle     TxnHandle
@@ -826,13 +827,13 @@ func (s *Sink) release(sl *sinkSlot) {
 // PreCommit is the result of PreCommit: the transactions the task's
 // snapshot for the checkpoint must record, some still flushing.
 type PreCommit struct {
-	checkpoint int64
+	checkpoint ckpt.ID
 	txns       []*sinkTxn
 	err        error
 }
 
 // Checkpoint is the checkpoint the pre-commit belongs to.
-func (p *PreCommit) Checkpoint() int64 { return p.checkpoint }
+func (p *PreCommit) Checkpoint() ckpt.ID { return p.checkpoint }
 
 // Wait waits until every transaction of the pre-commit is flushed and returns
 // their handles, for the task's snapshot: the transaction of the checkpoint's
@@ -872,7 +873,7 @@ func (p *PreCommit) Wait(ctx context.Context) ([]TxnHandle, error) {
 // returns no handles.
 //
 // Checkpoint IDs must increase from call to call.
-func (s *Sink) PreCommit(ctx context.Context, checkpoint int64) (*PreCommit, error) {
+func (s *Sink) PreCommit(ctx context.Context, checkpoint ckpt.ID) (*PreCommit, error) {
 	if checkpoint <= s.lastBarrier {
 		return nil, fmt.Errorf("sink: pre-commit of checkpoint %d after checkpoint %d", checkpoint, s.lastBarrier)
 	}
@@ -957,7 +958,7 @@ func (s *Sink) flush(txn *sinkTxn) {
 // aborted the transaction (its timeout expired), with ErrFenced if a
 // newer instance of the task took over. It may run concurrently with the
 // task goroutine; calls are serialised.
-func (s *Sink) NotifyComplete(ctx context.Context, checkpoint int64) error {
+func (s *Sink) NotifyComplete(ctx context.Context, checkpoint ckpt.ID) error {
 	if s.cfg.Mode == AtLeastOnce {
 		return nil
 	}
@@ -1000,7 +1001,7 @@ func (s *Sink) NotifyComplete(ctx context.Context, checkpoint int64) error {
 
 // releaseQuarantined returns to the pool the slots that no checkpoint from
 // completed on can name: completed is now the newest completed checkpoint.
-func (s *Sink) releaseQuarantined(completed int64) {
+func (s *Sink) releaseQuarantined(completed ckpt.ID) {
 	s.mu.Lock()
 	n := 0
 	keep := s.quarantined[:0]
@@ -1079,7 +1080,7 @@ func (s *Sink) commit(ctx context.Context, txn *sinkTxn) error {
 // pool, and a transaction kept open longer than the transaction timeout is
 // lost (reported when it is committed). Abort logs a warning when the oldest
 // pre-committed transaction has used half of the timeout.
-func (s *Sink) Abort(checkpoint int64) {
+func (s *Sink) Abort(checkpoint ckpt.ID) {
 	s.mu.Lock()
 	pending := len(s.pending)
 	var oldest time.Time

@@ -2,6 +2,7 @@ package sink_test
 
 import (
 	"context"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"strconv"
 	"testing"
 	"time"
@@ -121,7 +122,7 @@ func benchSinkEOS(b *testing.B, every int) {
 		}
 		done <- nil
 	}()
-	barrier := func(n int64) {
+	barrier := func(n ckpt.ID) {
 		pc, err := s.PreCommit(ctx, n)
 		if err != nil {
 			b.Fatal(err)
@@ -129,7 +130,7 @@ func benchSinkEOS(b *testing.B, every int) {
 		pcs <- pc
 	}
 	b.ResetTimer()
-	var n int64
+	var n ckpt.ID
 	for i := range b.N {
 		if i > 0 && i%every == 0 {
 			n++

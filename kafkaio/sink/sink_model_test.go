@@ -2,6 +2,7 @@ package sink_test
 
 import (
 	"context"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -60,11 +61,11 @@ func sinkModelRun(t *testing.T, c *kafkatest.Cluster, seed uint64, steps int, co
 	s := e.sink(t, ctx, nil, mod)
 	var (
 		next         int // next input record
-		nextCkpt     = int64(1)
-		snapshots    = map[int64]sinkModelSnapshot{}
-		pendingCkpts []int64 // acknowledged, neither completed nor aborted
-		lastComplete int64
-		held         []int64 // barriers not covered by a completion yet: a bound on the sink's pre-committed producers
+		nextCkpt     = ckpt.ID(1)
+		snapshots    = map[ckpt.ID]sinkModelSnapshot{}
+		pendingCkpts []ckpt.ID // acknowledged, neither completed nor aborted
+		lastComplete ckpt.ID
+		held         []ckpt.ID // barriers not covered by a completion yet: a bound on the sink's pre-committed producers
 		log          []string
 	)
 	write := func(n int) {
@@ -91,7 +92,7 @@ func sinkModelRun(t *testing.T, c *kafkatest.Cluster, seed uint64, steps int, co
 		}
 		lastComplete = id
 		pendingCkpts = pendingCkpts[i+1:] // older pending ones are subsumed
-		held = slices.DeleteFunc(held, func(b int64) bool { return b <= id })
+		held = slices.DeleteFunc(held, func(b ckpt.ID) bool { return b <= id })
 	}
 	crash := func(closeIt bool) {
 		old := s
@@ -125,12 +126,12 @@ func sinkModelRun(t *testing.T, c *kafkatest.Cluster, seed uint64, steps int, co
 			barrier()
 		case p < 85 && len(pendingCkpts) > 0:
 			i := rng.IntN(len(pendingCkpts))
-			log = append(log, "complete"+strconv.FormatInt(pendingCkpts[i], 10))
+			log = append(log, "complete"+pendingCkpts[i].String())
 			complete(i)
 		case p < 92 && len(pendingCkpts) > 0:
 			i := rng.IntN(len(pendingCkpts))
 			id := pendingCkpts[i]
-			log = append(log, "abort"+strconv.FormatInt(id, 10))
+			log = append(log, "abort"+id.String())
 			s.Abort(id)
 			pendingCkpts = slices.Delete(pendingCkpts, i, i+1)
 		case p >= 92:

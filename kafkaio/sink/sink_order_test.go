@@ -2,6 +2,7 @@ package sink_test
 
 import (
 	"context"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"strconv"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestSinkKeepsOrderAcrossEpochs(t *testing.T) {
 		})
 		const epochs, perEpoch = 6, 3000
 		seq := 0
-		for n := int64(1); n <= epochs; n++ {
+		for n := ckpt.ID(1); n <= epochs; n++ {
 			for range perEpoch {
 				if err := s.Write(ctx, &kgo.Record{Value: []byte(strconv.Itoa(seq))}); err != nil {
 					t.Fatal(err)

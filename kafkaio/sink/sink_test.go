@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"os"
 	"slices"
@@ -108,7 +109,7 @@ func sinkWrite(t *testing.T, ctx context.Context, s *sink.Sink, tag string, n, p
 }
 
 // sinkPreCommit runs barrier n and waits for its handles.
-func sinkPreCommit(t *testing.T, ctx context.Context, s *sink.Sink, n int64) []sink.TxnHandle {
+func sinkPreCommit(t *testing.T, ctx context.Context, s *sink.Sink, n ckpt.ID) []sink.TxnHandle {
 	t.Helper()
 	pc, err := s.PreCommit(ctx, n)
 	if err != nil {
@@ -229,7 +230,7 @@ func TestSinkCommitPath(t *testing.T) {
 		var committed []string
 		sizes := []int{40, 25, 0, 60, 10}
 		for i, n := range sizes {
-			epoch := int64(i + 1)
+			epoch := ckpt.ID(i + 1)
 			vs := sinkWrite(t, ctx, s, "e"+strconv.Itoa(i+1), n, 3)
 			hs := sinkPreCommit(t, ctx, s, epoch)
 			if n == 0 {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -52,7 +53,7 @@ type TxnHandle struct {
 	// Checkpoint is the barrier at which the transaction was pre-committed.
 	// It holds the records of every epoch after the previous pre-commit of
 	// the sink up to and including this checkpoint's.
-	Checkpoint int64 `json:"checkpoint"`
+	Checkpoint ckpt.ID `json:"checkpoint"`
 	// Marker is one record of the transaction where the broker stored it
 	// (version 2). A transaction commits or aborts as a whole, so whether
 	// this record is visible to read_committed readers is whether the
@@ -151,7 +152,7 @@ const (
 type TxnAbortedError struct {
 	// Checkpoint is the checkpoint whose output is lost (the barrier at
 	// which the transaction was pre-committed; 0 if not known).
-	Checkpoint int64
+	Checkpoint ckpt.ID
 	// TransactionalID, ProducerID and ProducerEpoch identify the
 	// transaction.
 	TransactionalID string
@@ -178,7 +179,7 @@ type TxnAbortedError struct {
 
 // Error says what was lost, why, and what to change.
 func (e *TxnAbortedError) Error() string {
-	what := "the output of checkpoint " + strconv.FormatInt(e.Checkpoint, 10)
+	what := "the output of checkpoint " + e.Checkpoint.String()
 	if e.Checkpoint == 0 {
 		what = "its output"
 	}

@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -287,9 +288,9 @@ type Source struct {
 	// this one (it fetches again only once its buffered fetch is taken),
 	// and returns it MaxBatchRecords at a time.
 	polled      []polledPartition
-	err         error // sticky: once Next or Barrier failed, both fail the same way
-	dlqPending  int   // dead letters handed over since the last flush
-	lastBarrier int64 // checkpoint of the last barrier placed
+	err         error   // sticky: once Next or Barrier failed, both fail the same way
+	dlqPending  int     // dead letters handed over since the last flush
+	lastBarrier ckpt.ID // checkpoint of the last barrier placed
 
 	mu         sync.Mutex
 	closed     bool
@@ -309,7 +310,7 @@ type polledPartition struct {
 
 // sourceEmitted remembers a barrier's offsets until its checkpoint completes.
 type sourceEmitted struct {
-	checkpoint int64
+	checkpoint ckpt.ID
 	offsets    Offsets
 }
 
@@ -772,7 +773,7 @@ func (s *Source) describeRange(ctx context.Context, e *OffsetOutOfRangeError) {
 // may call it. Checkpoint IDs must increase: a repeated or older n returns
 // ErrBarrierOrder and is ignored. As with Next, an error of ctx's is
 // not final (the same barrier may be placed again); any other is.
-func (s *Source) Barrier(ctx context.Context, n int64) (Offsets, error) {
+func (s *Source) Barrier(ctx context.Context, n ckpt.ID) (Offsets, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -810,7 +811,7 @@ func (s *Source) Barrier(ctx context.Context, n int64) (Offsets, error) {
 
 // Abort forgets checkpoint n (on `abort n`): its offsets are never
 // committed. Safe from any goroutine.
-func (s *Source) Abort(n int64) {
+func (s *Source) Abort(n ckpt.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.emitted = slices.DeleteFunc(s.emitted, func(e sourceEmitted) bool { return e.checkpoint == n })
@@ -823,12 +824,12 @@ func (s *Source) Abort(n int64) {
 // a Group, or without such a barrier (a checkpoint from before a restore),
 // it does nothing. Safe from any goroutine; calls are serialised, so offsets
 // never go backwards.
-func (s *Source) Complete(ctx context.Context, n int64) error {
+func (s *Source) Complete(ctx context.Context, n ckpt.ID) error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	s.mu.Lock()
 	var offsets Offsets
-	var checkpoint int64
+	var checkpoint ckpt.ID
 	i := 0
 	for ; i < len(s.emitted) && s.emitted[i].checkpoint <= n; i++ {
 		offsets, checkpoint = s.emitted[i].offsets, s.emitted[i].checkpoint

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -27,7 +28,7 @@ type srcStreamRec struct {
 
 // srcStreamBarrier is a barrier of a recorded stream.
 type srcStreamBarrier struct {
-	checkpoint int64
+	checkpoint ckpt.ID
 	offsets    source.Offsets
 }
 
@@ -92,7 +93,7 @@ func TestSourceBarrierRestart(t *testing.T) {
 		src := srcOpen(t, ctx, c, source.Config{Topics: topics, Partition: part, MaxBatchRecords: 7})
 
 		prod, txn := srcProducer(t, c), srcTxnClient(t, c)
-		triggers := make(chan int64, nBarriers)
+		triggers := make(chan ckpt.ID, nBarriers)
 		// The producer reports with t.Errorf: when the test ends on any
 		// path, it is stopped and waited for, before its clients close.
 		pctx, stopProducing := context.WithCancel(ctx)
@@ -103,7 +104,7 @@ func TestSourceBarrierRestart(t *testing.T) {
 		produced.Add(1)
 		go func() {
 			defer produced.Done()
-			next := int64(1)
+			next := ckpt.ID(1)
 			for i, o := range ops {
 				time.Sleep(pauses[i])
 				if triggerAfter[i] {
@@ -139,7 +140,7 @@ func TestSourceBarrierRestart(t *testing.T) {
 		}
 
 		var st srcStream
-		place := func(n int64) {
+		place := func(n ckpt.ID) {
 			st.barriers = append(st.barriers, srcStreamBarrier{n, srcBarrier(t, ctx, src, n)})
 			st.barrierAt = append(st.barrierAt, len(st.recs))
 		}
@@ -201,7 +202,7 @@ func TestSourceBarrierRestart(t *testing.T) {
 		// Checkpoint IDs are in order and each barrier's offsets split the
 		// stream exactly.
 		for i, bar := range st.barriers {
-			if bar.checkpoint != int64(i+1) {
+			if bar.checkpoint != ckpt.ID(i+1) {
 				t.Fatalf("barrier %d is checkpoint %d", i, bar.checkpoint)
 			}
 			for k, r := range st.recs {

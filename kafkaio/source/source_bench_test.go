@@ -3,6 +3,7 @@ package source_test
 import (
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"os"
 	"strings"
 	"testing"
@@ -108,7 +109,7 @@ func BenchmarkSource(b *testing.B) {
 			got += len(recs)
 			for every > 0 && got >= next {
 				barriers++
-				if _, err := src.Barrier(ctx, int64(barriers)); err != nil {
+				if _, err := src.Barrier(ctx, ckpt.ID(barriers)); err != nil {
 					b.Fatal(err)
 				}
 				next += every

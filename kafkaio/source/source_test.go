@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -115,7 +116,7 @@ func srcRead(t *testing.T, ctx context.Context, src *source.Source, n int) []*kg
 }
 
 // srcBarrier places barrier n and returns its offsets.
-func srcBarrier(t *testing.T, ctx context.Context, src *source.Source, n int64) source.Offsets {
+func srcBarrier(t *testing.T, ctx context.Context, src *source.Source, n ckpt.ID) source.Offsets {
 	t.Helper()
 	offsets, err := src.Barrier(ctx, n)
 	if err != nil {
@@ -463,7 +464,7 @@ func TestSourceCompleteCommitsOffsets(t *testing.T) {
 		srcProduce(t, ctx, prod, srcRec(a, 1, "a2"))
 		srcRead(t, ctx, src, 1)
 		b2 := srcBarrier(t, ctx, src, 2)
-		for _, n := range []int64{2, 1} {
+		for _, n := range []ckpt.ID{2, 1} {
 			if _, err := src.Barrier(ctx, n); !errors.Is(err, source.ErrBarrierOrder) {
 				t.Fatalf("barrier %d after barrier 2: %v, want ErrBarrierOrder", n, err)
 			}

@@ -2,6 +2,7 @@ package input
 
 import (
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"testing"
 	"time"
 )
@@ -26,7 +27,7 @@ func BenchmarkStep(b *testing.B) {
 			}
 			now := time.Unix(0, 0)
 			offs := make([]int64, parts)
-			var id uint64
+			var id ckpt.ID
 			delivered, i, k := 0, 0, 0
 			b.ReportAllocs()
 			for range b.N {

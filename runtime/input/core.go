@@ -3,6 +3,7 @@ package input
 import (
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"time"
 
@@ -50,7 +51,7 @@ type Event struct {
 	Offset    int64
 	// Barrier marks a barrier record of checkpoint ID.
 	Barrier bool
-	ID      uint64
+	ID      ckpt.ID
 	// Watermark marks a watermark record. Step decides it exactly as a data
 	// record of its (partition, upstream): Deliver or Drop, never Taken, so
 	// that a watermark is re-read with the records it follows after a seek
@@ -125,7 +126,7 @@ func (k ActionKind) String() string {
 type Action struct {
 	Kind ActionKind
 	// ID is the checkpoint, for Snapshot and Abort.
-	ID uint64
+	ID ckpt.ID
 	// Partition and Offset, for Seek, Pause and Resume (Partition only).
 	Partition int32
 	Offset    int64
@@ -199,7 +200,7 @@ type Core struct {
 	// record of that upstream on that partition delivered or counted.
 	next []int64
 	// lastBarrier is, by aligner input, the ID of the last barrier counted.
-	lastBarrier []uint64
+	lastBarrier []ckpt.ID
 
 	// By slot (a partition's index in parts):
 	// read is the offset after the last record passed on the partition
@@ -251,7 +252,7 @@ func New(cfg Config) (*Core, error) {
 	}
 	inputs := n * cfg.Upstreams
 	c := &Core{parts: slices.Clone(cfg.Partitions), u: cfg.Upstreams, gen: cfg.Gen, al: al,
-		next: make([]int64, inputs), lastBarrier: make([]uint64, inputs),
+		next: make([]int64, inputs), lastBarrier: make([]ckpt.ID, inputs),
 		read: make([]int64, n), rewind: make([]int64, n), guard: make([]int64, n),
 		heldCount: make([]int, n), paused: make([]bool, n), released: make([]bool, n)}
 	c.dense = int(c.parts[n-1]-c.parts[0]) == n-1
@@ -333,7 +334,7 @@ func (c *Core) slot(p int32) (int, bool) {
 
 // Abort handles checkpoint id aborted by the coordinator (the trigger
 // topic). Its actions, if any, are in Actions.
-func (c *Core) Abort(id uint64, now time.Time) {
+func (c *Core) Abort(id ckpt.ID, now time.Time) {
 	c.apply(c.al.Abort(id, now))
 }
 
@@ -363,7 +364,7 @@ func (c *Core) Stats() Stats { return c.stats }
 
 // Aligning returns the checkpoint being aligned (the oldest, in
 // at-least-once mode), or 0. It allocates: not for the per-record path.
-func (c *Core) Aligning() uint64 {
+func (c *Core) Aligning() ckpt.ID {
 	if st := c.al.Status(); len(st.Aligning) > 0 {
 		return st.Aligning[0]
 	}

@@ -3,6 +3,7 @@ package input
 import (
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -51,7 +52,7 @@ func parseEvent(line string, gen uint64) (Event, error) {
 		}
 		switch f[i] {
 		case "barrier":
-			ev.Barrier, ev.ID = true, v
+			ev.Barrier, ev.ID = true, ckpt.ID(v)
 		case "gen":
 			ev.Gen = v
 		default:
@@ -146,7 +147,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		return b.String()
 	case "abort":
-		var id uint64
+		var id ckpt.ID
 		d.ScanArgs(t, "id", &id)
 		h.c.Abort(id, h.now)
 		var b strings.Builder

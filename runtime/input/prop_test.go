@@ -2,6 +2,7 @@ package input
 
 import (
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"maps"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ type rec struct {
 	u       int
 	gen     uint64
 	barrier bool
-	id      uint64
+	id      ckpt.ID
 	// wm marks a watermark record: it is numbered with the data records,
 	// since the core must decide it exactly as one.
 	wm bool
@@ -43,8 +44,8 @@ type world struct {
 	cnt     [][]int // by partition, upstream: next seq to write
 	got     [][]int // next seq expected to be delivered
 	base    [][]int // seqs in the restored state (0 in the first phase)
-	lastID  []uint64
-	maxID   uint64
+	lastID  []ckpt.ID
+	maxID   ckpt.ID
 	pos     []int
 	buf     [][]int // fetched offsets not yet passed to Step
 	paused  []bool
@@ -55,7 +56,7 @@ type world struct {
 }
 
 type snap struct {
-	id        uint64
+	id        ckpt.ID
 	positions map[int32]int64
 	got       [][]int
 }
@@ -92,7 +93,7 @@ func (w *world) startPhase(gen uint64, start map[int32]int64, base [][]int) {
 	}
 	w.gen, w.core = gen, c
 	w.cnt, w.got, w.base = cloneGrid(base), cloneGrid(base), cloneGrid(base)
-	w.lastID = make([]uint64, w.u)
+	w.lastID = make([]ckpt.ID, w.u)
 	for i := range w.lastID {
 		w.lastID[i] = w.maxID
 	}
@@ -115,7 +116,7 @@ func (w *world) write(p, u int, wm bool) {
 	w.cnt[p][u]++
 }
 
-func (w *world) writeBarrier(u int, id uint64) {
+func (w *world) writeBarrier(u int, id ckpt.ID) {
 	w.lastID[u] = id
 	w.maxID = max(w.maxID, id)
 	for p := range w.logs {
@@ -125,7 +126,7 @@ func (w *world) writeBarrier(u int, id uint64) {
 
 // zombie appends a record of the previous generation (a fenced-off writer
 // still writing, or an older generation's more upstream tasks).
-func (w *world) zombie(p, u int, barrier, wm bool, id uint64) {
+func (w *world) zombie(p, u int, barrier, wm bool, id ckpt.ID) {
 	w.logs[p] = append(w.logs[p], rec{u: u, gen: w.gen - 1, barrier: barrier, wm: wm && !barrier, id: id, seq: -1})
 }
 
@@ -204,7 +205,7 @@ func (w *world) actions(what string, purgeOnSeek bool) {
 }
 
 // barrierAt returns the offset of u's barrier id of this generation on p.
-func (w *world) barrierAt(p, u int, id uint64) int {
+func (w *world) barrierAt(p, u int, id ckpt.ID) int {
 	for off, r := range w.logs[p] {
 		if r.u == u && r.gen == w.gen && r.barrier && r.id == id {
 			return off
@@ -260,11 +261,11 @@ func (w *world) run(t *rapid.T) {
 			w.write(rapid.IntRange(0, w.p-1).Draw(t, "p"), rapid.IntRange(0, w.u-1).Draw(t, "u"), rapid.IntRange(0, 3).Draw(t, "kind") == 0)
 		case 2:
 			u := rapid.IntRange(0, w.u-1).Draw(t, "u")
-			w.writeBarrier(u, w.lastID[u]+rapid.Uint64Range(1, 2).Draw(t, "skip"))
+			w.writeBarrier(u, w.lastID[u]+idRange(1, 2).Draw(t, "skip"))
 		case 3:
 			if rapid.IntRange(0, 2).Draw(t, "rarely") == 0 {
 				w.zombie(rapid.IntRange(0, w.p-1).Draw(t, "p"), rapid.IntRange(0, w.u+1).Draw(t, "u"),
-					rapid.Bool().Draw(t, "barrier"), rapid.Bool().Draw(t, "wm"), rapid.Uint64Range(1, w.maxID+2).Draw(t, "id"))
+					rapid.Bool().Draw(t, "barrier"), rapid.Bool().Draw(t, "wm"), idRange(1, w.maxID+2).Draw(t, "id"))
 			}
 		case 4, 5:
 			w.fetch(rapid.IntRange(0, w.p-1).Draw(t, "p"), rapid.IntRange(1, 4).Draw(t, "n"))
@@ -272,7 +273,7 @@ func (w *world) run(t *rapid.T) {
 			w.deliver(rapid.IntRange(0, w.p-1).Draw(t, "p"), rapid.Bool().Draw(t, "purge"))
 		case 9:
 			if rapid.Bool().Draw(t, "abort") {
-				id := rapid.Uint64Range(1, w.maxID+1).Draw(t, "id")
+				id := idRange(1, w.maxID+1).Draw(t, "id")
 				w.core.Abort(id, w.now)
 				w.actions(fmt.Sprintf("abort %d", id), false)
 			} else {
@@ -377,4 +378,9 @@ func TestPropertyAgainstModel(t *testing.T) {
 		}
 		w.drain(t)
 	})
+}
+
+// idRange draws a checkpoint ID in [lo, hi], as rapid.Uint64Range does.
+func idRange(lo, hi ckpt.ID) *rapid.Generator[ckpt.ID] {
+	return rapid.Map(rapid.Uint64Range(uint64(lo), uint64(hi)), func(v uint64) ckpt.ID { return ckpt.ID(v) })
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,7 @@ const refusedRecheck = 30 * time.Second
 // RefusedError is a replica that will not run its job against the job's
 // newest checkpoint.
 type RefusedError struct {
-	Checkpoint uint64
+	Checkpoint ckpt.ID
 	Err        error // a *compat.IncompatibleError, or why the schema could not be read
 }
 
@@ -48,7 +49,7 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // refused, which /readyz reads.
 type restoreCheck struct {
 	newest  *control.Complete // the newest completed checkpoint seen
-	checked uint64            // the checkpoint last compared (0: none)
+	checked ckpt.ID           // the checkpoint last compared (0: none)
 	schema  *compat.Schema    // the job's schema it was compared with
 	result  compat.Result
 	refused atomic.Pointer[RefusedError]

@@ -3,6 +3,7 @@ package replica_test
 import (
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"maps"
 	"slices"
 	"strings"
@@ -204,7 +205,7 @@ process: {replica_id: %s, grace_period: 10s}
 // chkSamples is what sampleChkDirs saw.
 type chkSamples struct {
 	n, maxDirs int
-	maxAt      []int64 // the checkpoints of the sample with maxDirs
+	maxAt      []ckpt.ID // the checkpoints of the sample with maxDirs
 	counts     map[int]int
 	maxBacklog float64 // weir_checkpoint_gc_backlog, the highest of any replica
 	err        error
@@ -249,7 +250,7 @@ func sampleChkDirs(ctx context.Context, store *objstore.Store, rs []*testReplica
 			s.lastListErr = err
 			continue
 		}
-		dirs := map[int64]bool{}
+		dirs := map[ckpt.ID]bool{}
 		for _, o := range objs {
 			if id, ok := objstore.ParseCheckpointKey(o.Key); ok && id != gcPlantedID {
 				dirs[id] = true
@@ -301,7 +302,7 @@ func checkStorage(ctx context.Context, t *testing.T, c *kafkatest.Cluster, store
 		t.Fatal(err)
 	}
 	exists := map[string]bool{}
-	chkDirs := map[int64]bool{}
+	chkDirs := map[ckpt.ID]bool{}
 	for _, o := range objs {
 		exists[o.Key] = true
 		if id, ok := objstore.ParseCheckpointKey(o.Key); ok {
@@ -370,7 +371,7 @@ func checkStorage(ctx context.Context, t *testing.T, c *kafkatest.Cluster, store
 	if len(chkDirs) > kept {
 		var extra []string
 		for _, o := range objs {
-			if id, ok := objstore.ParseCheckpointKey(o.Key); ok && id < int64(retained[0].ID) {
+			if id, ok := objstore.ParseCheckpointKey(o.Key); ok && id < retained[0].ID {
 				extra = append(extra, o.Key)
 			}
 		}

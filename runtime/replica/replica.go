@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -69,7 +70,7 @@ type Options struct {
 	Registerer  prometheus.Registerer
 	// OnCommitted, if set, is called after every checkpoint this replica saw
 	// complete (for `processor dev`, which prints the committed output).
-	OnCommitted func(id uint64)
+	OnCommitted func(id ckpt.ID)
 }
 
 // Replica is one running replica.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"time"
 
 	"github.com/weir-stream/weir/control"
@@ -88,7 +89,7 @@ func (t *Task) finishSnapshot(b *mark, pres []pending, snap *state.Snapshot, wms
 		}
 		return
 	}
-	ack := control.Ack{ID: uint64(n), Gen: t.cfg.Gen, Task: t.cfg.ID, Handle: res.Handle, Shuffle: b.shuffle, Metrics: control.AckMetrics{
+	ack := control.Ack{ID: n, Gen: t.cfg.Gen, Task: t.cfg.ID, Handle: res.Handle, Shuffle: b.shuffle, Metrics: control.AckMetrics{
 		SyncMS: syncDur.Milliseconds(), AsyncMS: res.AsyncDuration.Milliseconds(), AlignMS: b.align.Milliseconds(),
 		StateBytes: res.StateBytes, UploadedBytes: res.UploadedBytes,
 	}}
@@ -97,9 +98,9 @@ func (t *Task) finishSnapshot(b *mark, pres []pending, snap *state.Snapshot, wms
 	}
 }
 
-func (t *Task) decline(n int64, reason string) {
+func (t *Task) decline(n ckpt.ID, reason string) {
 	t.log.Warn("checkpoint declined", "checkpoint_id", n, "reason", reason)
-	d := control.Decline{ID: uint64(n), Gen: t.cfg.Gen, Task: t.cfg.ID, Reason: reason}
+	d := control.Decline{ID: n, Gen: t.cfg.Gen, Task: t.cfg.ID, Reason: reason}
 	if err := t.cfg.Acks.Send(context.WithoutCancel(t.ctx), d); err != nil {
 		t.log.Warn("decline not sent", "checkpoint_id", n, "err", err)
 	}
@@ -107,17 +108,17 @@ func (t *Task) decline(n int64, reason string) {
 
 // Trigger is `trigger n`: a source task injects barrier n; a downstream
 // task learns of n from its input's barrier records instead.
-func (t *Task) Trigger(n uint64) error { return t.in.trigger(n) }
+func (t *Task) Trigger(n ckpt.ID) error { return t.in.trigger(n) }
 
 // Complete is notifyCheckpointComplete: the sink commits every transaction
 // pre-committed at or before n, the source commits n's offsets to the job's
 // consumer group, and the state backend lets go of older snapshots.
-func (t *Task) Complete(ctx context.Context, n uint64) error {
+func (t *Task) Complete(ctx context.Context, n ckpt.ID) error {
 	for i, o := range t.outs {
 		if o == nil {
 			continue
 		}
-		if err := o.complete(ctx, int64(n)); err != nil {
+		if err := o.complete(ctx, n); err != nil {
 			return fmt.Errorf("task %s: commit sink %d's transactions of checkpoint %d: %w", t.cfg.ID, i, n, err)
 		}
 	}
@@ -125,7 +126,7 @@ func (t *Task) Complete(ctx context.Context, n uint64) error {
 	if err := t.in.complete(ctx, n); err != nil {
 		errs = append(errs, fmt.Errorf("commit source offsets of checkpoint %d: %w", n, err))
 	}
-	if err := t.backend.NotifyComplete(ctx, int64(n)); err != nil {
+	if err := t.backend.NotifyComplete(ctx, n); err != nil {
 		errs = append(errs, fmt.Errorf("state: %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -137,14 +138,14 @@ func (t *Task) Complete(ctx context.Context, n uint64) error {
 
 // Abort is the abort of checkpoint n: the state backend discards its
 // partial uploads; the sink keeps its data for the next checkpoint.
-func (t *Task) Abort(ctx context.Context, n uint64) {
+func (t *Task) Abort(ctx context.Context, n ckpt.ID) {
 	t.in.abort(n)
 	for _, o := range t.outs {
 		if o != nil {
-			o.abort(int64(n))
+			o.abort(n)
 		}
 	}
-	if err := t.backend.NotifyAborted(ctx, int64(n)); err != nil {
+	if err := t.backend.NotifyAborted(ctx, n); err != nil {
 		t.log.Warn("discarding an aborted snapshot failed", "checkpoint_id", n, "err", err)
 	}
 }

@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"time"
 
@@ -27,11 +28,11 @@ type taskInput interface {
 	next(ctx context.Context) (element, error)
 	// trigger is `trigger n` for this task: a source input queues barrier n;
 	// a shuffle input ignores it (its barriers come through the topic).
-	trigger(n uint64) error
+	trigger(n ckpt.ID) error
 	// abort forgets checkpoint n.
-	abort(n uint64)
+	abort(n ckpt.ID)
 	// complete is `complete n`: bookkeeping for people (committed offsets).
-	complete(ctx context.Context, n uint64) error
+	complete(ctx context.Context, n ckpt.ID) error
 	// caughtUp reports whether the input has read everything there is.
 	caughtUp() bool
 	close()
@@ -46,7 +47,7 @@ type element struct {
 // mark is a barrier as an input delivers it: the checkpoint and the
 // input's part of the snapshot.
 type mark struct {
-	id int64
+	id ckpt.ID
 	// offsets are a source's next offsets at the barrier.
 	offsets source.Offsets
 	// shuffle are a shuffle input's restart positions at the barrier.
@@ -113,11 +114,11 @@ func (s *sourceInput) next(ctx context.Context) (element, error) {
 	}
 }
 
-func (s *sourceInput) trigger(n uint64) error { return s.triggers.add(int64(n)) }
+func (s *sourceInput) trigger(n ckpt.ID) error { return s.triggers.add(n) }
 
-func (s *sourceInput) abort(n uint64) {
-	s.triggers.drop(int64(n))
-	s.src.Abort(int64(n))
+func (s *sourceInput) abort(n ckpt.ID) {
+	s.triggers.drop(n)
+	s.src.Abort(n)
 }
 
 func (s *sourceInput) caughtUp() bool { return s.src.CaughtUp() }
@@ -127,8 +128,8 @@ func (s *sourceInput) close() {
 	s.src.Close()
 }
 
-func (s *sourceInput) complete(ctx context.Context, n uint64) error {
-	return s.src.Complete(ctx, int64(n))
+func (s *sourceInput) complete(ctx context.Context, n ckpt.ID) error {
+	return s.src.Complete(ctx, n)
 }
 
 // openSource creates the task's source input, restored to offsets; added

@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -23,11 +24,11 @@ type output interface {
 	write(ctx context.Context, r *kgo.Record) error
 	// preCommit ends epoch n at the barrier: what was written is flushed by
 	// the returned pending's wait.
-	preCommit(ctx context.Context, n int64) (pending, error)
+	preCommit(ctx context.Context, n ckpt.ID) (pending, error)
 	// complete is notifyCheckpointComplete(n).
-	complete(ctx context.Context, n int64) error
+	complete(ctx context.Context, n ckpt.ID) error
 	// abort forgets checkpoint n.
-	abort(n int64)
+	abort(n ckpt.ID)
 	close(ctx context.Context) error
 }
 
@@ -42,11 +43,11 @@ type pending interface {
 type sinkOutput struct{ s *sink.Sink }
 
 func (o sinkOutput) write(ctx context.Context, r *kgo.Record) error { return o.s.Write(ctx, r) }
-func (o sinkOutput) complete(ctx context.Context, n int64) error    { return o.s.NotifyComplete(ctx, n) }
-func (o sinkOutput) abort(n int64)                                  { o.s.Abort(n) }
+func (o sinkOutput) complete(ctx context.Context, n ckpt.ID) error  { return o.s.NotifyComplete(ctx, n) }
+func (o sinkOutput) abort(n ckpt.ID)                                { o.s.Abort(n) }
 func (o sinkOutput) close(ctx context.Context) error                { return o.s.Close(ctx) }
 
-func (o sinkOutput) preCommit(ctx context.Context, n int64) (pending, error) {
+func (o sinkOutput) preCommit(ctx context.Context, n ckpt.ID) (pending, error) {
 	pre, err := o.s.PreCommit(ctx, n)
 	if err != nil {
 		return nil, err

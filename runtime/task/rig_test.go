@@ -210,7 +210,7 @@ func (r *rig) newGen(n uint64) *gen {
 
 // open opens task id of generation g, restored from checkpoint from (0:
 // empty), with a state directory of its own (as if on another machine).
-func (r *rig) open(ctx context.Context, g *gen, id control.TaskID, from uint64) *Task {
+func (r *rig) open(ctx context.Context, g *gen, id control.TaskID, from ckpt.ID) *Task {
 	r.t.Helper()
 	tk, err := Open(ctx, Config{
 		Job: r.job, ID: id, Gen: g.n, RestoreFrom: from,
@@ -230,7 +230,7 @@ func (r *rig) open(ctx context.Context, g *gen, id control.TaskID, from uint64) 
 }
 
 // openAll opens every task of the plan in generation g and runs them.
-func (r *rig) openAll(ctx context.Context, g *gen, from uint64) map[control.TaskID]*Task {
+func (r *rig) openAll(ctx context.Context, g *gen, from ckpt.ID) map[control.TaskID]*Task {
 	r.t.Helper()
 	out := map[control.TaskID]*Task{}
 	for _, id := range r.plan.Tasks() {
@@ -324,7 +324,7 @@ func (r *rig) waitConsumed(ctx context.Context, tasks ...*Task) {
 }
 
 // trigger is `trigger n` for each source task.
-func (r *rig) trigger(n uint64, tasks map[control.TaskID]*Task) {
+func (r *rig) trigger(n ckpt.ID, tasks map[control.TaskID]*Task) {
 	r.t.Helper()
 	for id, tk := range tasks {
 		if r.plan.Stage(id.Stage).Kafka {
@@ -336,7 +336,7 @@ func (r *rig) trigger(n uint64, tasks map[control.TaskID]*Task) {
 }
 
 // complete is `complete n` for each task.
-func (r *rig) complete(ctx context.Context, n uint64, tasks map[control.TaskID]*Task) {
+func (r *rig) complete(ctx context.Context, n ckpt.ID, tasks map[control.TaskID]*Task) {
 	r.t.Helper()
 	for id, tk := range tasks {
 		if err := tk.Complete(ctx, n); err != nil {
@@ -347,7 +347,7 @@ func (r *rig) complete(ctx context.Context, n uint64, tasks map[control.TaskID]*
 
 // writeMetadata writes checkpoint n's _metadata from its acks, as the
 // coordinator does when every task has acknowledged.
-func (r *rig) writeMetadata(ctx context.Context, n, gen uint64, acks map[control.TaskID]control.Ack) {
+func (r *rig) writeMetadata(ctx context.Context, n ckpt.ID, gen uint64, acks map[control.TaskID]control.Ack) {
 	r.t.Helper()
 	md := control.Metadata{ID: n, Gen: gen, Kind: ckpt.KindCheckpoint, TS: time.Now().UnixMilli()}
 	for _, a := range acks {
@@ -358,7 +358,7 @@ func (r *rig) writeMetadata(ctx context.Context, n, gen uint64, acks map[control
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if err := r.store.PutIfAbsent(ctx, objstore.MetadataKey(int64(n)), b); err != nil {
+	if err := r.store.PutIfAbsent(ctx, objstore.MetadataKey(n), b); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -366,7 +366,7 @@ func (r *rig) writeMetadata(ctx context.Context, n, gen uint64, acks map[control
 // checkpoint triggers n on the source tasks of tasks (all of generation
 // gen), waits for every task's ack, writes _metadata and completes n on
 // each task. It returns the acks.
-func (r *rig) checkpoint(ctx context.Context, n, gen uint64, tasks map[control.TaskID]*Task) map[control.TaskID]control.Ack {
+func (r *rig) checkpoint(ctx context.Context, n ckpt.ID, gen uint64, tasks map[control.TaskID]*Task) map[control.TaskID]control.Ack {
 	r.t.Helper()
 	r.trigger(n, tasks)
 	acks := r.ackLog.wait(r.t, ctx, n, gen, slices.Collect(mapsKeys(tasks))...)
@@ -431,8 +431,9 @@ func (r *rig) verifyCounts(ctx context.Context, want map[string]int) {
 }
 
 type ackKey struct {
-	id, gen uint64
-	task    control.TaskID
+	id   ckpt.ID
+	gen  uint64
+	task control.TaskID
 }
 
 // ackLog reads the ack topic from its start and keeps every ack.
@@ -443,7 +444,7 @@ type ackLog struct {
 
 // wait returns the acks of checkpoint n of generation gen from tasks, once
 // all have arrived; a decline of n fails the test.
-func (l *ackLog) wait(t *testing.T, ctx context.Context, n, gen uint64, tasks ...control.TaskID) map[control.TaskID]control.Ack {
+func (l *ackLog) wait(t *testing.T, ctx context.Context, n ckpt.ID, gen uint64, tasks ...control.TaskID) map[control.TaskID]control.Ack {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -484,7 +485,7 @@ func (l *ackLog) read(t *testing.T, ctx context.Context) error {
 
 // quiet reads the ack topic for d and fails the test if an ack of
 // checkpoint n of generation gen from one of tasks arrives.
-func (l *ackLog) quiet(t *testing.T, ctx context.Context, d time.Duration, n, gen uint64, tasks ...control.TaskID) {
+func (l *ackLog) quiet(t *testing.T, ctx context.Context, d time.Duration, n ckpt.ID, gen uint64, tasks ...control.TaskID) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()

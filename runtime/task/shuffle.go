@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"sync"
 	"time"
@@ -38,7 +39,7 @@ type shuffleInput struct {
 	mark   *mark // a snapshot the core asked for, returned after batch
 
 	mu         sync.Mutex
-	aborts     []uint64
+	aborts     []ckpt.ID
 	pollCancel context.CancelFunc
 	idle       bool // the last poll returned nothing
 }
@@ -185,7 +186,7 @@ func (s *shuffleInput) apply(acts []input.Action) {
 				pos = append(pos, control.Position{Topic: s.topic, Partition: p, Offset: off})
 			}
 			slices.SortFunc(pos, func(a, b control.Position) int { return int(a.Partition - b.Partition) })
-			s.mark = &mark{id: int64(a.ID), shuffle: pos, align: a.Align}
+			s.mark = &mark{id: a.ID, shuffle: pos, align: a.Align}
 			s.met.observeAlignment(a.Align)
 		}
 	}
@@ -200,7 +201,7 @@ func (s *shuffleInput) takeAborts() error {
 	for _, n := range aborts {
 		s.core.Abort(n, now)
 		s.apply(s.core.Actions())
-		if s.mark != nil && uint64(s.mark.id) == n {
+		if s.mark != nil && s.mark.id == n {
 			s.mark = nil
 		}
 	}
@@ -209,11 +210,11 @@ func (s *shuffleInput) takeAborts() error {
 
 // trigger does nothing: a downstream task learns of checkpoint n from the
 // barrier records of its upstream tasks.
-func (s *shuffleInput) trigger(uint64) error { return nil }
+func (s *shuffleInput) trigger(ckpt.ID) error { return nil }
 
 // abort releases an alignment of n in progress (on the task goroutine,
 // which it wakes).
-func (s *shuffleInput) abort(n uint64) {
+func (s *shuffleInput) abort(n ckpt.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.aborts = append(s.aborts, n)
@@ -222,7 +223,7 @@ func (s *shuffleInput) abort(n uint64) {
 	}
 }
 
-func (s *shuffleInput) complete(context.Context, uint64) error { return nil }
+func (s *shuffleInput) complete(context.Context, ckpt.ID) error { return nil }
 
 func (s *shuffleInput) caughtUp() bool {
 	s.mu.Lock()
@@ -237,12 +238,12 @@ func (s *shuffleInput) close() { s.rd.Close() }
 type shuffleOutput struct{ w *shuffle.Writer }
 
 func (o shuffleOutput) write(ctx context.Context, r *kgo.Record) error { return o.w.Write(ctx, r) }
-func (o shuffleOutput) complete(context.Context, int64) error          { return nil }
-func (o shuffleOutput) abort(int64)                                    {}
+func (o shuffleOutput) complete(context.Context, ckpt.ID) error        { return nil }
+func (o shuffleOutput) abort(ckpt.ID)                                  {}
 func (o shuffleOutput) close(context.Context) error                    { o.w.Close(); return nil }
 
-func (o shuffleOutput) preCommit(ctx context.Context, n int64) (pending, error) {
-	p, err := o.w.Barrier(ctx, uint64(n))
+func (o shuffleOutput) preCommit(ctx context.Context, n ckpt.ID) (pending, error) {
+	p, err := o.w.Barrier(ctx, n)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -47,7 +48,7 @@ type Config struct {
 	Gen uint64
 	// RestoreFrom is the checkpoint to restore from; 0 starts from the
 	// sources' configured start positions with empty state.
-	RestoreFrom uint64
+	RestoreFrom ckpt.ID
 	// Skip lists input records the source drops unread (the generation's
 	// control.Generation.Skip).
 	Skip []control.Position

@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"sync"
 
@@ -21,8 +22,8 @@ type triggers struct {
 	mu struct {
 		sync.Mutex
 		closed  bool
-		pending []int64 // ascending
-		last    int64   // the highest checkpoint accepted by add
+		pending []ckpt.ID // ascending
+		last    ckpt.ID   // the highest checkpoint accepted by add
 		// wake cancels the context of the task goroutine's latest poll. It
 		// may belong to a poll that has returned: cancelling it then is a
 		// no-op, and poll looks at pending before it polls again.
@@ -33,7 +34,7 @@ type triggers struct {
 // add queues checkpoint n and wakes a waiting poll. Checkpoint IDs must
 // increase: a repeated or older n returns source.ErrBarrierOrder and
 // is ignored. After close it returns source.ErrClosed.
-func (q *triggers) add(n int64) error {
+func (q *triggers) add(n ckpt.ID) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.mu.closed {
@@ -51,16 +52,16 @@ func (q *triggers) add(n int64) error {
 }
 
 // drop forgets checkpoint n (on `abort n`) if its barrier is still pending.
-func (q *triggers) drop(n int64) {
+func (q *triggers) drop(n ckpt.ID) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.mu.pending = slices.DeleteFunc(q.mu.pending, func(c int64) bool { return c == n })
+	q.mu.pending = slices.DeleteFunc(q.mu.pending, func(c ckpt.ID) bool { return c == n })
 }
 
 // poll returns the first pending checkpoint, if there is one, or else
 // (n = 0) a child of ctx to poll the source with, which add cancels, and
 // its cancel function, to call when the poll has returned.
-func (q *triggers) poll(ctx context.Context) (n int64, pollCtx context.Context, cancel context.CancelFunc) {
+func (q *triggers) poll(ctx context.Context) (n ckpt.ID, pollCtx context.Context, cancel context.CancelFunc) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.mu.pending) > 0 {
@@ -74,7 +75,7 @@ func (q *triggers) poll(ctx context.Context) (n int64, pollCtx context.Context, 
 // placed removes checkpoint n, whose barrier the task goroutine has just
 // placed, from the queue. It returns false if n was no longer pending: it
 // was dropped (aborted) while the barrier was being placed.
-func (q *triggers) placed(n int64) bool {
+func (q *triggers) placed(n ckpt.ID) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	i := slices.Index(q.mu.pending, n)

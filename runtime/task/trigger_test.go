@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func nextElement(t *testing.T, ctx context.Context, in *sourceInput) (element, t
 
 // wantBarrier checks that el is barrier n at offset off of topic's
 // partition 0.
-func wantBarrier(t *testing.T, el element, n int64, topic string, off int64) {
+func wantBarrier(t *testing.T, el element, n ckpt.ID, topic string, off int64) {
 	t.Helper()
 	if el.barrier == nil {
 		t.Fatalf("next returned %d records, want barrier %d", len(el.records), n)
@@ -62,7 +63,7 @@ func wantBarrier(t *testing.T, el element, n int64, topic string, off int64) {
 // triggerAfter calls in.trigger(n) after d, on a timer's goroutine, which
 // reports a failure with t.Errorf: when the test ends first (it failed
 // early), the timer is stopped, or waited for before in closes.
-func triggerAfter(t *testing.T, in *sourceInput, n uint64, d time.Duration) {
+func triggerAfter(t *testing.T, in *sourceInput, n ckpt.ID, d time.Duration) {
 	done := make(chan struct{})
 	tm := time.AfterFunc(d, func() {
 		defer close(done)
@@ -160,12 +161,12 @@ func TestSourceInputTriggers(t *testing.T) {
 
 		// Barriers go where the triggers arrive: 1 and 2 before the records
 		// produced after them, in order.
-		for _, n := range []uint64{1, 2} {
+		for _, n := range []ckpt.ID{1, 2} {
 			if err := in.trigger(n); err != nil {
 				t.Fatalf("trigger %d: %v", n, err)
 			}
 		}
-		for _, n := range []uint64{2, 1} {
+		for _, n := range []ckpt.ID{2, 1} {
 			if err := in.trigger(n); !errors.Is(err, source.ErrBarrierOrder) {
 				t.Fatalf("trigger %d after 2 = %v, want ErrSourceBarrierOrder", n, err)
 			}
@@ -178,7 +179,7 @@ func TestSourceInputTriggers(t *testing.T) {
 		readN(1)
 
 		// An aborted pending trigger is dropped; the next one is placed.
-		for _, n := range []uint64{3, 4} {
+		for _, n := range []ckpt.ID{3, 4} {
 			if err := in.trigger(n); err != nil {
 				t.Fatalf("trigger %d: %v", n, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"maps"
 	"slices"
 	"testing"
@@ -144,7 +145,7 @@ func twoStageCrash(t *testing.T, c *kafkatest.Cluster, crash crashPoint) {
 	}
 	r.trigger(2, tasks1)
 	r.ackLog.wait(t, ctx, 2, 1, upstreamIDs...)
-	from := uint64(1)
+	from := ckpt.ID(1)
 	switch crash {
 	case beforeDownstreamSnapshot:
 		r.ackLog.quiet(t, ctx, time.Second, 2, 1, downstreamIDs...)
@@ -281,7 +282,7 @@ func TestStaleShuffleTail(t *testing.T) {
 
 // positions returns the shuffle positions the acks of checkpoint n of
 // generation gen record, by partition.
-func (l *ackLog) positions(n, gen uint64) map[int32]int64 {
+func (l *ackLog) positions(n ckpt.ID, gen uint64) map[int32]int64 {
 	out := map[int32]int64{}
 	for k, a := range l.acks {
 		if k.id == n && k.gen == gen {

@@ -2,6 +2,7 @@ package objstore
 
 import (
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"strconv"
 	"strings"
 )
@@ -28,20 +29,20 @@ func SharedPrefix(task string) string {
 }
 
 // CheckpointPrefix is the prefix of every object of checkpoint id.
-func CheckpointPrefix(id int64) string { return "chk-" + strconv.FormatInt(id, 10) + "/" }
+func CheckpointPrefix(id ckpt.ID) string { return "chk-" + id.String() + "/" }
 
 // TaskManifestKey is the key of task's manifest in checkpoint id.
-func TaskManifestKey(id int64, task string) string {
+func TaskManifestKey(id ckpt.ID, task string) string {
 	return CheckpointPrefix(id) + task + ".manifest"
 }
 
 // ExclusiveKey is the key of a file that only checkpoint id of task uses.
-func ExclusiveKey(id int64, task, file string) string {
+func ExclusiveKey(id ckpt.ID, task, file string) string {
 	return CheckpointPrefix(id) + task + "/" + file
 }
 
 // MetadataKey is the key of checkpoint id's metadata object.
-func MetadataKey(id int64) string { return CheckpointPrefix(id) + "_metadata" }
+func MetadataKey(id ckpt.ID) string { return CheckpointPrefix(id) + "_metadata" }
 
 // SavepointPrefix is the prefix of every object of savepoint name.
 func SavepointPrefix(name string) string { return "savepoints/" + name + "/" }
@@ -55,7 +56,7 @@ func SavepointManifestKey(name, task string) string {
 func SavepointMetadataKey(name string) string { return SavepointPrefix(name) + "_metadata" }
 
 // ParseCheckpointKey returns the checkpoint ID of a key under chk-<n>/.
-func ParseCheckpointKey(key string) (int64, bool) {
+func ParseCheckpointKey(key string) (ckpt.ID, bool) {
 	rest, ok := strings.CutPrefix(key, "chk-")
 	if !ok {
 		return 0, false
@@ -64,16 +65,16 @@ func ParseCheckpointKey(key string) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	id, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != num {
+	id, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || id == 0 || strconv.FormatUint(id, 10) != num {
 		return 0, false
 	}
-	return id, true
+	return ckpt.ID(id), true
 }
 
 // CheckID reports an error unless id is a valid (positive) checkpoint ID.
-func CheckID(id int64) error {
-	if id <= 0 {
+func CheckID(id ckpt.ID) error {
+	if id == 0 {
 		return fmt.Errorf("state/objstore: checkpoint id %d is not positive", id)
 	}
 	return nil

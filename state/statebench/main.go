@@ -148,7 +148,7 @@ type bench struct {
 	rng    *rand.Rand
 	val    []byte
 	key    []byte
-	nextID int64
+	nextID ckpt.ID
 }
 
 func newBench(c config, cache *pebble.Cache, name string) (*bench, error) {
@@ -596,7 +596,7 @@ const (
 // decode it, and compare its schema with the job's (one aggregate added
 // to each operator, so that every operator's fields are walked). It
 // returns the median of 21 rounds.
-func compatCheck(store *objstore.Store, id int64) (time.Duration, error) {
+func compatCheck(store *objstore.Store, id ckpt.ID) (time.Duration, error) {
 	old := compat.Schema{Fingerprint: "a", MaxParallelism: 128,
 		Stages:  []compat.Stage{{Name: "main", Parallelism: compatTasks / 2}, {Name: "agg", Parallelism: compatTasks / 2}},
 		Sources: []compat.Source{{Topics: []string{"in"}, Partitions: compatTasks / 2}},
@@ -616,7 +616,7 @@ func compatCheck(store *objstore.Store, id int64) (time.Duration, error) {
 		op.Fields = append(slices.Clone(op.Fields), compat.Field{Name: "new", Type: "max"})
 		cur.Operators = append(cur.Operators, op)
 	}
-	md := control.Metadata{ID: uint64(id), Gen: 1, Kind: ckpt.KindCheckpoint, TS: 1, Schema: &old}
+	md := control.Metadata{ID: id, Gen: 1, Kind: ckpt.KindCheckpoint, TS: 1, Schema: &old}
 	for i := range compatTasks {
 		st := "main"
 		if i >= compatTasks/2 {
@@ -632,7 +632,7 @@ func compatCheck(store *objstore.Store, id int64) (time.Duration, error) {
 	var ds []time.Duration
 	for range 21 {
 		start := time.Now()
-		got, err := checkpoint.ReadID(context.Background(), store, uint64(id))
+		got, err := checkpoint.ReadID(context.Background(), store, id)
 		if err != nil {
 			return 0, err
 		}

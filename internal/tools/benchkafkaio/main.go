@@ -50,6 +50,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"math/bits"
 	mrand "math/rand/v2"
 	"os"
@@ -549,8 +550,8 @@ func outRecord(r *kgo.Record, p int32) *kgo.Record {
 // wake-up on a trigger (runtime/task's trigger queue has one).
 type coordinator struct {
 	mu    sync.Mutex
-	last  int64
-	tasks map[int32][]int64 // running tasks' pending checkpoints; a finished task leaves
+	last  ckpt.ID
+	tasks map[int32][]ckpt.ID // running tasks' pending checkpoints; a finished task leaves
 }
 
 // add registers a task for the periodic checkpoints.
@@ -574,7 +575,7 @@ func (c *coordinator) trigger() {
 }
 
 // take appends task p's pending checkpoints to ids and forgets them.
-func (c *coordinator) take(p int32, ids []int64) []int64 {
+func (c *coordinator) take(p int32, ids []ckpt.ID) []ckpt.ID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ids = append(ids, c.tasks[p]...)
@@ -584,7 +585,7 @@ func (c *coordinator) take(p int32, ids []int64) []int64 {
 
 // finish stops the periodic checkpoints of task p, and appends to ids its
 // pending checkpoints and then its last one, whose ID it returns too.
-func (c *coordinator) finish(p int32, ids []int64) ([]int64, int64) {
+func (c *coordinator) finish(p int32, ids []ckpt.ID) ([]ckpt.ID, ckpt.ID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ids = append(ids, c.tasks[p]...)
@@ -649,7 +650,7 @@ func (b *bench) weirPipe(ctx context.Context) (func(context.Context) (string, er
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		fe := &firstError{cancel: cancel}
-		coord := &coordinator{tasks: make(map[int32][]int64, b.c.partitions)}
+		coord := &coordinator{tasks: make(map[int32][]ckpt.ID, b.c.partitions)}
 		var st weirStats
 		var tt taskTimes
 		start := time.Now()
@@ -685,7 +686,7 @@ func (b *bench) weirPipe(ctx context.Context) (func(context.Context) (string, er
 		if got := st.committed.Load(); got != int64(b.c.records) {
 			return "", fmt.Errorf("tasks committed %d records, want %d", got, b.c.records)
 		}
-		if periodic := coord.last - int64(b.c.partitions); periodic < 3 {
+		if periodic := int(coord.last) - b.c.partitions; periodic < 3 {
 			benchutil.Info("only %d periodic checkpoint(s) in this weir pass of %v: the last checkpoint's flush and commit weigh more than in a long-running job; raise -records for a pass of many checkpoint intervals",
 				max(periodic, 0), wall.Round(time.Millisecond))
 		}
@@ -769,9 +770,9 @@ func (b *bench) weirTask(ctx context.Context, p int32, sink *sink.Sink, coord *c
 
 func (b *bench) taskLoop(ctx context.Context, p int32, sink *sink.Sink, src *source.Source, coord *coordinator, epochs chan<- epoch, tt *taskTimes) error {
 	var out []*kgo.Record
-	var ids []int64 // checkpoints to place before the next batch
+	var ids []ckpt.ID // checkpoints to place before the next batch
 	got, inEpoch := 0, 0
-	var final int64 // the last barrier's checkpoint, once all input is read
+	var final ckpt.ID // the last barrier's checkpoint, once all input is read
 	t := time.Now()
 	for {
 		if got == b.want[p] && final == 0 {
