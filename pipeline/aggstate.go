@@ -13,7 +13,8 @@ import (
 // a record's evaluated arguments fold into it, and its result (its binary
 // codec is in aggcodec.go). It does no I/O and keeps no state of its own.
 
-// aggOp is the operation of one named aggregate.
+// aggOp is the operation of one named aggregate. Its values are stored
+// (aggCodec writes each slot's op): never renumber them, only add.
 type aggOp uint8
 
 const (
@@ -159,13 +160,26 @@ func (d *aggDef) checkBy(v any) (any, error) {
 	return nil, fmt.Errorf("aggregate %s: %s by %s: not a number or a string", d.name, d.opName(), describe(v))
 }
 
-func (d *aggDef) opName() string {
-	for name, op := range aggOps {
-		if op == d.op {
+func (d *aggDef) opName() string { return d.op.String() }
+
+// String returns the op's YAML name.
+func (op aggOp) String() string {
+	for name, o := range aggOps {
+		if o == op {
 			return name
 		}
 	}
-	return "?"
+	return fmt.Sprintf("op(%d)", uint8(op))
+}
+
+// index returns the index of the aggregate called name, -1 if none.
+func (s *aggSet) index(name []byte) int {
+	for i := range s.defs {
+		if s.defs[i].name == string(name) {
+			return i
+		}
+	}
+	return -1
 }
 
 // normalize turns the integer types an expression may return into int64.
