@@ -56,9 +56,11 @@ import (
 // step's aggregates (right for the job that wrote it: an unchanged job),
 // and Append always writes the new encoding: a key's value migrates on its
 // next write, with no second lookup and no second state name (a window's
-// accumulators, inside stream.Window's state, migrate the same way). A
-// value of a key that is never written again stays positional; see
-// docs/yaml.md ("State") for what that means for a later edit.
+// accumulators, inside stream.Window's state, migrate the same way, and
+// are gone when their windows fire). So that no running aggregate's key
+// stays positional until the job's aggregates are edited, the running
+// aggregate also rewrites every positional value when it opens, once per
+// key group (runningAgg.migratePositional).
 //
 // Values are encoded by appendValue: a tag byte, then the value.
 const (

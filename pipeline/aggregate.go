@@ -367,7 +367,8 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 // accumulator (value state "<operator>/acc", aggCodec: by the aggregates'
 // names) and, for each count_distinct, the key's distinct values (map
 // state "<operator>/distinct", map key distinctKey: by the aggregate's
-// name too, so that the count is exact and the accumulator stays small).
+// name too, so that the count is exact and the accumulator stays small),
+// and per key group the mark of migratePositional ("<operator>/by_name").
 // For every record it emits {"key":…, <name>: <result so far>…}.
 type runningAgg[T any] struct {
 	set *aggSet
@@ -443,9 +444,88 @@ func (f *runningAgg[T]) Open(oc stream.OpenContext) error {
 		return state.NewMapState(oc.Backend, oc.StateName("distinct"), state.BytesCodec{}, state.Codec[[]byte](state.BytesCodec{}))
 	}
 	if slices.ContainsFunc(f.set.defs, func(d aggDef) bool { return d.inMap }) {
-		f.distinct, err = f.openDistinct()
+		if f.distinct, err = f.openDistinct(); err != nil {
+			return err
+		}
 	}
-	return err
+	if f.codec == nil {
+		return nil
+	}
+	return f.migratePositional(oc)
+}
+
+// migratePositional rewrites by name, once, every accumulator of the
+// task's key groups still stored by position (with its distinct values):
+// the state of a checkpoint written before the by-name encoding. Read
+// then with the step's aggregates, as every positional value is, they are
+// right for the unchanged job that wrote them, which is the job that
+// should run first after the upgrade (docs/yaml.md, "State"); rewritten,
+// they stay right when the job's aggregates are edited later, even for
+// keys that never get another record. A key group that holds
+// accumulators gets a mark, "<operator>/by_name" under the empty key,
+// once they are all by name, so that later opens of the task skip it
+// with one lookup; a key group without any costs one seek and gets none
+// (a stage that holds nothing keeps its empty snapshots).
+func (f *runningAgg[T]) migratePositional(oc stream.OpenContext) error {
+	b := oc.Backend
+	done, err := state.NewValueState(b, oc.StateName("by_name"), state.Codec[[]byte](state.BytesCodec{}))
+	if err != nil {
+		return err
+	}
+	lo, hi := b.KeyGroups()
+	if b.MaxParallelism() == 0 {
+		lo, hi = 0, 1 // no key groups: the whole state, one mark
+	}
+	for g := lo; g < hi; g++ {
+		b.SetCurrentKeyInGroup(nil, g)
+		_, marked, err := done.Get()
+		if err != nil {
+			return err
+		}
+		if marked {
+			continue
+		}
+		held := false
+		f.keys = f.keys[:0]
+		err = f.acc.ScanKeys(g, func(key, value []byte) error {
+			held = true
+			if !isByName(value) {
+				f.keys = append(f.keys, bytes.Clone(key))
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("aggregate: rewrite positional state: %w", err)
+		}
+		if !held {
+			continue
+		}
+		keys := f.keys
+		f.keys = nil // migrateDistinct's scratch
+		for _, key := range keys {
+			b.SetCurrentKey(key)
+			acc, ok, err := f.acc.Get()
+			if err != nil {
+				return fmt.Errorf("aggregate: rewrite positional state of key %q: %w", key, err)
+			}
+			if !ok {
+				continue
+			}
+			if f.distinct != nil {
+				if err := f.migrateDistinct(); err != nil {
+					return err
+				}
+			}
+			if err := f.acc.Put(acc); err != nil {
+				return err
+			}
+		}
+		b.SetCurrentKeyInGroup(nil, g)
+		if err := done.Put([]byte{aggCodecVersion}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (f *runningAgg[T]) ProcessElement(ctx *stream.Context[Rec], in T) error {
