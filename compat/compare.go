@@ -179,11 +179,15 @@ func compareSources(old, cur *Schema, add adder) {
 	}
 	for i := range old.Sources {
 		o, c := old.Sources[i], cur.Sources[i]
-		ot, ct := slices.Sorted(slices.Values(o.Topics)), slices.Sorted(slices.Values(c.Topics))
-		if !slices.Equal(ot, ct) {
-			add(Refused, "", "", "the source reads topics %s, the checkpoint's read %s: the checkpoint's read positions are per topic; restore the topics, or run the job under a new name",
-				strings.Join(ct, ", "), strings.Join(ot, ", "))
-			continue
+		for _, t := range c.Topics {
+			if !slices.Contains(o.Topics, t) {
+				add(Compatible, "source", "", "topic %s is new: it is read from the source's start position (source.start)", t)
+			}
+		}
+		for _, t := range o.Topics {
+			if !slices.Contains(c.Topics, t) {
+				add(Drops, "source", "", "the checkpoint has read positions in topic %s, which the job no longer reads (read again later, it would start from source.start)", t)
+			}
 		}
 		switch {
 		case c.Partitions > o.Partitions:

@@ -106,7 +106,7 @@ func TestUpgradeMatrix(t *testing.T) {
 			want: upRefused, says: []string{"is keyed by key_by expr value.x, its state by key_by expr key"}},
 		{name: "add a sink", v1: base, v2: upSrcDLQ + upAggs + upSink,
 			want: upContinue, after: map[string]float64{"small": total, "big": 100 * total},
-			firstAfter: map[string]float64{"small": upPhase1 + 1}, says: []string{"sink " + "%[3]s: new sink"}},
+			firstAfter: map[string]float64{"small": upPhase1 + 1}, says: []string{"sink %[3]s: new sink"}},
 		{name: "remove a sink", v1: upSrcDLQ + upAggs + upSink, v2: base,
 			want: upContinue, after: map[string]float64{"small": total, "big": 100 * total},
 			firstAfter: map[string]float64{"small": upPhase1 + 1}, says: []string{"sink %[3]s: no longer in the job"}},
@@ -128,7 +128,7 @@ func upgradeCase(t *testing.T, c *kafkatest.Cluster, bin string, tc upCase) {
 	c.CreateTopic(t, output, 4, nil)
 	c.CreateTopic(t, dlq, 1, nil)
 	for i, s := range tc.says {
-		tc.says[i] = fmt.Sprintf(s, input, output, dlq)
+		tc.says[i] = strings.NewReplacer("%[1]s", input, "%[2]s", output, "%[3]s", dlq).Replace(s)
 	}
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "job.yaml")

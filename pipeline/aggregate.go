@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"github.com/weir-stream/weir/compat"
@@ -79,7 +80,7 @@ func (c *compiler) aggregate(path string, a *config.AggregateStep) {
 	name = c.stateName(name)
 	// The one-aggregate form keeps its state layout (legacyCodec).
 	legacyOp := ""
-	var accCodec state.Codec[aggAcc] = &aggCodec{set: set}
+	var accCodec state.Codec[aggAcc] = newAggCodec(set, false)
 	if legacy {
 		legacyOp = a.Op
 		accCodec = legacyCodec{op: set.defs[0].op}
@@ -373,27 +374,50 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 }
 
 // runningAgg is an aggregate without a window, one per task: per key, an
-// accumulator (value state "<operator>/acc", aggCodec) and, for each
-// count_distinct, the key's distinct values (map state
-// "<operator>/distinct", map key uvarint(aggregate index) | the value's
-// canonical encoding, so that the count is exact and the accumulator stays
-// small). For every record it emits {"key":…, <name>: <result so far>…}.
+// accumulator (value state "<operator>/acc", aggCodec: by the aggregates'
+// names) and, for each count_distinct, the key's distinct values (map
+// state "<operator>/distinct", map key distinctKey: by the aggregate's
+// name too, so that the count is exact and the accumulator stays small),
+// and per key group the mark of migratePositional ("<operator>/by_name").
+// For every record it emits {"key":…, <name>: <result so far>…}.
 type runningAgg[T any] struct {
 	set *aggSet
 	// prefix[i] is `,"<name>":` of aggregate i: the result is written as
 	// JSON text directly (Rec.raw), as AppendJSON would write the object
 	// {"key":…, <name>: …} in the step's order, without building the map.
 	prefix [][]byte
-	split  func(in T, dst []any) ([]any, Rec)
+	// distinctPrefix[i] is the start of aggregate i's distinct keys
+	// (distinctKey), for each count_distinct.
+	distinctPrefix [][]byte
+	split          func(in T, dst []any) ([]any, Rec)
 	// legacy is the one-aggregate form's op: its value state is
 	// "<operator>/<op>" in legacyCodec, as before named aggregates.
 	legacy string
 	args   []any
 
-	acc      *state.ValueState[aggAcc]
-	distinct *state.MapState[[]byte, []byte]
-	isNew    []bool
-	kbuf     []byte
+	codec *aggCodec // the accumulator's; nil in the one-aggregate form
+	acc   *state.ValueState[aggAcc]
+	// distinct is the count_distinct values' map state: opened by Open if
+	// the step has a count_distinct, else by dropDistinct if a key's
+	// accumulator still holds one the step no longer has.
+	distinct     *state.MapState[[]byte, []byte]
+	openDistinct func() (*state.MapState[[]byte, []byte], error)
+	isNew        []bool
+	kbuf         []byte
+	keys         [][]byte // scratch of migrateDistinct and dropDistinct
+}
+
+// distinctKey appends to dst the map key of a distinct value of the
+// running count_distinct called name: byNameMark, uvarint(len(name)), the
+// name, then the value's canonical encoding (appendCanonical). Before the
+// by-name encoding the key started with uvarint(the aggregate's index)
+// instead, which never starts with byNameMark (see aggCodec): a key whose
+// accumulator is positional has such keys, and migrateDistinct rewrites
+// them.
+func distinctKey(dst []byte, name string) []byte {
+	dst = append(dst, byNameMark...)
+	dst = binary.AppendUvarint(dst, uint64(len(name)))
+	return append(dst, name...)
 }
 
 func newRunningAgg[T any](set *aggSet, legacy string, split func(in T, dst []any) ([]any, Rec)) func() stream.KeyedProcessFunction[T, Rec] {
@@ -403,11 +427,15 @@ func newRunningAgg[T any](set *aggSet, legacy string, split func(in T, dst []any
 		inMap.defs[i].inMap = inMap.defs[i].op == opCountDistinct
 	}
 	prefix := make([][]byte, len(set.defs))
+	distinctPrefix := make([][]byte, len(set.defs))
 	for i, d := range set.defs {
 		prefix[i] = append(jsontext.AppendText([]byte{','}, d.name), ':')
+		if inMap.defs[i].inMap {
+			distinctPrefix[i] = distinctKey(nil, d.name)
+		}
 	}
 	return func() stream.KeyedProcessFunction[T, Rec] {
-		return &runningAgg[T]{set: inMap, prefix: prefix, split: split, legacy: legacy, isNew: make([]bool, len(set.defs))}
+		return &runningAgg[T]{set: inMap, prefix: prefix, distinctPrefix: distinctPrefix, split: split, legacy: legacy, isNew: make([]bool, len(set.defs))}
 	}
 }
 
@@ -416,15 +444,98 @@ func (f *runningAgg[T]) Open(oc stream.OpenContext) error {
 	if f.legacy != "" {
 		f.acc, err = state.NewValueState(oc.Backend, oc.StateName(f.legacy), state.Codec[aggAcc](legacyCodec{op: f.set.defs[0].op}))
 	} else {
-		f.acc, err = state.NewValueState(oc.Backend, oc.StateName("acc"), state.Codec[aggAcc](&aggCodec{set: f.set, reuse: true}))
+		f.codec = newAggCodec(f.set, true)
+		f.acc, err = state.NewValueState(oc.Backend, oc.StateName("acc"), state.Codec[aggAcc](f.codec))
 	}
 	if err != nil {
 		return err
 	}
-	if slices.ContainsFunc(f.set.defs, func(d aggDef) bool { return d.inMap }) {
-		f.distinct, err = state.NewMapState(oc.Backend, oc.StateName("distinct"), state.BytesCodec{}, state.Codec[[]byte](state.BytesCodec{}))
+	f.openDistinct = func() (*state.MapState[[]byte, []byte], error) {
+		return state.NewMapState(oc.Backend, oc.StateName("distinct"), state.BytesCodec{}, state.Codec[[]byte](state.BytesCodec{}))
 	}
-	return err
+	if slices.ContainsFunc(f.set.defs, func(d aggDef) bool { return d.inMap }) {
+		if f.distinct, err = f.openDistinct(); err != nil {
+			return err
+		}
+	}
+	if f.codec == nil {
+		return nil
+	}
+	return f.migratePositional(oc)
+}
+
+// migratePositional rewrites by name, once, every accumulator of the
+// task's key groups still stored by position (with its distinct values):
+// the state of a checkpoint written before the by-name encoding. Read
+// then with the step's aggregates, as every positional value is, they are
+// right for the unchanged job that wrote them, which is the job that
+// should run first after the upgrade (docs/yaml.md, "State"); rewritten,
+// they stay right when the job's aggregates are edited later, even for
+// keys that never get another record. A key group that holds
+// accumulators gets a mark, "<operator>/by_name" under the empty key,
+// once they are all by name, so that later opens of the task skip it
+// with one lookup; a key group without any costs one seek and gets none
+// (a stage that holds nothing keeps its empty snapshots).
+func (f *runningAgg[T]) migratePositional(oc stream.OpenContext) error {
+	b := oc.Backend
+	done, err := state.NewValueState(b, oc.StateName("by_name"), state.Codec[[]byte](state.BytesCodec{}))
+	if err != nil {
+		return err
+	}
+	lo, hi := b.KeyGroups()
+	if b.MaxParallelism() == 0 {
+		lo, hi = 0, 1 // no key groups: the whole state, one mark
+	}
+	for g := lo; g < hi; g++ {
+		b.SetCurrentKeyInGroup(nil, g)
+		_, marked, err := done.Get()
+		if err != nil {
+			return err
+		}
+		if marked {
+			continue
+		}
+		held := false
+		f.keys = f.keys[:0]
+		err = f.acc.ScanKeys(g, func(key, value []byte) error {
+			held = true
+			if !isByName(value) {
+				f.keys = append(f.keys, bytes.Clone(key))
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("aggregate: rewrite positional state: %w", err)
+		}
+		if !held {
+			continue
+		}
+		keys := f.keys
+		f.keys = nil // migrateDistinct's scratch
+		for _, key := range keys {
+			b.SetCurrentKey(key)
+			acc, ok, err := f.acc.Get()
+			if err != nil {
+				return fmt.Errorf("aggregate: rewrite positional state of key %q: %w", key, err)
+			}
+			if !ok {
+				continue
+			}
+			if f.distinct != nil {
+				if err := f.migrateDistinct(); err != nil {
+					return err
+				}
+			}
+			if err := f.acc.Put(acc); err != nil {
+				return err
+			}
+		}
+		b.SetCurrentKeyInGroup(nil, g)
+		if err := done.Put([]byte{aggCodecVersion}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (f *runningAgg[T]) ProcessElement(ctx *stream.Context[Rec], in T) error {
@@ -437,12 +548,26 @@ func (f *runningAgg[T]) ProcessElement(ctx *stream.Context[Rec], in T) error {
 	if !ok {
 		acc = f.set.newAcc()
 	}
+	if ok && f.codec != nil {
+		// The key's distinct values follow its accumulator: positional
+		// keys become keys by name, a dropped aggregate's go.
+		if f.codec.positional && f.distinct != nil {
+			if err := f.migrateDistinct(); err != nil {
+				return err
+			}
+		}
+		for _, name := range f.codec.dropped {
+			if err := f.dropDistinct(name); err != nil {
+				return err
+			}
+		}
+	}
 	for i := range f.set.defs {
 		f.isNew[i] = false
 		if !f.set.defs[i].inMap || args[i] == nil {
 			continue
 		}
-		f.kbuf = appendCanonical(binary.AppendUvarint(f.kbuf[:0], uint64(i)), args[i])
+		f.kbuf = appendCanonical(append(f.kbuf[:0], f.distinctPrefix[i]...), args[i])
 		found, err := f.distinct.Contains(f.kbuf)
 		if err != nil {
 			return err
@@ -467,6 +592,69 @@ func (f *runningAgg[T]) ProcessElement(ctx *stream.Context[Rec], in T) error {
 		}
 	}
 	return ctx.Emit(Rec{raw: append(out, '}'), Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset})
+}
+
+// migrateDistinct rewrites the current key's distinct values stored under
+// positional map keys (uvarint(index) | value, written before the by-name
+// encoding, with its positional accumulator) as keys by name
+// (distinctKey). A positional accumulator is read with the step's
+// aggregates, so index i is the step's aggregate i.
+func (f *runningAgg[T]) migrateDistinct() error {
+	f.keys = f.keys[:0]
+	err := f.distinct.Range(func(k, _ []byte) bool {
+		if !isByName(k) {
+			f.keys = append(f.keys, k) // a copy: BytesCodec
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for _, old := range f.keys {
+		i, n := binary.Uvarint(old)
+		if n <= 0 || i >= uint64(len(f.set.defs)) || !f.set.defs[i].inMap {
+			return fmt.Errorf("%w: aggregate: distinct value of aggregate %d: the step has no count_distinct there", state.ErrCorruptValue, i)
+		}
+		f.kbuf = append(append(f.kbuf[:0], f.distinctPrefix[i]...), old[n:]...)
+		if err := f.distinct.Put(f.kbuf, nil); err != nil {
+			return err
+		}
+		if err := f.distinct.Remove(old); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropDistinct removes the current key's distinct values of the
+// count_distinct called name, which the step no longer has (its slot was
+// dropped from the accumulator being written back), so that an aggregate
+// added later under that name starts empty.
+func (f *runningAgg[T]) dropDistinct(name string) error {
+	if f.distinct == nil {
+		var err error
+		if f.distinct, err = f.openDistinct(); err != nil {
+			return err
+		}
+	}
+	prefix := distinctKey(nil, name)
+	f.keys = f.keys[:0]
+	err := f.distinct.RangeFrom(prefix, func(k, _ []byte) bool {
+		if !bytes.HasPrefix(k, prefix) {
+			return false
+		}
+		f.keys = append(f.keys, k)
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range f.keys {
+		if err := f.distinct.Remove(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // windowAgg is the stream.AggregateFunc of a windowed aggregate: its

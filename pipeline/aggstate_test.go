@@ -76,7 +76,7 @@ func TestAggFold(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
 		}
-		codec := &aggCodec{set: s, reuse: true}
+		codec := newAggCodec(s, true)
 		b, _ := codec.Append(nil, acc)
 		back, err := codec.Decode(b)
 		if err != nil {
@@ -170,7 +170,7 @@ func TestAggCodecCorrupt(t *testing.T) {
 	s.defs = append(s.defs[:1:1], s.defs[3:]...)
 	acc.slots = append(acc.slots[:1:1], acc.slots[3:]...)
 	foldAll(t, s, &acc, "x", map[string]any{"k": []any{1.5}})
-	codec := &aggCodec{set: s}
+	codec := newAggCodec(s, false)
 	b, _ := codec.Append(nil, acc)
 	for n := range len(b) {
 		if _, err := codec.Decode(b[:n]); !errors.Is(err, state.ErrCorruptValue) {
@@ -193,7 +193,7 @@ func BenchmarkAggFold(b *testing.B) {
 		{name: "people", op: opCountDistinct, inMap: true}, {name: "firstseen", op: opFirst},
 		{name: "recent", op: opCollect, limit: 10},
 	}}
-	codec := &aggCodec{set: s, reuse: true}
+	codec := newAggCodec(s, true)
 	acc := s.newAcc()
 	buf, _ := codec.Append(nil, acc)
 	raw := []any{nil, 129.95, 129.95, "c-48213", "o-1029384", "o-1029384"}
@@ -289,7 +289,7 @@ func TestAggMaxBy(t *testing.T) {
 	if got, want := results(s, &a), `top=[]interface {}{"a", interface {}(nil)} low=[]interface {}{"b"} `; got != want {
 		t.Errorf("fold: %s\n  want %s", got, want)
 	}
-	c := &aggCodec{set: s}
+	c := newAggCodec(s, false)
 	enc, err := c.Append(nil, both)
 	if err != nil {
 		t.Fatal(err)

@@ -66,7 +66,11 @@ func (r *runner) fireTimers(now time.Time) error {
 // restart checkpoints every stage's state (all records sent are
 // processed: nothing is in flight), closes the tasks and their backends,
 // and restores new ones from the checkpoint, without local recovery.
-func (r *runner) restart(t *testing.T) {
+func (r *runner) restart(t *testing.T) { t.Helper(); r.restartWith(t, r.j) }
+
+// restartWith is restart, with the tasks of j (a job file edited between
+// the runs, with the same stages) after it.
+func (r *runner) restartWith(t *testing.T, j *stream.Job) {
 	t.Helper()
 	ctx := context.Background()
 	for i, st := range r.stages {
@@ -93,6 +97,15 @@ func (r *runner) restart(t *testing.T) {
 		}
 		b := st.b
 		t.Cleanup(func() { _ = b.Close(ctx) })
+	}
+	r.j, r.sinks = j, nil
+	for _, k := range j.Sinks() {
+		r.sinks = append(r.sinks, k.Topic)
+	}
+	if len(j.Stages()) != len(r.stages) {
+		t.Fatalf("the edited job has %d stages, the job before %d", len(j.Stages()), len(r.stages))
+	}
+	for i, st := range r.stages {
 		r.tasks[i] = r.newTask(t, i, st)
 	}
 }

@@ -40,6 +40,11 @@ import (
 // which sets the processing time (t0 + duration) and fires the timers due;
 // "restart", which checkpoints every stage's state and restarts the stages
 // from it (harness_restart_test.go)>
+// [=== restart with
+// <an edited job file, with the same stages>
+// === records
+// <records: the edited job's tasks run them, on the state the job before
+// left at its last record (a restart, as above)>]...
 // ----
 // <what the sinks got, in order: "<topic>: [<key><TAB>]<value>", and
 // "error: <message>" if a record failed the job (the records after it are
@@ -66,15 +71,29 @@ func TestRunScripts(t *testing.T) {
 			if d.Cmd != "run" {
 				d.Fatalf(t, "unknown command %s", d.Cmd)
 			}
-			job, recs, ok := strings.Cut(d.Input, "=== records\n")
-			if !ok {
-				d.Fatalf(t, "no === records line")
+			var r *runner
+			for i, run := range strings.Split(d.Input, "=== restart with\n") {
+				job, recs, ok := strings.Cut(run, "=== records\n")
+				if !ok {
+					d.Fatalf(t, "no === records line")
+				}
+				j, err := compileYAML(t, job)
+				if err != nil {
+					if r == nil {
+						return "compile: " + problems(err)
+					}
+					return r.out.String() + "compile: " + problems(err)
+				}
+				if i == 0 {
+					r = newRunner(t, j)
+				} else {
+					r.restartWith(t, j)
+				}
+				if !r.runLines(t, recs) {
+					break
+				}
 			}
-			j, err := compileYAML(t, job)
-			if err != nil {
-				return "compile: " + problems(err)
-			}
-			return RunJob(t, j, recs)
+			return r.out.String()
 		})
 	})
 }
@@ -129,7 +148,15 @@ func plan(j *stream.Job) string {
 func RunJob(t *testing.T, j *stream.Job, records string) string {
 	t.Helper()
 	r := newRunner(t, j)
-	var offset int64
+	r.runLines(t, records)
+	return r.out.String()
+}
+
+// runLines runs records (the format of the run directive's records)
+// through r's tasks, after those it ran before; what the sinks get goes
+// to r.out. It returns false if a record failed the job.
+func (r *runner) runLines(t *testing.T, records string) bool {
+	t.Helper()
 	for _, line := range strings.Split(strings.TrimRight(records, "\n"), "\n") {
 		if line == "" {
 			continue
@@ -141,7 +168,7 @@ func RunJob(t *testing.T, j *stream.Job, records string) string {
 			}
 			if err := r.watermark(t0.Add(dur)); err != nil {
 				r.out.WriteString("error: " + err.Error() + "\n")
-				break
+				return false
 			}
 			continue
 		}
@@ -152,7 +179,7 @@ func RunJob(t *testing.T, j *stream.Job, records string) string {
 			}
 			if err := r.fireTimers(t0.Add(dur)); err != nil {
 				r.out.WriteString("error: " + err.Error() + "\n")
-				break
+				return false
 			}
 			continue
 		}
@@ -173,17 +200,17 @@ func RunJob(t *testing.T, j *stream.Job, records string) string {
 		if rest, ok := strings.CutPrefix(line, "topic:"); ok {
 			topic, line, _ = strings.Cut(rest, " ")
 		}
-		rec := stream.Record{Value: []byte(line), Topic: topic, Offset: offset, Timestamp: ts}
+		rec := stream.Record{Value: []byte(line), Topic: topic, Offset: r.offset, Timestamp: ts}
 		if k, v, ok := strings.Cut(line, "\t"); ok {
 			rec.Key, rec.Value = []byte(k), []byte(v)
 		}
-		offset++
+		r.offset++
 		if err := r.send(rec); err != nil {
 			r.out.WriteString("error: " + err.Error() + "\n")
-			break
+			return false
 		}
 	}
-	return r.out.String()
+	return true
 }
 
 // runner is a job's tasks, one per stage, in memory.
@@ -195,6 +222,7 @@ type runner struct {
 	sinks  []string
 	out    *strings.Builder
 	now    time.Time
+	offset int64 // of the next record sent
 	// stages are the state of each stage's task (harness_restart_test.go).
 	stages []*stageState
 }

@@ -12,9 +12,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/kafkaio/source"
+	"github.com/weir-stream/weir/runtime/replica"
 )
 
 // growthYAML is the views-per-page job of twoStageYAML without
@@ -228,23 +228,29 @@ func TestRestoreInputPartitions(t *testing.T) {
 		waitTopicGone(ctx, t, c, in)
 		c.CreateTopic(t, in, 2, nil)
 		produceClicksTo(ctx, t, c, in, 2, pages, 0, 100)
+		// The compatibility check refuses it before the replica joins:
+		// nothing is written, not even a failed record
+		// (docs/operations.md, "Upgrading a job").
 		a = start()
-		var f *control.Failed
+		var refused *replica.RefusedError
 		for ctx.Err() == nil {
-			if fl := a.Failure(); fl != nil {
-				f = &fl.Failed
+			if refused = a.Refused(); refused != nil {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if f == nil {
-			t.Fatal("no permanent failure")
+		if refused == nil {
+			t.Fatal("the restore was not refused")
 		}
-		if f.Cause != control.CauseJob || !strings.Contains(f.Reason, "state for 4 partitions of the job's input topics, which now have 2") {
-			t.Fatalf("failure cause %s, reason %q; want cause job naming 4 and 2 partitions", f.Cause, f.Reason)
+		if msg := refused.Error(); !strings.Contains(msg, "the input topics have 2 partitions, the checkpoint's had 4") {
+			t.Fatalf("refused: %s; want it to name 2 and 4 partitions", msg)
 		}
+		time.Sleep(2 * time.Second) // what a replica that joined would have written
 		if n := committedRecords(ctx, t, c, out); n != written {
 			t.Fatalf("%d records committed after the refused restore, %d before", n, written)
+		}
+		if a.Failure() != nil {
+			t.Fatalf("a failed record was written: %v", a.Failure())
 		}
 	})
 }

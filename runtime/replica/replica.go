@@ -787,7 +787,16 @@ func (r *Replica) session(ctx context.Context) error {
 	}
 	// A job file that cannot restore the newest checkpoint never joins:
 	// it writes nothing, and a generation of the others goes on.
-	if err := r.checkRestore(ctx, r.schemaOf(r.plan)); err != nil {
+	// Against the plan the next generation would run: the input's
+	// partition count as last read, with the running generation's task
+	// counts kept where a stage follows the input (planFor).
+	next := r.plan
+	if r.lastGen != nil {
+		if p, err := r.planFor(r.inputParts, r.lastGen); err == nil {
+			next = p
+		}
+	}
+	if err := r.checkRestore(ctx, r.schemaOf(next)); err != nil {
 		return err
 	}
 	r.setRefused(nil)
