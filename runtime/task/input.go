@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/source"
 	"github.com/weir-stream/weir/stream"
 )
@@ -142,7 +143,7 @@ func (t *Task) openSource(ctx context.Context, offsets source.Offsets) (taskInpu
 	if err != nil {
 		return nil, err
 	}
-	if srcCfg.DecodeErrors == source.DecodeDeadLetter {
+	if srcCfg.OnError == kafkaio.OnErrorDeadLetter {
 		// The records the source's format check rejects go to the job's
 		// exactly-once sink of the dead-letter topic, as those its codec
 		// rejects do (stream.KafkaSource.DeadLetterTopic): they commit with
@@ -170,18 +171,18 @@ func (t *Task) openSource(ctx context.Context, offsets source.Offsets) (taskInpu
 
 // sourceConfig translates the job's source into the source's settings.
 func sourceConfig(s stream.KafkaSource) (source.Config, error) {
-	var start source.Start
+	var start kafkaio.Start
 	switch s.Start.Kind {
 	case stream.StartEarliest:
-		start.Kind = source.StartEarliest
+		start.Kind = kafkaio.StartEarliest
 	case stream.StartLatest:
-		start.Kind = source.StartLatest
+		start.Kind = kafkaio.StartLatest
 	case stream.StartTimestamp:
-		start = source.Start{Kind: source.StartTimestamp, Time: s.Start.Time}
+		start = kafkaio.StartAt(s.Start.Time)
 	default:
 		return source.Config{}, fmt.Errorf("source start %v: unknown kind", s.Start)
 	}
-	policy, err := source.ParseDecodePolicy(string(s.OnError))
+	policy, err := kafkaio.ParseOnError(string(s.OnError))
 	if err != nil {
 		return source.Config{}, err
 	}
@@ -236,13 +237,13 @@ func sourceConfig(s stream.KafkaSource) (source.Config, error) {
 		if format == "" {
 			format = stream.TimestampUnixMs
 		}
-		if dec, err = source.NewDecodeTimestamp(dec, ts.Field, source.TimestampFormat(format)); err != nil {
+		if dec, err = source.NewDecodeTimestamp(dec, ts.Field, kafkaio.TimestampFormat(format)); err != nil {
 			return source.Config{}, err
 		}
 	}
 	return source.Config{
 		Topics: s.Topics, Start: start, Decoder: dec,
-		DecodeErrors: policy, DeadLetterTopic: s.DeadLetterTopic,
+		OnError: policy, DeadLetterTopic: s.DeadLetterTopic,
 	}, nil
 }
 
