@@ -171,21 +171,6 @@ func (t *Task) openSource(ctx context.Context, offsets source.Offsets) (taskInpu
 
 // sourceConfig translates the job's source into the source's settings.
 func sourceConfig(s stream.KafkaSource) (source.Config, error) {
-	var start kafkaio.Start
-	switch s.Start.Kind {
-	case stream.StartEarliest:
-		start.Kind = kafkaio.StartEarliest
-	case stream.StartLatest:
-		start.Kind = kafkaio.StartLatest
-	case stream.StartTimestamp:
-		start = kafkaio.StartAt(s.Start.Time)
-	default:
-		return source.Config{}, fmt.Errorf("source start %v: unknown kind", s.Start)
-	}
-	policy, err := kafkaio.ParseOnError(string(s.OnError))
-	if err != nil {
-		return source.Config{}, err
-	}
 	dec, err := source.DecoderForFormat(s.Format)
 	if err != nil {
 		return source.Config{}, err
@@ -235,15 +220,15 @@ func sourceConfig(s stream.KafkaSource) (source.Config, error) {
 		}
 		format := ts.Format
 		if format == "" {
-			format = stream.TimestampUnixMs
+			format = kafkaio.TimestampUnixMs
 		}
-		if dec, err = source.NewDecodeTimestamp(dec, ts.Field, kafkaio.TimestampFormat(format)); err != nil {
+		if dec, err = source.NewDecodeTimestamp(dec, ts.Field, format); err != nil {
 			return source.Config{}, err
 		}
 	}
 	return source.Config{
-		Topics: s.Topics, Start: start, Decoder: dec,
-		OnError: policy, DeadLetterTopic: s.DeadLetterTopic,
+		Topics: s.Topics, Start: s.Start, Decoder: dec,
+		OnError: s.OnError, DeadLetterTopic: s.DeadLetterTopic,
 	}, nil
 }
 

@@ -79,7 +79,7 @@ func (t *Task) openSink(ctx context.Context, spec stream.KafkaSink, r sinkRecove
 		Pool:                  r.pool.Pool,
 		PoolSize:              max(r.pool.Size, 1), // unused at-least-once
 		FenceIDs:              r.fence,
-		Delivery:              kafkaio.Delivery(spec.Delivery),
+		Delivery:              spec.Delivery,
 		TransactionTimeout:    spec.TransactionTimeout,
 		Logger:                t.log.With("sink", spec.Topic),
 		Metrics:               cfg.SinkMetrics,
