@@ -91,9 +91,9 @@ func (e *RecordError) Unwrap() error { return e.Err }
 
 // ErrDecode reports an input record that cannot be processed as it is: its
 // source's codec rejects it, or, in a downstream stage, the KeyBy's codec
-// rejects a shuffle record. Under kafkaio.OnErrorFail (and always in a downstream
-// stage) ProcessBatch returns it wrapped in a *RecordError, which the
-// runtime treats as a permanent failure naming the record.
+// rejects a shuffle record. Under kafkaio.OnErrorFail (and always in a
+// downstream stage) ProcessBatch returns it wrapped in a *RecordError,
+// which the runtime treats as a permanent failure naming the record.
 //
 // An operator function of the source stage (a Map, a KeyBy's key function,
 // a keyed function...) may return an error wrapping ErrDecode to reject its

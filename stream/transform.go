@@ -113,17 +113,19 @@ func (e Elem) SetKey(k []byte) {
 // as it is, which fails the task: it is not fn's error).
 //
 // An error of fn's own follows the operator's error policy (OnErrorPolicy;
-// default kafkaio.OnErrorFail): kafkaio.OnErrorFail fails the task with an error naming
-// the operator; kafkaio.OnErrorSkip drops v, counts it (TaskContext.OnRecordError)
-// and logs it at debug level; kafkaio.OnErrorDeadLetter counts it and writes v,
-// encoded with the policy's codec, to the dead-letter topic (exactly once,
+// default kafkaio.OnErrorFail): kafkaio.OnErrorFail fails the task with an
+// error naming the operator; kafkaio.OnErrorSkip drops v, counts it
+// (TaskContext.OnRecordError) and logs it at debug level;
+// kafkaio.OnErrorDeadLetter counts it and writes v, encoded with the
+// policy's codec, to the dead-letter topic (exactly once,
 // with the task's output) with v's key, timestamp and headers plus
 // DeadLetterHeaderTopic, DeadLetterHeaderPartition and
 // DeadLetterHeaderOffset (the origin, see Elem.Topic),
 // DeadLetterHeaderError and DeadLetterHeaderOperator. Elements fn emitted
 // before it returned its error have gone downstream already and stay.
-// Under kafkaio.OnErrorFail, an error of fn wrapping ErrDecode in the source stage
-// lets the source's OnError apply to the record instead (see ErrDecode).
+// Under kafkaio.OnErrorFail, an error of fn wrapping ErrDecode in the
+// source stage lets the source's OnError apply to the record instead (see
+// ErrDecode).
 //
 // The name must be unique among the job's operator names (Process's too):
 // it names the operator in the job's graph and in metrics.
@@ -284,10 +286,10 @@ type transformOptions struct {
 }
 
 // OnErrorPolicy sets what happens to an element whose Transform function
-// returns an error of its own: kafkaio.OnErrorFail (the default), kafkaio.OnErrorSkip, or
-// kafkaio.OnErrorDeadLetter, which needs deadLetterTopic and a codec of the
-// Transform's input type T (Transform checks it); the other policies take
-// neither (pass "" and nil).
+// returns an error of its own: kafkaio.OnErrorFail (the default),
+// kafkaio.OnErrorSkip, or kafkaio.OnErrorDeadLetter, which needs
+// deadLetterTopic and a codec of the Transform's input type T (Transform
+// checks it); the other policies take neither (pass "" and nil).
 func OnErrorPolicy[T any](p kafkaio.OnError, deadLetterTopic string, codec Codec[T]) TransformOption {
 	return func(o *transformOptions) {
 		o.policy, o.dlqTopic, o.codec = p, deadLetterTopic, nil
