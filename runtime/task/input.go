@@ -160,7 +160,7 @@ func (t *Task) openSource(ctx context.Context, offsets source.Offsets, added boo
 	srcCfg.Partition = int32(cfg.ID.Index)
 	srcCfg.Restored = offsets
 	if added {
-		srcCfg.Start = source.Start{Kind: source.StartEarliest}
+		srcCfg.Start = kafkaio.Start{Kind: kafkaio.StartEarliest}
 	}
 	srcCfg.Skip = cfg.Skip
 	srcCfg.Group = cfg.Prefix + "source"
