@@ -57,17 +57,21 @@ func fmtActions(acts []Action, err error) string {
 	return b.String()
 }
 
-func fmtStatus(s Status) string {
+// fmtStatus renders what the aligner holds, from its fields.
+func fmtStatus(a *Aligner) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "mode=%s latest=%d", s.Mode, s.Latest)
-	if len(s.Aligning) > 0 {
-		fmt.Fprintf(&b, " aligning=%v since=+%v", s.Aligning, s.Since.Sub(t0))
+	fmt.Fprintf(&b, "latest=%d", a.latest)
+	if a.cur != nil {
+		fmt.Fprintf(&b, " aligning=%d since=+%v", a.cur.id, a.cur.start.Sub(t0))
 	}
-	if len(s.Held) > 0 {
-		fmt.Fprintf(&b, " held=%v", s.Held)
+	var held []int
+	for i := range a.held {
+		if a.IsHeld(i) {
+			held = append(held, i)
+		}
 	}
-	if len(s.Ended) > 0 {
-		fmt.Fprintf(&b, " ended=%v", s.Ended)
+	if len(held) > 0 {
+		fmt.Fprintf(&b, " held=%v", held)
 	}
 	return b.String() + "\n"
 }
@@ -80,16 +84,12 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "new":
 		var n int
 		d.ScanArgs(t, "inputs", &n)
-		mode := ExactlyOnce
-		if arg, ok := d.Arg("mode"); ok && arg.SingleVal(t) == "at-least-once" {
-			mode = AtLeastOnce
-		}
-		a, err := New(n, mode)
+		a, err := New(n)
 		if err != nil {
 			return "error: " + err.Error() + "\n"
 		}
 		*h = harness{a: a, now: t0}
-		return fmtStatus(a.Status())
+		return fmtStatus(a)
 	case "tick":
 		for _, arg := range d.CmdArgs {
 			dur, err := time.ParseDuration(strings.TrimPrefix(arg.Key, "+"))
@@ -102,25 +102,19 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "record":
 		var b strings.Builder
 		for _, i := range inputs(t, d) {
-			if h.a.Record(i) {
+			if !h.a.IsHeld(i) {
 				fmt.Fprintf(&b, "input %d: deliver\n", i)
 			} else {
 				fmt.Fprintf(&b, "input %d: held, keep the record\n", i)
 			}
 		}
 		return b.String()
-	case "barrier", "cancel":
+	case "barrier":
 		var b strings.Builder
 		id := argID(t, d)
 		for _, i := range inputs(t, d) {
-			var acts []Action
-			var err error
-			if d.Cmd == "barrier" {
-				acts, err = h.a.Barrier(i, id, h.now)
-			} else {
-				acts, err = h.a.Cancel(i, id, h.now)
-			}
-			fmt.Fprintf(&b, "%s %d on input %d:\n", d.Cmd, id, i)
+			acts, err := h.a.Barrier(i, id, h.now)
+			fmt.Fprintf(&b, "barrier %d on input %d:\n", id, i)
 			for _, line := range strings.Split(strings.TrimSuffix(fmtActions(acts, err), "\n"), "\n") {
 				fmt.Fprintf(&b, "  %s\n", line)
 			}
@@ -134,18 +128,8 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			fmt.Fprintf(&b, "  %s\n", line)
 		}
 		return b.String()
-	case "end":
-		var b strings.Builder
-		for _, i := range inputs(t, d) {
-			acts, err := h.a.End(i, h.now)
-			fmt.Fprintf(&b, "end of input %d:\n", i)
-			for _, line := range strings.Split(strings.TrimSuffix(fmtActions(acts, err), "\n"), "\n") {
-				fmt.Fprintf(&b, "  %s\n", line)
-			}
-		}
-		return b.String()
 	case "status":
-		return fmtStatus(h.a.Status())
+		return fmtStatus(h.a)
 	}
 	t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 	return ""
@@ -153,8 +137,8 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 
 func TestScripts(t *testing.T) {
 	paths, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(paths) < 15 {
-		t.Fatalf("want at least 15 scripts in testdata, got %d (%v)", len(paths), err)
+	if err != nil || len(paths) < 9 {
+		t.Fatalf("want at least 9 scripts in testdata, got %d (%v)", len(paths), err)
 	}
 	for _, path := range paths {
 		t.Run(filepath.Base(path), func(t *testing.T) {
@@ -167,35 +151,20 @@ func TestScripts(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	if _, err := New(0, ExactlyOnce); !errors.Is(err, ErrConfig) {
+	if _, err := New(0); !errors.Is(err, ErrConfig) {
 		t.Errorf("New(0) = %v", err)
 	}
-	if _, err := New(2, Mode(9)); !errors.Is(err, ErrConfig) {
-		t.Errorf("New(mode 9) = %v", err)
-	}
-	a, _ := New(2, ExactlyOnce)
+	a, _ := New(2)
 	if _, err := a.Barrier(2, 1, t0); !errors.Is(err, ErrInput) {
 		t.Errorf("barrier on input 2 of 2: %v", err)
 	}
-	if _, err := a.Cancel(-1, 1, t0); !errors.Is(err, ErrInput) {
-		t.Errorf("cancel on input -1: %v", err)
+	if _, err := a.Barrier(-1, 1, t0); !errors.Is(err, ErrInput) {
+		t.Errorf("barrier on input -1: %v", err)
 	}
 	if _, err := a.Barrier(0, 1, t0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Barrier(0, 1, t0); !errors.Is(err, ErrDuplicate) {
 		t.Errorf("second barrier 1 on input 0: %v", err)
-	}
-	if _, err := a.End(1, t0); err != nil {
-		t.Fatal(err)
-	}
-	for _, err := range []error{
-		func() error { _, err := a.End(1, t0); return err }(),
-		func() error { _, err := a.Barrier(1, 2, t0); return err }(),
-		func() error { _, err := a.Cancel(1, 2, t0); return err }(),
-	} {
-		if !errors.Is(err, ErrEnded) {
-			t.Errorf("event on an ended input: %v", err)
-		}
 	}
 }

@@ -9,13 +9,12 @@ import (
 
 var sink int
 
-// BenchmarkRecord measures the per-record path: one Record call for a
-// record of input i%n, in exactly-once mode while no alignment runs. It
-// must not allocate.
+// BenchmarkRecord measures the per-record path: one IsHeld call for a
+// record of input i%n while no alignment runs. It must not allocate.
 func BenchmarkRecord(b *testing.B) {
 	for _, n := range []int{1, 4, 64} {
 		b.Run(fmt.Sprintf("inputs=%d", n), func(b *testing.B) {
-			a, err := New(n, ExactlyOnce)
+			a, err := New(n)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -23,7 +22,7 @@ func BenchmarkRecord(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for range b.N {
-				if a.Record(i) {
+				if !a.IsHeld(i) {
 					delivered++
 				}
 				if i++; i == n {
@@ -41,38 +40,36 @@ func BenchmarkRecord(b *testing.B) {
 // alignment completes. The cost per record includes the barrier work; it
 // must not allocate either.
 func BenchmarkRecordWithBarriers(b *testing.B) {
-	for _, mode := range []Mode{ExactlyOnce, AtLeastOnce} {
-		for _, n := range []int{1, 4, 64} {
-			b.Run(fmt.Sprintf("%s/inputs=%d", mode, n), func(b *testing.B) {
-				a, err := New(n, mode)
-				if err != nil {
-					b.Fatal(err)
+	for _, n := range []int{1, 4, 64} {
+		b.Run(fmt.Sprintf("inputs=%d", n), func(b *testing.B) {
+			a, err := New(n)
+			if err != nil {
+				b.Fatal(err)
+			}
+			every := 1000 * n
+			now := time.Unix(0, 0)
+			var id ckpt.ID
+			delivered, i, k := 0, 0, 0
+			b.ReportAllocs()
+			for range b.N {
+				if !a.IsHeld(i) {
+					delivered++
 				}
-				every := 1000 * n
-				now := time.Unix(0, 0)
-				var id ckpt.ID
-				delivered, i, k := 0, 0, 0
-				b.ReportAllocs()
-				for range b.N {
-					if a.Record(i) {
-						delivered++
-					}
-					if i++; i == n {
-						i = 0
-					}
-					if k++; k == every {
-						k = 0
-						id++
-						for in := range n {
-							if _, err := a.Barrier(in, id, now); err != nil {
-								b.Fatal(err)
-							}
+				if i++; i == n {
+					i = 0
+				}
+				if k++; k == every {
+					k = 0
+					id++
+					for in := range n {
+						if _, err := a.Barrier(in, id, now); err != nil {
+							b.Fatal(err)
 						}
 					}
 				}
-				sink = delivered
-			})
-		}
+			}
+			sink = delivered
+		})
 	}
 }
 
@@ -82,7 +79,7 @@ func BenchmarkRecordWithBarriers(b *testing.B) {
 // completes the alignment and releases them. One op is one whole alignment.
 func BenchmarkAlign1024(b *testing.B) {
 	const n = 1024
-	a, err := New(n, ExactlyOnce)
+	a, err := New(n)
 	if err != nil {
 		b.Fatal(err)
 	}

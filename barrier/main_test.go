@@ -7,8 +7,8 @@ import (
 )
 
 // TestMain runs the property tests with more cases than rapid's default of
-// 100, unless -rapid.checks is given: rare interleavings (an end of input
-// while two checkpoints overlap) need them.
+// 100, unless -rapid.checks is given: rare interleavings (an abort newer
+// than the alignment in progress, then its late barriers) need them.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	set := false

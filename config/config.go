@@ -4,6 +4,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/keygroup"
 )
 
@@ -477,40 +478,39 @@ const (
 	SubjectTopicRecord = "topic_record"
 )
 
-// Values of the enumerated settings.
+// The values of checkpoint.mode. A sink's delivery, a source's start and
+// the on_error and timestamp.format settings take the values of package
+// kafkaio, which defines them for the YAML language, the Go job API and the
+// Kafka reader and writer.
 const (
-	ModeExactlyOnce   = "exactly-once"
-	ModeAtLeastOnce   = "at-least-once"
-	FormatJSON        = "json"
-	FormatRaw         = "raw"
-	FormatAvro        = "avro"
-	FormatProtobuf    = "protobuf"
-	StartEarliest     = "earliest"
-	StartLatest       = "latest"
-	OnErrorFail       = "fail"
-	OnErrorSkip       = "skip"
-	OnErrorDeadLetter = "dead-letter"
-	OpCount           = "count"
-	OpSum             = "sum"
-	OpMin             = "min"
-	OpMax             = "max"
-	OpAvg             = "avg"
-	OpCountDistinct   = "count_distinct"
-	OpFirst           = "first"
-	OpLast            = "last"
-	OpCollect         = "collect"
-	OpMaxBy           = "max_by"
-	OpMinBy           = "min_by"
-	EmitUpdate        = "update"
-	EmitClose         = "close"
-	JoinLeft          = "left"
-	JoinInner         = "inner"
-	WindowTumbling    = "tumbling"
-	WindowSliding     = "sliding"
-	WindowSession     = "session"
-	TimeUnixMs        = "unix_ms"
-	TimeUnixS         = "unix_s"
-	TimeRFC3339       = "rfc3339"
+	ModeExactlyOnce = "exactly-once"
+	ModeAtLeastOnce = "at-least-once"
+)
+
+// Values of the other enumerated settings.
+const (
+	FormatJSON      = "json"
+	FormatRaw       = "raw"
+	FormatAvro      = "avro"
+	FormatProtobuf  = "protobuf"
+	OpCount         = "count"
+	OpSum           = "sum"
+	OpMin           = "min"
+	OpMax           = "max"
+	OpAvg           = "avg"
+	OpCountDistinct = "count_distinct"
+	OpFirst         = "first"
+	OpLast          = "last"
+	OpCollect       = "collect"
+	OpMaxBy         = "max_by"
+	OpMinBy         = "min_by"
+	EmitUpdate      = "update"
+	EmitClose       = "close"
+	JoinLeft        = "left"
+	JoinInner       = "inner"
+	WindowTumbling  = "tumbling"
+	WindowSliding   = "sliding"
+	WindowSession   = "session"
 )
 
 // AggregateOps returns the aggregates of the named form, in the order the
@@ -532,8 +532,20 @@ func HasBy(op string) bool { return op == OpMaxBy || op == OpMinBy }
 // one-aggregate form.
 func LegacyAggregateOps() []string { return []string{OpCount, OpSum, OpMin, OpMax, OpAvg} }
 
-// OnErrors returns the values of on_error.
-func OnErrors() []string { return []string{OnErrorFail, OnErrorSkip, OnErrorDeadLetter} }
+// OnErrors returns the values of on_error (kafkaio.OnErrors).
+func OnErrors() []string { return names(kafkaio.OnErrors()) }
+
+// Deliveries returns the values of sink.delivery (kafkaio.Deliveries).
+func Deliveries() []string { return names(kafkaio.Deliveries()) }
+
+// names returns the YAML names of enum values.
+func names[T ~string](values []T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = string(v)
+	}
+	return out
+}
 
 // DefaultCollectLimit is the default limit of collect, max_by and min_by,
 // and MaxCollectLimit their largest: the list lives in one state value.
@@ -545,8 +557,9 @@ const (
 // WindowTypes returns the values of window.type.
 func WindowTypes() []string { return []string{WindowTumbling, WindowSliding, WindowSession} }
 
-// TimestampFormats returns the values of source.timestamp.format.
-func TimestampFormats() []string { return []string{TimeUnixMs, TimeUnixS, TimeRFC3339} }
+// TimestampFormats returns the values of source.timestamp.format
+// (kafkaio.TimestampFormats).
+func TimestampFormats() []string { return names(kafkaio.TimestampFormats()) }
 
 // DefaultWatermarkInterval is the default of source.watermark.interval
 // (Flink's autoWatermarkInterval).
@@ -574,20 +587,20 @@ func stepsDefaults(steps []Step) {
 				s.Source.KeyFormat.Type = FormatRaw
 			}
 			if s.Source.Start == "" {
-				s.Source.Start = StartEarliest
+				s.Source.Start = kafkaio.Start{Kind: kafkaio.StartEarliest}.String()
 			}
 			if s.Source.OnError == "" {
-				s.Source.OnError = OnErrorFail
+				s.Source.OnError = string(kafkaio.OnErrorFail)
 			}
 			if ts := s.Source.Timestamp; ts != nil && ts.Format == "" {
-				ts.Format = TimeUnixMs
+				ts.Format = string(kafkaio.TimestampUnixMs)
 			}
 			if wm := s.Source.Watermark; wm != nil && wm.Interval == 0 {
 				wm.Interval = DefaultWatermarkInterval
 			}
 		}
 		if onErr, _ := stepOnError(s); onErr != nil && *onErr == "" {
-			*onErr = OnErrorFail
+			*onErr = string(kafkaio.OnErrorFail)
 		}
 		if s.Window != nil {
 			windowed = true
@@ -644,7 +657,7 @@ func stepsDefaults(steps []Step) {
 				f.Subject = s.Sink.Topic + "-key"
 			}
 			if s.Sink.Delivery == "" {
-				s.Sink.Delivery = ModeExactlyOnce
+				s.Sink.Delivery = string(kafkaio.DeliveryExactlyOnce)
 			}
 			// TransactionTimeout stays 0 when unset: the runtime gives
 			// every sink its default (SinkTransactionTimeout), the

@@ -59,7 +59,7 @@ func TestLoadClicksJob(t *testing.T) {
 		t.Fatalf("job %+v", cfg.Job)
 	}
 	src, agg, sink := cfg.Job.Pipeline[0].Source, cfg.Job.Pipeline[1].Aggregate, cfg.Job.Pipeline[2].Sink
-	if src == nil || !slices.Equal(src.Topics, []string{"clicks"}) || src.OnError != config.OnErrorFail {
+	if src == nil || !slices.Equal(src.Topics, []string{"clicks"}) || src.OnError != "fail" {
 		t.Fatalf("source %+v", src)
 	}
 	if agg == nil || agg.Op != "count" || sink == nil || sink.Topic != "clicks-per-user" || sink.Delivery != config.ModeExactlyOnce {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/keygroup"
 )
 
@@ -290,10 +291,10 @@ func validateSource(v *validator, path string, s *SourceStep) {
 	if s.Watermark != nil {
 		validateWatermark(v, path+".watermark", s.Watermark)
 	}
-	if s.Start != StartEarliest && s.Start != StartLatest {
-		if _, err := time.Parse(time.RFC3339, s.Start); err != nil {
-			v.add(path+".start", "%q: must be earliest, latest or an RFC 3339 time", s.Start)
-		}
+	// Empty is a problem here (Load's defaults fill it in), as it is
+	// for on_error and delivery, though kafkaio reads it as the default.
+	if _, err := kafkaio.ParseStart(s.Start); err != nil || s.Start == "" {
+		v.add(path+".start", "%q: must be earliest, latest or an RFC 3339 time", s.Start)
 	}
 	validateOnError(v, path, s.OnError, s.DeadLetterTopic)
 }
@@ -393,17 +394,13 @@ func formatKeys(f Format) []formatKey {
 
 // validateOnError checks a step's on_error and dead_letter_topic.
 func validateOnError(v *validator, path, onError, deadLetterTopic string) {
-	switch onError {
-	case OnErrorFail, OnErrorSkip:
-		if deadLetterTopic != "" {
-			v.add(path+".dead_letter_topic", "set, but on_error is %q: set on_error to dead-letter or remove it", onError)
-		}
-	case OnErrorDeadLetter:
-		if deadLetterTopic == "" {
-			v.add(path+".dead_letter_topic", "required when on_error is dead-letter")
-		}
-	default:
+	switch p, err := kafkaio.ParseOnError(onError); {
+	case err != nil || onError == "":
 		v.add(path+".on_error", "%q: must be fail, skip or dead-letter%s", onError, didYouMean(onError, OnErrors()))
+	case p == kafkaio.OnErrorDeadLetter && deadLetterTopic == "":
+		v.add(path+".dead_letter_topic", "required when on_error is dead-letter")
+	case p != kafkaio.OnErrorDeadLetter && deadLetterTopic != "":
+		v.add(path+".dead_letter_topic", "set, but on_error is %q: set on_error to dead-letter or remove it", onError)
 	}
 }
 
@@ -432,21 +429,21 @@ func (c *Config) validateSink(v *validator, path string, s *SinkStep) {
 		} else if _, p := stepOnError(&st.Step); p != nil {
 			dlt, key = *p, st.kind()
 		}
-		if dlt != "" && dlt == s.Topic && s.Delivery == ModeAtLeastOnce {
+		if dlt != "" && dlt == s.Topic && s.Delivery == string(kafkaio.DeliveryAtLeastOnce) {
 			v.add(path+".topic", "%q is also the dead-letter topic (%s.%s.dead_letter_topic), whose records are written exactly-once: use another topic, or delivery exactly-once", s.Topic, st.path, key)
 		}
 	}
 	validateFormat(v, path+".format", s.Format, true, sinkFormats)
 	validateFormat(v, path+".key_format", s.KeyFormat, true, keyFormats)
-	if !oneOf(s.Delivery, ModeExactlyOnce, ModeAtLeastOnce) {
+	if _, err := kafkaio.ParseDelivery(s.Delivery); err != nil || s.Delivery == "" {
 		v.add(path+".delivery", "%q: must be exactly-once or at-least-once", s.Delivery)
 	}
-	if s.Delivery == ModeExactlyOnce && c.Checkpoint.Mode == ModeAtLeastOnce {
+	if s.Delivery == string(kafkaio.DeliveryExactlyOnce) && c.Checkpoint.Mode == ModeAtLeastOnce {
 		v.add(path+".delivery", "exactly-once needs checkpoint.mode exactly-once (it is at-least-once)")
 	}
 	if s.TransactionTimeout < 0 {
 		v.add(path+".transaction_timeout", "%v: must not be negative (leave it out for the default)", s.TransactionTimeout)
-	} else if s.Delivery == ModeExactlyOnce && s.TransactionTimeout > 0 {
+	} else if s.Delivery == string(kafkaio.DeliveryExactlyOnce) && s.TransactionTimeout > 0 {
 		if need := c.MinTransactionTimeout(); s.TransactionTimeout < need {
 			v.add(path+".transaction_timeout", "%v: must be at least 2 × checkpoint.interval + checkpoint.timeout + 1m (%v), or the broker may abort a transaction whose checkpoint completes late or fails once; raise it, or lower checkpoint.timeout", s.TransactionTimeout, need)
 		}

@@ -55,7 +55,7 @@ func TestLoadWindowJob(t *testing.T) {
 	}
 	// Defaults: a timestamp's format is unix_ms.
 	cfg, err := config.Load(config.Source{YAML: []byte(strings.Replace(windowJob, "field: ts, format: unix_ms", "field: ts", 1)), NoEnv: true})
-	if err != nil || cfg.Job.Pipeline[0].Source.Timestamp.Format != config.TimeUnixMs {
+	if err != nil || cfg.Job.Pipeline[0].Source.Timestamp.Format != "unix_ms" {
 		t.Fatalf("default format: %v %+v", err, cfg)
 	}
 	// sliding and session windows, and the other aggregates.

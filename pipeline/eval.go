@@ -5,8 +5,8 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/expression"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -114,24 +114,17 @@ func (c *compiler) transformStep(path, kind, onError, deadLetterTopic string, de
 // onError returns the Transform options of a step's on_error and
 // dead_letter_topic (path is the step's).
 func (c *compiler) onError(path, onError, deadLetterTopic string) []stream.TransformOption {
-	var p stream.OnError
-	switch onError {
-	case "", config.OnErrorFail:
-		p = stream.OnErrorFail
-	case config.OnErrorSkip:
-		p = stream.OnErrorSkip
-	case config.OnErrorDeadLetter:
-		p = stream.OnErrorDeadLetter
-		if deadLetterTopic == "" {
-			c.add(path+".dead_letter_topic", "required when on_error is dead-letter")
-			return nil
-		}
-		return []stream.TransformOption{stream.OnErrorPolicy[Rec](p, deadLetterTopic, JSONCodec{})}
-	default:
+	p, err := kafkaio.ParseOnError(onError)
+	switch {
+	case err != nil:
 		c.add(path+".on_error", "%q: must be fail, skip or dead-letter", onError)
 		return nil
-	}
-	if deadLetterTopic != "" {
+	case p == kafkaio.OnErrorDeadLetter && deadLetterTopic == "":
+		c.add(path+".dead_letter_topic", "required when on_error is dead-letter")
+		return nil
+	case p == kafkaio.OnErrorDeadLetter:
+		return []stream.TransformOption{stream.OnErrorPolicy[Rec](p, deadLetterTopic, JSONCodec{})}
+	case deadLetterTopic != "":
 		c.add(path+".dead_letter_topic", "set, but on_error is %q: set on_error to dead-letter or remove it", onError)
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -364,7 +365,7 @@ func (c *compiler) openSources() {
 				if f := step.Join.Table.Format; f != "" && f != mf && !(ms.Format.UsesRegistry() && f == config.FormatJSON) {
 					c.add(p+".join.table.format", "%q, but the source's format is %q: one Kafka source reads all of a job's topics, with one format", f, mf)
 				}
-				if ms.Start != "" && ms.Start != config.StartEarliest {
+				if st, err := kafkaio.ParseStart(ms.Start); err == nil && st.Kind != kafkaio.StartEarliest {
 					c.add(p+".join.table", "a table is read whole, from its earliest offset, but the job's source starts at %q, and one Kafka source reads all of a job's topics: remove job.pipeline[0].source.start (or set it to earliest)", ms.Start)
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/pipeline"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/stream"
@@ -70,10 +71,10 @@ func TestCountExactOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if src := j.Sources(); len(src) != 1 || src[0].Format != stream.FormatJSON || src[0].Start.Kind != stream.StartEarliest || src[0].OnError != stream.OnErrorFail {
+	if src := j.Sources(); len(src) != 1 || src[0].Format != stream.FormatJSON || src[0].Start.Kind != kafkaio.StartEarliest || src[0].OnError != kafkaio.OnErrorFail {
 		t.Fatalf("sources %+v", src)
 	}
-	if sinks := j.Sinks(); len(sinks) != 1 || sinks[0].Topic != "clicks-per-user" || sinks[0].Delivery != stream.DeliveryExactlyOnce {
+	if sinks := j.Sinks(); len(sinks) != 1 || sinks[0].Topic != "clicks-per-user" || sinks[0].Delivery != kafkaio.DeliveryExactlyOnce {
 		t.Fatalf("sinks %+v", sinks)
 	}
 	task := newTask(t, j)
@@ -201,11 +202,11 @@ func TestCompileSourceSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := j.Sources()[0]
-	if src.Format != stream.FormatRaw || src.Start.String() != "2026-01-02T03:04:05Z" || src.OnError != stream.OnErrorDeadLetter || src.DeadLetterTopic != "dlq" || len(src.Topics) != 2 {
+	if src.Format != stream.FormatRaw || src.Start.String() != "2026-01-02T03:04:05Z" || src.OnError != kafkaio.OnErrorDeadLetter || src.DeadLetterTopic != "dlq" || len(src.Topics) != 2 {
 		t.Fatalf("source %+v", src)
 	}
 	sinks := j.Sinks()
-	if len(sinks) != 2 || sinks[0].Topic != "dlq" || sinks[1] != (stream.KafkaSink{Topic: "clicks-per-user", Delivery: stream.DeliveryAtLeastOnce, TransactionTimeout: time.Minute}) {
+	if len(sinks) != 2 || sinks[0].Topic != "dlq" || sinks[1] != (stream.KafkaSink{Topic: "clicks-per-user", Delivery: kafkaio.DeliveryAtLeastOnce, TransactionTimeout: time.Minute}) {
 		t.Fatalf("sinks %+v", sinks)
 	}
 }

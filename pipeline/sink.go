@@ -9,6 +9,7 @@ import (
 
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/format"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -47,12 +48,8 @@ func (c *compiler) sink(path string, s *config.SinkStep) {
 	default:
 		c.add(path+".key_format", "%q: must be raw, avro or protobuf", s.KeyFormat.Type)
 	}
-	switch s.Delivery {
-	case "", config.ModeExactlyOnce:
-		sink.Delivery = stream.DeliveryExactlyOnce
-	case config.ModeAtLeastOnce:
-		sink.Delivery = stream.DeliveryAtLeastOnce
-	default:
+	var err error
+	if sink.Delivery, err = kafkaio.ParseDelivery(s.Delivery); err != nil {
 		c.add(path+".delivery", "%q: must be exactly-once or at-least-once", s.Delivery)
 	}
 	if s.TransactionTimeout < 0 {

@@ -1,10 +1,9 @@
 package pipeline
 
 import (
-	"time"
-
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/format"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -39,50 +38,28 @@ func (c *compiler) source(path string, s *config.SourceStep) {
 	default:
 		c.add(path+".key_format", "%q: must be raw, avro or protobuf", s.KeyFormat.Type)
 	}
-	switch s.Start {
-	case "", config.StartEarliest:
-		src.Start = stream.Start{Kind: stream.StartEarliest}
-	case config.StartLatest:
-		src.Start = stream.Start{Kind: stream.StartLatest}
-	default:
-		t, err := time.Parse(time.RFC3339Nano, s.Start)
-		if err != nil {
-			c.add(path+".start", "%q: must be earliest, latest or an RFC 3339 time", s.Start)
-		}
-		src.Start = stream.StartAt(t)
+	var err error
+	if src.Start, err = kafkaio.ParseStart(s.Start); err != nil {
+		c.add(path+".start", "%q: must be earliest, latest or an RFC 3339 time", s.Start)
 	}
-	switch s.OnError {
-	case "", config.OnErrorFail:
-		src.OnError = stream.OnErrorFail
-	case config.OnErrorSkip:
-		src.OnError = stream.OnErrorSkip
-	case config.OnErrorDeadLetter:
-		src.OnError = stream.OnErrorDeadLetter
-		if s.DeadLetterTopic == "" {
-			c.add(path+".dead_letter_topic", "required when on_error is dead-letter")
-		}
-	default:
+	if src.OnError, err = kafkaio.ParseOnError(s.OnError); err != nil {
 		c.add(path+".on_error", "%q: must be fail, skip or dead-letter", s.OnError)
 	}
-	if s.DeadLetterTopic != "" && src.OnError != stream.OnErrorDeadLetter {
+	if src.OnError == kafkaio.OnErrorDeadLetter && s.DeadLetterTopic == "" {
+		c.add(path+".dead_letter_topic", "required when on_error is dead-letter")
+	}
+	if s.DeadLetterTopic != "" && src.OnError != kafkaio.OnErrorDeadLetter {
 		c.add(path+".dead_letter_topic", "set, but on_error is %q: set on_error to dead-letter or remove it", s.OnError)
 	}
 	if ts := s.Timestamp; ts != nil {
-		src.Timestamp = stream.TimestampSpec{Field: ts.Field, Format: ts.Format}
+		src.Timestamp.Field = ts.Field
 		switch {
 		case ts.Field == "":
 			c.add(path+".timestamp.field", "required: the top-level JSON field that holds the event time")
 		case c.raw:
 			c.add(path+".timestamp", "reads a JSON field, but the source's format is raw: use format json")
 		}
-		switch ts.Format {
-		case "", config.TimeUnixMs:
-			src.Timestamp.Format = stream.TimestampUnixMs
-		case config.TimeUnixS:
-			src.Timestamp.Format = stream.TimestampUnixS
-		case config.TimeRFC3339:
-			src.Timestamp.Format = stream.TimestampRFC3339
-		default:
+		if src.Timestamp.Format, err = kafkaio.ParseTimestampFormat(ts.Format); err != nil {
 			c.add(path+".timestamp.format", "%q: must be unix_ms, unix_s or rfc3339", ts.Format)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/pipeline"
 	"github.com/weir-stream/weir/stream"
 )
@@ -192,7 +193,7 @@ func TestViewsPerPagePerMinute(t *testing.T) {
 	job := loadExample(t, "../examples/views-per-page-per-minute.yaml")
 	s := runJob(t, job)
 	src := s.j.Sources()[0]
-	if src.Timestamp != (stream.TimestampSpec{Field: "ts", Format: stream.TimestampUnixMs}) ||
+	if src.Timestamp != (stream.TimestampSpec{Field: "ts", Format: kafkaio.TimestampUnixMs}) ||
 		src.Watermark != (stream.WatermarkSpec{MaxOutOfOrderness: 5 * time.Second, IdleTimeout: 30 * time.Second, Interval: 200 * time.Millisecond}) {
 		t.Fatalf("source %+v", src)
 	}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/weir-stream/weir/compat"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -40,10 +41,10 @@ func (p *Plan) Schema(job *stream.Job, fingerprint string, txnPrefix func(stage,
 		seen[k.Topic]++
 		d := k.Delivery
 		if d == "" {
-			d = stream.DeliveryExactlyOnce
+			d = kafkaio.DeliveryExactlyOnce
 		}
 		sk := compat.Sink{ID: id, Topic: k.Topic, Stage: stageOf[i], Delivery: string(d)}
-		if d == stream.DeliveryExactlyOnce {
+		if d == kafkaio.DeliveryExactlyOnce {
 			sk.TransactionalIDPrefix = txnPrefix(stageOf[i], k.Topic)
 		}
 		s.Sinks = append(s.Sinks, sk)

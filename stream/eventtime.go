@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/weir-stream/weir/compat"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/state"
 )
 
@@ -24,13 +25,6 @@ const EventTimerStateName = "_weir.event_timers"
 // windows have fired, and its watermark moves with its key groups.
 const WatermarkStateName = "_weir.watermark"
 
-// The timestamp formats of TimestampSpec.Format.
-const (
-	TimestampUnixMs  = "unix_ms" // a JSON number of Unix milliseconds (the default)
-	TimestampUnixS   = "unix_s"  // a JSON number of Unix seconds (a fraction is kept to the millisecond)
-	TimestampRFC3339 = "rfc3339" // a JSON string in RFC 3339 (fractional seconds allowed)
-)
-
 // TimestampSpec says where a source's records get their event time. The
 // zero value means the Kafka record timestamp.
 type TimestampSpec struct {
@@ -38,9 +32,9 @@ type TimestampSpec struct {
 	// must be FormatJSON). A record whose field is missing or malformed
 	// follows the source's OnError policy.
 	Field string
-	// Format is how Field is written: TimestampUnixMs (default),
-	// TimestampUnixS or TimestampRFC3339.
-	Format string
+	// Format is how Field is written: kafkaio.TimestampUnixMs (default),
+	// kafkaio.TimestampUnixS or kafkaio.TimestampRFC3339.
+	Format kafkaio.TimestampFormat
 }
 
 // WatermarkSpec configures the watermarks of a source's input partitions
@@ -73,11 +67,11 @@ func (j *Job) checkEventTime(src *KafkaSource, where string) bool {
 	}
 	if ts.Field != "" {
 		if ts.Format == "" {
-			ts.Format = TimestampUnixMs
+			ts.Format = kafkaio.TimestampUnixMs
 		}
 		switch {
-		case ts.Format != TimestampUnixMs && ts.Format != TimestampUnixS && ts.Format != TimestampRFC3339:
-			j.failf(where, "source %v: timestamp format %q: want %s, %s or %s", src.Topics, ts.Format, TimestampUnixMs, TimestampUnixS, TimestampRFC3339)
+		case ts.Format != kafkaio.TimestampUnixMs && ts.Format != kafkaio.TimestampUnixS && ts.Format != kafkaio.TimestampRFC3339:
+			j.failf(where, "source %v: timestamp format %q: want %s, %s or %s", src.Topics, ts.Format, kafkaio.TimestampUnixMs, kafkaio.TimestampUnixS, kafkaio.TimestampRFC3339)
 			return false
 		case src.Format != FormatJSON:
 			j.failf(where, "source %v: a timestamp field (%s) needs format %s", src.Topics, ts.Field, FormatJSON)

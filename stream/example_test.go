@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/stream"
 )
@@ -22,9 +23,9 @@ func clicksJob() (*stream.Job, error) {
 
 	clicks := stream.From(job, stream.KafkaSource{
 		Topics:          []string{"clicks"},
-		Start:           stream.Start{Kind: stream.StartEarliest}, // or stream.StartAt(t)
+		Start:           kafkaio.Start{Kind: kafkaio.StartEarliest}, // or kafkaio.StartAt(t)
 		Format:          stream.FormatJSON,
-		OnError:         stream.OnErrorDeadLetter,
+		OnError:         kafkaio.OnErrorDeadLetter,
 		DeadLetterTopic: "clicks-dlq",
 	}, stream.JSONCodec[Click]{})
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/weir-stream/weir/kafkaio"
 )
 
 // Sentinel errors, for errors.Is.
@@ -20,60 +22,6 @@ var (
 	// ErrContextExpired reports use of a Context outside the call it was
 	// passed to.
 	ErrContextExpired = errors.New("stream: context used outside its call")
-)
-
-// StartKind says where a source starts reading partitions that have no
-// offset in a restored checkpoint.
-type StartKind int
-
-// The start kinds; they match source.StartKind.
-const (
-	// StartEarliest starts at the log start offset (the default).
-	StartEarliest StartKind = iota
-	// StartLatest starts at the end: only records produced after the start
-	// are read.
-	StartLatest
-	// StartTimestamp starts at the first record at or after Start.Time.
-	StartTimestamp
-)
-
-// Start is where a job with no completed checkpoint starts reading. The zero
-// value is StartEarliest.
-type Start struct {
-	Kind StartKind
-	Time time.Time // of StartTimestamp
-}
-
-// StartAt returns the start at the first record at or after t.
-func StartAt(t time.Time) Start { return Start{Kind: StartTimestamp, Time: t} }
-
-// String returns "earliest", "latest" or the RFC 3339 time, the form
-// source.ParseStart and the YAML `start` setting read.
-func (s Start) String() string {
-	switch s.Kind {
-	case StartEarliest:
-		return "earliest"
-	case StartLatest:
-		return "latest"
-	case StartTimestamp:
-		return s.Time.Format(time.RFC3339Nano)
-	}
-	return fmt.Sprintf("StartKind(%d)", int(s.Kind))
-}
-
-// OnError is what happens to an input record that does not decode, at the
-// source's edge (Format) or in the task (the source's Codec).
-type OnError string
-
-// The decode error policies; they match source.DecodePolicy.
-const (
-	// OnErrorFail stops the task with an error naming the record (default).
-	OnErrorFail OnError = "fail"
-	// OnErrorSkip drops the record (logged at debug level).
-	OnErrorSkip OnError = "skip"
-	// OnErrorDeadLetter writes the record, with weir-dlq-* headers naming
-	// its origin and the error, to KafkaSource.DeadLetterTopic.
-	OnErrorDeadLetter OnError = "dead-letter"
 )
 
 // Record formats checked at the source's edge, before records enter the
@@ -100,15 +48,19 @@ const (
 // have the same partition count and be partitioned by the record key.
 type KafkaSource struct {
 	Topics []string
-	// Start is where a job with no completed checkpoint starts.
-	Start Start
+	// Start is where a job with no completed checkpoint starts (the zero
+	// value: kafkaio.StartEarliest).
+	Start kafkaio.Start
 	// Format is the check the source applies at the edge: FormatRaw
 	// (default) or FormatJSON.
 	Format string
 	// OnError is the policy for records that fail Format's check or the
-	// source's Codec. Default OnErrorFail.
-	OnError OnError
-	// DeadLetterTopic receives failed records under OnErrorDeadLetter. A
+	// source's Codec. Default kafkaio.OnErrorFail; under
+	// kafkaio.OnErrorDeadLetter the record, with weir-dlq-* headers naming
+	// its origin and the error, goes to DeadLetterTopic.
+	OnError kafkaio.OnError
+	// DeadLetterTopic receives failed records under
+	// kafkaio.OnErrorDeadLetter. A
 	// record that passes Format's check but that the Codec rejects is
 	// written by the task to the sink of this topic, which Job.Sinks lists
 	// (so it is committed exactly once, with the task's output).
@@ -139,24 +91,12 @@ type ValueDecoder interface {
 	DecodeValue(v []byte) ([]byte, error)
 }
 
-// Delivery is a sink's guarantee.
-type Delivery string
-
-// The deliveries.
-const (
-	// DeliveryExactlyOnce commits the sink's Kafka transactions when a
-	// checkpoint completes (the default).
-	DeliveryExactlyOnce Delivery = "exactly-once"
-	// DeliveryAtLeastOnce writes with an idempotent producer flushed at each
-	// checkpoint.
-	DeliveryAtLeastOnce Delivery = "at-least-once"
-)
-
 // KafkaSink describes an output topic.
 type KafkaSink struct {
 	Topic string
-	// Delivery defaults to DeliveryExactlyOnce.
-	Delivery Delivery
+	// Delivery defaults to kafkaio.DeliveryExactlyOnce: the sink's Kafka
+	// transactions commit when a checkpoint completes.
+	Delivery kafkaio.Delivery
 	// TransactionTimeout is the producer's transaction.timeout.ms under
 	// exactly-once; zero lets the runtime choose: the least the checkpoint
 	// settings need (config.Config.SinkTransactionTimeout).

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -19,7 +20,7 @@ func pageOf(c Click) ([]byte, error) { return []byte(c.Page), nil }
 // Count, so two stages. Main also writes the clicks it drops to a sink.
 func viewsJob(opts ...stream.ShuffleOption) *stream.Job {
 	j := stream.NewJob("views")
-	clicks := stream.From(j, stream.KafkaSource{Topics: []string{"clicks"}, OnError: stream.OnErrorDeadLetter, DeadLetterTopic: "clicks-dlq"}, stream.JSONCodec[Click]{})
+	clicks := stream.From(j, stream.KafkaSource{Topics: []string{"clicks"}, OnError: kafkaio.OnErrorDeadLetter, DeadLetterTopic: "clicks-dlq"}, stream.JSONCodec[Click]{})
 	health := stream.Filter(clicks, func(c Click) (bool, error) { return c.Page == "/health", nil })
 	stream.To(health, stream.KafkaSink{Topic: "health"}, stream.JSONCodec[Click]{})
 	pages := stream.Filter(clicks, func(c Click) (bool, error) { return c.Page != "/health", nil })
@@ -277,7 +278,7 @@ var lineRE = regexp.MustCompile(`stage_test\.go:\d+`)
 // TestOperatorRejectsRecord: a key function of the source stage that
 // rejects its record with ErrDecode puts it under the source's OnError.
 func TestOperatorRejectsRecord(t *testing.T) {
-	run := func(policy stream.OnError, dlq string) ([]out, []out, error) {
+	run := func(policy kafkaio.OnError, dlq string) ([]out, []out, error) {
 		j := stream.NewJob("reject")
 		s := stream.From(j, stream.KafkaSource{Topics: []string{"in"}, OnError: policy, DeadLetterTopic: dlq}, stream.RawCodec{})
 		k := stream.KeyBy(s, func(v []byte) ([]byte, error) {
@@ -292,16 +293,16 @@ func TestOperatorRejectsRecord(t *testing.T) {
 		err := task.ProcessBatch(recs("in", "a=x", "b=bad", "c=y"), &c)
 		return c.recs, c.shuffled, err
 	}
-	_, shuffled, err := run(stream.OnErrorFail, "")
+	_, shuffled, err := run(kafkaio.OnErrorFail, "")
 	var re *stream.RecordError
 	if !errors.As(err, &re) || re.Offset != 1 || !errors.Is(err, stream.ErrDecode) || len(shuffled) != 1 {
 		t.Fatalf("fail: %v, %v", err, shuffled)
 	}
-	sinks, shuffled, err := run(stream.OnErrorSkip, "")
+	sinks, shuffled, err := run(kafkaio.OnErrorSkip, "")
 	if err != nil || len(sinks) != 0 || len(shuffled) != 2 || shuffled[1].key != "y" {
 		t.Fatalf("skip: %v, %v, %v", err, sinks, shuffled)
 	}
-	sinks, shuffled, err = run(stream.OnErrorDeadLetter, "in-dlq")
+	sinks, shuffled, err = run(kafkaio.OnErrorDeadLetter, "in-dlq")
 	if err != nil || len(shuffled) != 2 || len(sinks) != 1 {
 		t.Fatalf("dead-letter: %v, %v, %v", err, sinks, shuffled)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+
+	"github.com/weir-stream/weir/kafkaio"
 )
 
 // Stream is a stream of elements of type T in a job's definition. Each
@@ -137,14 +139,14 @@ func From[T any](j *Job, src KafkaSource, codec Codec[T]) *Stream[T] {
 		src.Format = FormatRaw
 	}
 	if src.OnError == "" {
-		src.OnError = OnErrorFail
+		src.OnError = kafkaio.OnErrorFail
 	}
 	if !j.checkSource(src, codec == nil, where) || !j.checkEventTime(&src, where) {
 		return &Stream[T]{job: j, node: &node{}}
 	}
 	dlq := -1
-	if src.OnError == OnErrorDeadLetter {
-		dlq = j.addSink(KafkaSink{Topic: src.DeadLetterTopic, Delivery: DeliveryExactlyOnce}, true, where)
+	if src.OnError == kafkaio.OnErrorDeadLetter {
+		dlq = j.addSink(KafkaSink{Topic: src.DeadLetterTopic, Delivery: kafkaio.DeliveryExactlyOnce}, true, where)
 		j.sourceDLQ = append(j.sourceDLQ, dlq)
 	}
 	s := &Stream[T]{job: j, node: j.addNode(kindSource, what, where)}
@@ -163,7 +165,7 @@ func From[T any](j *Job, src KafkaSource, codec Codec[T]) *Stream[T] {
 				return t.decodeFailed(r, policy, dlq, dlqTopic, err)
 			}
 			err = next(v)
-			if err != nil && policy != OnErrorFail && errors.Is(err, ErrDecode) {
+			if err != nil && policy != kafkaio.OnErrorFail && errors.Is(err, ErrDecode) {
 				// An operator of the stage rejected the record (see
 				// ErrDecode): the source's policy applies.
 				return t.decodeFailed(r, policy, dlq, dlqTopic, err)
@@ -207,15 +209,15 @@ func (j *Job) checkSource(src KafkaSource, nilCodec bool, where string) bool {
 		j.failf(where, "source %v: nil codec", src.Topics)
 	case src.Format != FormatRaw && src.Format != FormatJSON:
 		j.failf(where, "source %v: format %q: want %s or %s", src.Topics, src.Format, FormatRaw, FormatJSON)
-	case src.Start.Kind < StartEarliest || src.Start.Kind > StartTimestamp:
+	case !src.Start.Valid():
 		j.failf(where, "source %v: unknown start kind %d", src.Topics, int(src.Start.Kind))
-	case src.Start.Kind == StartTimestamp && src.Start.Time.IsZero():
+	case src.Start.Kind == kafkaio.StartTimestamp && src.Start.Time.IsZero():
 		j.failf(where, "source %v: start at a timestamp with a zero time", src.Topics)
-	case src.OnError != OnErrorFail && src.OnError != OnErrorSkip && src.OnError != OnErrorDeadLetter:
+	case src.OnError != kafkaio.OnErrorFail && src.OnError != kafkaio.OnErrorSkip && src.OnError != kafkaio.OnErrorDeadLetter:
 		j.failf(where, "source %v: on_error %q: want fail, skip or dead-letter", src.Topics, src.OnError)
-	case src.OnError == OnErrorDeadLetter && src.DeadLetterTopic == "":
+	case src.OnError == kafkaio.OnErrorDeadLetter && src.DeadLetterTopic == "":
 		j.failf(where, "source %v: on_error dead-letter needs a dead-letter topic", src.Topics)
-	case src.OnError != OnErrorDeadLetter && src.DeadLetterTopic != "":
+	case src.OnError != kafkaio.OnErrorDeadLetter && src.DeadLetterTopic != "":
 		j.failf(where, "source %v: dead-letter topic %s set, but on_error is %s", src.Topics, src.DeadLetterTopic, src.OnError)
 	case src.DeadLetterTopic != "" && !validTopic(src.DeadLetterTopic):
 		j.failf(where, "source %v: dead-letter topic %q is not a valid topic name", src.Topics, src.DeadLetterTopic)
@@ -494,7 +496,7 @@ func To[T any](s *Stream[T], sink KafkaSink, codec Codec[T]) {
 		return
 	}
 	if sink.Delivery == "" {
-		sink.Delivery = DeliveryExactlyOnce
+		sink.Delivery = kafkaio.DeliveryExactlyOnce
 	}
 	idx := j.addSink(sink, false, where)
 	if idx < 0 {
@@ -541,8 +543,8 @@ func (j *Job) addSink(sink KafkaSink, deadLetter bool, where string) int {
 	case !validTopic(sink.Topic):
 		j.failf(where, "sink: %q is not a valid topic name", sink.Topic)
 		return -1
-	case sink.Delivery != DeliveryExactlyOnce && sink.Delivery != DeliveryAtLeastOnce:
-		j.failf(where, "sink %s: delivery %q: want %s or %s", sink.Topic, sink.Delivery, DeliveryExactlyOnce, DeliveryAtLeastOnce)
+	case sink.Delivery != kafkaio.DeliveryExactlyOnce && sink.Delivery != kafkaio.DeliveryAtLeastOnce:
+		j.failf(where, "sink %s: delivery %q: want %s or %s", sink.Topic, sink.Delivery, kafkaio.DeliveryExactlyOnce, kafkaio.DeliveryAtLeastOnce)
 		return -1
 	case sink.TransactionTimeout < 0:
 		j.failf(where, "sink %s: negative transaction timeout", sink.Topic)
@@ -558,7 +560,7 @@ func (j *Job) addSink(sink KafkaSink, deadLetter bool, where string) int {
 		if k.Topic != sink.Topic {
 			continue
 		}
-		if k != sink && !(deadLetter && k.Delivery == DeliveryExactlyOnce) {
+		if k != sink && !(deadLetter && k.Delivery == kafkaio.DeliveryExactlyOnce) {
 			j.failf(where, "sink %s: defined twice with different settings", sink.Topic)
 			return -1
 		}

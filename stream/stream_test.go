@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/stream"
 )
@@ -42,10 +43,10 @@ func TestMapFilterFlatMap(t *testing.T) {
 		t.Fatalf("second record: %+v", r)
 	}
 	equal(t, "output", c.take(), []string{"0:a=HELLO", "0:a=WORLD", "0:c=X"})
-	if got := j.Sinks(); len(got) != 1 || got[0].Topic != "words" || got[0].Delivery != stream.DeliveryExactlyOnce {
+	if got := j.Sinks(); len(got) != 1 || got[0].Topic != "words" || got[0].Delivery != kafkaio.DeliveryExactlyOnce {
 		t.Fatalf("sinks %+v", got)
 	}
-	if got := j.Sources(); len(got) != 1 || got[0].Topics[0] != "lines" || got[0].OnError != stream.OnErrorFail || got[0].Format != stream.FormatRaw {
+	if got := j.Sources(); len(got) != 1 || got[0].Topics[0] != "lines" || got[0].OnError != kafkaio.OnErrorFail || got[0].Format != stream.FormatRaw {
 		t.Fatalf("sources %+v", got)
 	}
 	if err := task.ProcessBatch(recs("other", "k=v"), &c); err == nil || !strings.Contains(err.Error(), "not an input of the job") {
@@ -287,7 +288,7 @@ func TestContextExpires(t *testing.T) {
 }
 
 func TestDecodeErrorPolicies(t *testing.T) {
-	run := func(policy stream.OnError, dlq string) (*stream.Job, []out, error) {
+	run := func(policy kafkaio.OnError, dlq string) (*stream.Job, []out, error) {
 		j := stream.NewJob("decode")
 		s := stream.From(j, stream.KafkaSource{Topics: []string{"in"}, OnError: policy, DeadLetterTopic: dlq}, stream.JSONCodec[int]{})
 		stream.To(s, stream.KafkaSink{Topic: "out"}, stream.JSONCodec[int]{})
@@ -306,11 +307,11 @@ func TestDecodeErrorPolicies(t *testing.T) {
 	if !errors.As(err, &re) || re.Offset != 1 {
 		t.Fatalf("fail: %v", err)
 	}
-	_, got, err = run(stream.OnErrorSkip, "")
+	_, got, err = run(kafkaio.OnErrorSkip, "")
 	if err != nil || len(got) != 2 {
 		t.Fatalf("skip: %v, %v", err, got)
 	}
-	j, got, err := run(stream.OnErrorDeadLetter, "in-dlq")
+	j, got, err := run(kafkaio.OnErrorDeadLetter, "in-dlq")
 	if err != nil || len(got) != 3 {
 		t.Fatalf("dead-letter: %v, %v", err, got)
 	}
@@ -366,7 +367,7 @@ func TestBuildErrors(t *testing.T) {
 			stream.To(stream.Merge(stream.From(j, src, str), stream.From(j, src, str)), sink, str)
 		}, stream.ErrInvalidJob, "topic in is already read"},
 		{"dead letter without topic", func(j *stream.Job) {
-			stream.To(stream.From(j, stream.KafkaSource{Topics: []string{"in"}, OnError: stream.OnErrorDeadLetter}, str), sink, str)
+			stream.To(stream.From(j, stream.KafkaSource{Topics: []string{"in"}, OnError: kafkaio.OnErrorDeadLetter}, str), sink, str)
 		}, stream.ErrInvalidJob, "needs a dead-letter topic"},
 		{"bad delivery", func(j *stream.Job) {
 			stream.To(stream.From(j, src, str), stream.KafkaSink{Topic: "out", Delivery: "maybe"}, str)

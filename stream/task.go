@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/state"
 )
 
@@ -40,7 +41,7 @@ type TaskContext struct {
 	// policy for each element whose Transform function failed and that
 	// the policy skipped or sent to the dead-letter topic (the runtime
 	// counts them: weir_record_errors_total).
-	OnRecordError func(operator string, policy OnError)
+	OnRecordError func(operator string, policy kafkaio.OnError)
 }
 
 // Task is one instance of a job's operator chain, driven by the task
@@ -90,9 +91,9 @@ func (e *RecordError) Unwrap() error { return e.Err }
 
 // ErrDecode reports an input record that cannot be processed as it is: its
 // source's codec rejects it, or, in a downstream stage, the KeyBy's codec
-// rejects a shuffle record. Under OnErrorFail (and always in a downstream
-// stage) ProcessBatch returns it wrapped in a *RecordError, which the
-// runtime treats as a permanent failure naming the record.
+// rejects a shuffle record. Under kafkaio.OnErrorFail (and always in a
+// downstream stage) ProcessBatch returns it wrapped in a *RecordError,
+// which the runtime treats as a permanent failure naming the record.
 //
 // An operator function of the source stage (a Map, a KeyBy's key function,
 // a keyed function...) may return an error wrapping ErrDecode to reject its
@@ -318,12 +319,12 @@ func (t *task) Close() error {
 
 // decodeFailed applies a source's OnError policy to r, which its codec
 // rejected with cause.
-func (t *task) decodeFailed(r *Record, policy OnError, dlq int, dlqTopic string, cause error) error {
+func (t *task) decodeFailed(r *Record, policy kafkaio.OnError, dlq int, dlqTopic string, cause error) error {
 	switch policy {
-	case OnErrorSkip:
+	case kafkaio.OnErrorSkip:
 		t.log.Debug("undecodable record skipped", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", cause)
 		return nil
-	case OnErrorDeadLetter:
+	case kafkaio.OnErrorDeadLetter:
 		t.dlqBuf = append(t.dlqBuf[:0], r.Headers...)
 		t.dlqBuf = t.appendDeadLetterHeaders(t.dlqBuf, cause)
 		return t.out.Emit(dlq, Record{Key: r.Key, Value: r.Value, Headers: t.dlqBuf, Topic: dlqTopic})

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"reflect"
 	"time"
+
+	"github.com/weir-stream/weir/kafkaio"
 )
 
 // Elem is the record context of the element a Transform's function is
@@ -111,17 +113,19 @@ func (e Elem) SetKey(k []byte) {
 // as it is, which fails the task: it is not fn's error).
 //
 // An error of fn's own follows the operator's error policy (OnErrorPolicy;
-// default OnErrorFail): OnErrorFail fails the task with an error naming
-// the operator; OnErrorSkip drops v, counts it (TaskContext.OnRecordError)
-// and logs it at debug level; OnErrorDeadLetter counts it and writes v,
-// encoded with the policy's codec, to the dead-letter topic (exactly once,
+// default kafkaio.OnErrorFail): kafkaio.OnErrorFail fails the task with an
+// error naming the operator; kafkaio.OnErrorSkip drops v, counts it
+// (TaskContext.OnRecordError) and logs it at debug level;
+// kafkaio.OnErrorDeadLetter counts it and writes v, encoded with the
+// policy's codec, to the dead-letter topic (exactly once,
 // with the task's output) with v's key, timestamp and headers plus
 // DeadLetterHeaderTopic, DeadLetterHeaderPartition and
 // DeadLetterHeaderOffset (the origin, see Elem.Topic),
 // DeadLetterHeaderError and DeadLetterHeaderOperator. Elements fn emitted
 // before it returned its error have gone downstream already and stay.
-// Under OnErrorFail, an error of fn wrapping ErrDecode in the source stage
-// lets the source's OnError apply to the record instead (see ErrDecode).
+// Under kafkaio.OnErrorFail, an error of fn wrapping ErrDecode in the
+// source stage lets the source's OnError apply to the record instead (see
+// ErrDecode).
 //
 // The name must be unique among the job's operator names (Process's too):
 // it names the operator in the job's graph and in metrics.
@@ -134,7 +138,7 @@ func Transform[T, U any](s *Stream[T], name string, fn func(e Elem, v T, emit fu
 		}
 	}
 	if o.policy == "" {
-		o.policy = OnErrorFail
+		o.policy = kafkaio.OnErrorFail
 	}
 	what := fmt.Sprintf("Transform(%q)", name)
 	var codec Codec[T]
@@ -144,23 +148,23 @@ func Transform[T, U any](s *Stream[T], name string, fn func(e Elem, v T, emit fu
 		case fn == nil:
 			j.failf(where, "%s: nil function", what)
 		case !j.nameFree(where, what, name):
-		case o.policy != OnErrorFail && o.policy != OnErrorSkip && o.policy != OnErrorDeadLetter:
+		case o.policy != kafkaio.OnErrorFail && o.policy != kafkaio.OnErrorSkip && o.policy != kafkaio.OnErrorDeadLetter:
 			j.failf(where, "%s: on_error %q: want fail, skip or dead-letter", what, o.policy)
-		case o.policy == OnErrorDeadLetter && o.dlqTopic == "":
+		case o.policy == kafkaio.OnErrorDeadLetter && o.dlqTopic == "":
 			j.failf(where, "%s: on_error dead-letter needs a dead-letter topic", what)
-		case o.policy != OnErrorDeadLetter && o.dlqTopic != "":
+		case o.policy != kafkaio.OnErrorDeadLetter && o.dlqTopic != "":
 			j.failf(where, "%s: dead-letter topic %s set, but on_error is %s", what, o.dlqTopic, o.policy)
-		case o.policy == OnErrorDeadLetter && o.codec == nil:
+		case o.policy == kafkaio.OnErrorDeadLetter && o.codec == nil:
 			j.failf(where, "%s: on_error dead-letter needs a codec of the input type %s", what, reflect.TypeFor[T]())
 		default:
-			if o.policy == OnErrorDeadLetter {
+			if o.policy == kafkaio.OnErrorDeadLetter {
 				c, ok := o.codec.(Codec[T])
 				if !ok {
 					j.failf(where, "%s: OnErrorPolicy: %T is not a stream.Codec[%s]", what, o.codec, reflect.TypeFor[T]())
 					return false
 				}
 				codec = c
-				if dlq = j.addSink(KafkaSink{Topic: o.dlqTopic, Delivery: DeliveryExactlyOnce}, true, where); dlq < 0 {
+				if dlq = j.addSink(KafkaSink{Topic: o.dlqTopic, Delivery: kafkaio.DeliveryExactlyOnce}, true, where); dlq < 0 {
 					return false
 				}
 			}
@@ -200,7 +204,7 @@ type transformOp[T, U any] struct {
 	next        func(U) error
 	emitFn      func(U) error // op.emit, bound once
 	downErr     error         // the first error of next during the current call
-	policy      OnError
+	policy      kafkaio.OnError
 	dlq         int
 	dlqTopic    string
 	codec       Codec[T]
@@ -243,13 +247,13 @@ func (op *transformOp[T, U]) process(v T) error {
 // key is v's key.
 func (op *transformOp[T, U]) failed(v T, key []byte, err error) error {
 	t := op.ctx.t
-	if op.policy == OnErrorFail {
+	if op.policy == kafkaio.OnErrorFail {
 		return opError(op.what, op.where, err)
 	}
 	if f := t.tc.OnRecordError; f != nil {
 		f(op.name, op.policy)
 	}
-	if op.policy == OnErrorSkip {
+	if op.policy == kafkaio.OnErrorSkip {
 		op.log.Debug("element skipped: the operator failed", "topic", t.origin.topic, "partition", t.origin.partition, "offset", t.origin.offset, "err", err)
 		return nil
 	}
@@ -275,18 +279,18 @@ func KeyByCurrent[T any](s *Stream[T], opts ...ShuffleOption) *Stream[T] {
 type TransformOption func(*transformOptions)
 
 type transformOptions struct {
-	policy     OnError
+	policy     kafkaio.OnError
 	dlqTopic   string
 	codec      any // a Codec[T] of the Transform's input type
 	changesKey bool
 }
 
 // OnErrorPolicy sets what happens to an element whose Transform function
-// returns an error of its own: OnErrorFail (the default), OnErrorSkip, or
-// OnErrorDeadLetter, which needs deadLetterTopic and a codec of the
-// Transform's input type T (Transform checks it); the other policies take
-// neither (pass "" and nil).
-func OnErrorPolicy[T any](p OnError, deadLetterTopic string, codec Codec[T]) TransformOption {
+// returns an error of its own: kafkaio.OnErrorFail (the default),
+// kafkaio.OnErrorSkip, or kafkaio.OnErrorDeadLetter, which needs
+// deadLetterTopic and a codec of the Transform's input type T (Transform
+// checks it); the other policies take neither (pass "" and nil).
+func OnErrorPolicy[T any](p kafkaio.OnError, deadLetterTopic string, codec Codec[T]) TransformOption {
 	return func(o *transformOptions) {
 		o.policy, o.dlqTopic, o.codec = p, deadLetterTopic, nil
 		if codec != nil {

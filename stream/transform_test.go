@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -179,7 +180,7 @@ func policyJob(t *testing.T, opts ...stream.TransformOption) (*stream.Job, *[]st
 
 func policyTask(t *testing.T, j *stream.Job, counted *[]string) stream.Task {
 	t.Helper()
-	task, err := j.NewTask(stream.TaskContext{Task: "main/0", OnRecordError: func(op string, p stream.OnError) {
+	task, err := j.NewTask(stream.TaskContext{Task: "main/0", OnRecordError: func(op string, p kafkaio.OnError) {
 		*counted = append(*counted, op+":"+string(p))
 	}})
 	if err != nil {
@@ -206,7 +207,7 @@ func TestTransformOnErrorFail(t *testing.T) {
 }
 
 func TestTransformOnErrorSkip(t *testing.T) {
-	j, counted := policyJob(t, stream.OnErrorPolicy[string](stream.OnErrorSkip, "", nil))
+	j, counted := policyJob(t, stream.OnErrorPolicy[string](kafkaio.OnErrorSkip, "", nil))
 	task := policyTask(t, j, counted)
 	var c collector
 	if err := task.ProcessBatch(recs("in", "k=ok", "k=bad", "k=next"), &c); err != nil {
@@ -217,8 +218,8 @@ func TestTransformOnErrorSkip(t *testing.T) {
 }
 
 func TestTransformOnErrorDeadLetter(t *testing.T) {
-	j, counted := policyJob(t, stream.OnErrorPolicy(stream.OnErrorDeadLetter, "dlq", str))
-	if sinks := j.Sinks(); len(sinks) != 2 || sinks[0].Topic != "dlq" || sinks[0].Delivery != stream.DeliveryExactlyOnce {
+	j, counted := policyJob(t, stream.OnErrorPolicy(kafkaio.OnErrorDeadLetter, "dlq", str))
+	if sinks := j.Sinks(); len(sinks) != 2 || sinks[0].Topic != "dlq" || sinks[0].Delivery != kafkaio.DeliveryExactlyOnce {
 		t.Fatalf("sinks %+v", sinks)
 	}
 	if st := j.Stages(); len(st) != 1 || fmt.Sprint(st[0].Sinks) != "[0 1]" || !strings.Contains(strings.Join(st[0].Operators, " "), `Transform("check")`) {
@@ -245,8 +246,8 @@ func TestTransformOnErrorDeadLetter(t *testing.T) {
 // a Transform fails the task whatever the policy, and is not counted.
 func TestTransformDownstreamErrorIsNotItsOwn(t *testing.T) {
 	for _, opt := range []stream.TransformOption{
-		stream.OnErrorPolicy[string](stream.OnErrorSkip, "", nil),
-		stream.OnErrorPolicy(stream.OnErrorDeadLetter, "dlq", str),
+		stream.OnErrorPolicy[string](kafkaio.OnErrorSkip, "", nil),
+		stream.OnErrorPolicy(kafkaio.OnErrorDeadLetter, "dlq", str),
 	} {
 		j, counted := policyJob(t, opt)
 		task := policyTask(t, j, counted)
@@ -288,19 +289,19 @@ func TestTransformDefinitionErrors(t *testing.T) {
 			return stream.Transform(s, "t", id, stream.OnErrorPolicy[string]("retry", "", nil))
 		}, `on_error "retry"`},
 		{"dead letter without topic", func(s *stream.Stream[string]) *stream.Stream[string] {
-			return stream.Transform(s, "t", id, stream.OnErrorPolicy(stream.OnErrorDeadLetter, "", str))
+			return stream.Transform(s, "t", id, stream.OnErrorPolicy(kafkaio.OnErrorDeadLetter, "", str))
 		}, "needs a dead-letter topic"},
 		{"dead letter without codec", func(s *stream.Stream[string]) *stream.Stream[string] {
-			return stream.Transform(s, "t", id, stream.OnErrorPolicy[string](stream.OnErrorDeadLetter, "dlq", nil))
+			return stream.Transform(s, "t", id, stream.OnErrorPolicy[string](kafkaio.OnErrorDeadLetter, "dlq", nil))
 		}, "needs a codec of the input type string"},
 		{"codec of another type", func(s *stream.Stream[string]) *stream.Stream[string] {
-			return stream.Transform(s, "t", id, stream.OnErrorPolicy[int64](stream.OnErrorDeadLetter, "dlq", stream.Int64Codec{}))
+			return stream.Transform(s, "t", id, stream.OnErrorPolicy[int64](kafkaio.OnErrorDeadLetter, "dlq", stream.Int64Codec{}))
 		}, "is not a stream.Codec[string]"},
 		{"topic without dead letter", func(s *stream.Stream[string]) *stream.Stream[string] {
-			return stream.Transform(s, "t", id, stream.OnErrorPolicy(stream.OnErrorSkip, "dlq", str))
+			return stream.Transform(s, "t", id, stream.OnErrorPolicy(kafkaio.OnErrorSkip, "dlq", str))
 		}, "dead-letter topic dlq set, but on_error is skip"},
 		{"dead letter to the input", func(s *stream.Stream[string]) *stream.Stream[string] {
-			return stream.Transform(s, "t", id, stream.OnErrorPolicy(stream.OnErrorDeadLetter, "in", str))
+			return stream.Transform(s, "t", id, stream.OnErrorPolicy(kafkaio.OnErrorDeadLetter, "in", str))
 		}, "the topic is an input of the job"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -319,14 +320,14 @@ func TestTransformDefinitionErrors(t *testing.T) {
 // with a source's dead-letter sink of the same topic.
 func TestTransformDeadLetterDownstreamStage(t *testing.T) {
 	j := stream.NewJob("dlqdown")
-	s := stream.From(j, stream.KafkaSource{Topics: []string{"in"}, OnError: stream.OnErrorDeadLetter, DeadLetterTopic: "dlq"}, stream.StringCodec{})
+	s := stream.From(j, stream.KafkaSource{Topics: []string{"in"}, OnError: kafkaio.OnErrorDeadLetter, DeadLetterTopic: "dlq"}, stream.StringCodec{})
 	n := stream.Count(stream.KeyBy(s, func(v string) ([]byte, error) { return []byte(v), nil }, stream.ShuffleCodec(str)), "n")
 	tr := stream.Transform(n, "odd", func(e stream.Elem, v int64, emit func(int64) error) error {
 		if v%2 == 0 {
 			return errors.New("even")
 		}
 		return emit(v)
-	}, stream.OnErrorPolicy(stream.OnErrorDeadLetter, "dlq", stream.Codec[int64](stream.Int64Codec{})))
+	}, stream.OnErrorPolicy(kafkaio.OnErrorDeadLetter, "dlq", stream.Codec[int64](stream.Int64Codec{})))
 	stream.To(tr, stream.KafkaSink{Topic: "out"}, stream.Int64Codec{})
 	err := j.Build()
 	st := j.Stages()
@@ -345,7 +346,7 @@ func transformChain() *stream.Job {
 			return nil
 		}
 		return emit(v)
-	}, stream.OnErrorPolicy[[]byte](stream.OnErrorSkip, "", nil))
+	}, stream.OnErrorPolicy[[]byte](kafkaio.OnErrorSkip, "", nil))
 	b := stream.Transform(a, "b", func(e stream.Elem, v []byte, emit func([]byte) error) error {
 		e.SetKey(v[:min(len(v), 4)])
 		if err := emit(v); err != nil {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/state"
 )
 
@@ -145,7 +146,7 @@ func window[T, ACC, U any](s *Stream[T], name, where string, w Windowing[T], acc
 			return false
 		}
 		if w.LateTopic != "" {
-			if late = j.addSink(KafkaSink{Topic: w.LateTopic, Delivery: DeliveryExactlyOnce}, false, where); late < 0 {
+			if late = j.addSink(KafkaSink{Topic: w.LateTopic, Delivery: kafkaio.DeliveryExactlyOnce}, false, where); late < 0 {
 				return false
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/keygroup"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/stream"
@@ -87,7 +88,7 @@ func TestEventTimeDeclared(t *testing.T) {
 		t.Fatal("EventTime of a job without event-time operators")
 	}
 	got := plain.Sources()[0]
-	if got.Timestamp.Format != stream.TimestampUnixMs || got.Watermark.Interval != stream.DefaultWatermarkInterval {
+	if got.Timestamp.Format != kafkaio.TimestampUnixMs || got.Watermark.Interval != stream.DefaultWatermarkInterval {
 		t.Fatalf("source defaults: %+v", got)
 	}
 	task := newTask(t, plain, openBackend(t, t.TempDir()), nil)
@@ -125,7 +126,7 @@ func TestWindowAfterKeyBy(t *testing.T) {
 	}
 	sinks := j.Sinks()
 	late := slices.IndexFunc(sinks, func(s stream.KafkaSink) bool { return s.Topic == "clicks-late" })
-	if late < 0 || sinks[late].Delivery != stream.DeliveryExactlyOnce || !slices.Contains(stages[1].Sinks, late) || slices.Contains(stages[0].Sinks, late) {
+	if late < 0 || sinks[late].Delivery != kafkaio.DeliveryExactlyOnce || !slices.Contains(stages[1].Sinks, late) || slices.Contains(stages[0].Sinks, late) {
 		t.Fatalf("late sink %d of %+v; stages' sinks %v, %v", late, sinks, stages[0].Sinks, stages[1].Sinks)
 	}
 	task, err := j.NewTask(stream.TaskContext{Backend: openBackend(t, t.TempDir()), Stage: "per-minute"})

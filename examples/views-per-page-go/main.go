@@ -21,6 +21,7 @@ import (
 	"os"
 
 	"github.com/weir-stream/weir/cli"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/stream"
 )
@@ -47,7 +48,7 @@ func viewsPerPage(input, output string) *stream.Job {
 	clicks := stream.From(job, stream.KafkaSource{
 		Topics: []string{input},
 		Format: stream.FormatJSON,
-		Start:  stream.Start{Kind: stream.StartEarliest},
+		Start:  kafkaio.Start{Kind: kafkaio.StartEarliest},
 	}, stream.JSONCodec[Click]{})
 	// The clicks travel to the per-page stage through a shuffle topic,
 	// encoded as JSON again.

@@ -20,31 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/internal/txnwatch"
+	"github.com/weir-stream/weir/kafkaio"
 )
-
-// Mode selects the delivery guarantee of a Kafka sink.
-type Mode int
-
-const (
-	// ExactlyOnce is the two-phase-commit sink over Kafka transactions
-	// (DESIGN.md sections 5, 6 and 8).
-	ExactlyOnce Mode = iota
-	// AtLeastOnce writes with an idempotent producer and flushes at
-	// each barrier: nothing is lost, records after the last completed
-	// checkpoint are written again after a restore.
-	AtLeastOnce
-)
-
-// String returns the configuration name of the mode.
-func (m Mode) String() string {
-	switch m {
-	case ExactlyOnce:
-		return "exactly_once"
-	case AtLeastOnce:
-		return "at_least_once"
-	}
-	return "Mode(" + strconv.Itoa(int(m)) + ")"
-}
 
 // DefaultTransactionTimeout is the transaction timeout when the
 // configuration sets none: the brokers' default transaction.max.timeout.ms,
@@ -143,8 +120,13 @@ type Config struct {
 	// name before (PoolName changed), which may hold a transaction open
 	// that would block read_committed readers until its timeout.
 	FenceIDs []string
-	// Mode is exactly-once (default) or at-least-once.
-	Mode Mode
+	// Delivery is the sink's guarantee: kafkaio.DeliveryExactlyOnce (the
+	// default, also when empty) is the two-phase-commit sink over Kafka
+	// transactions (DESIGN.md sections 5, 6 and 8);
+	// kafkaio.DeliveryAtLeastOnce writes with an idempotent producer and
+	// flushes at each barrier: nothing is lost, and the records after the
+	// last completed checkpoint are written again after a restore.
+	Delivery kafkaio.Delivery
 	// PoolSize is the number of transactional producers; 0 means
 	// DefaultPoolSize(MaxConcurrentCheckpoints).
 	PoolSize int
@@ -184,14 +166,14 @@ func (c *Config) validate() error {
 	if c.Partition < 0 {
 		errs = append(errs, fmt.Errorf("partition %d is negative", c.Partition))
 	}
-	switch c.Mode {
-	case ExactlyOnce:
+	switch c.Delivery {
+	case "", kafkaio.DeliveryExactlyOnce:
 		if c.TransactionalIDPrefix == "" {
 			errs = append(errs, errors.New("transactional ID prefix is empty"))
 		}
-	case AtLeastOnce:
+	case kafkaio.DeliveryAtLeastOnce:
 	default:
-		errs = append(errs, fmt.Errorf("unknown mode %d", c.Mode))
+		errs = append(errs, fmt.Errorf("unknown delivery %q", c.Delivery))
 	}
 	if c.PoolSize < 1 {
 		errs = append(errs, fmt.Errorf("pool size %d must be at least 1", c.PoolSize))
@@ -433,7 +415,7 @@ func (s *Sink) Recover(ctx context.Context, handles []TxnHandle) error {
 			"producer_id", h.ProducerID, "producer_epoch", h.ProducerEpoch, "checkpoint", h.Checkpoint, "outcome", outcome.String())
 	}
 
-	if s.cfg.Mode == AtLeastOnce {
+	if s.cfg.Delivery == kafkaio.DeliveryAtLeastOnce {
 		cl, err := kgo.NewClient(s.cfg.ClientOpts...)
 		if err != nil {
 			return fmt.Errorf("sink: producer: %w", err)
@@ -582,7 +564,7 @@ func (s *Sink) fence(ctx context.Context, handles []TxnHandle) ([]*sinkSlot, err
 // buffer is full. Errors of individual records surface at PreCommit. Write
 // takes no lock and allocates nothing beyond what kgo's Produce does.
 func (s *Sink) Write(ctx context.Context, r *kgo.Record) error {
-	if s.cfg.Mode == AtLeastOnce {
+	if s.cfg.Delivery == kafkaio.DeliveryAtLeastOnce {
 		if s.alo == nil {
 			return s.unusable()
 		}
@@ -881,7 +863,7 @@ func (s *Sink) PreCommit(ctx context.Context, checkpoint ckpt.ID) (*PreCommit, e
 		return nil, err
 	}
 	s.lastBarrier = checkpoint
-	if s.cfg.Mode == AtLeastOnce {
+	if s.cfg.Delivery == kafkaio.DeliveryAtLeastOnce {
 		err := s.alo.Flush(ctx)
 		if err == nil {
 			if p := s.aloErr.Load(); p != nil {
@@ -959,7 +941,7 @@ func (s *Sink) flush(txn *sinkTxn) {
 // newer instance of the task took over. It may run concurrently with the
 // task goroutine; calls are serialised.
 func (s *Sink) NotifyComplete(ctx context.Context, checkpoint ckpt.ID) error {
-	if s.cfg.Mode == AtLeastOnce {
+	if s.cfg.Delivery == kafkaio.DeliveryAtLeastOnce {
 		return nil
 	}
 	s.commitMu.Lock()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/internal/promtest"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/sink"
 )
 
@@ -563,7 +564,7 @@ func TestSinkAtLeastOnce(t *testing.T) {
 		ctx := sinkCtx(t)
 		e := newSinkEnv(t, c, 2)
 		s := e.sink(t, ctx, nil, func(cfg *sink.Config) {
-			cfg.Mode = sink.AtLeastOnce
+			cfg.Delivery = kafkaio.DeliveryAtLeastOnce
 			// A long linger: without the barrier's flush the
 			// records would sit in the client.
 			cfg.ClientOpts = append(cfg.ClientOpts, kgo.ProducerLinger(time.Minute))

@@ -26,8 +26,8 @@ const (
 const deadLetterMaxError = 1024
 
 // DeadLetterWriter takes the dead-letter records of a source under
-// DecodeDeadLetter. Both methods are called on the goroutine that calls
-// Source.Next and Source.Barrier.
+// kafkaio.OnErrorDeadLetter. Both methods are called on the goroutine that
+// calls Source.Next and Source.Barrier.
 //
 // Source.Barrier calls FlushDeadLetters before it places barrier n, so every
 // dead letter of the records before barrier n is durable before checkpoint n

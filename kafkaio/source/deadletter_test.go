@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/source"
 )
 
@@ -46,7 +47,7 @@ func TestSourceDecodeFail(t *testing.T) {
 		_, bad := srcDecodeInput(t, ctx, c, topic, 0)
 		reg := prometheus.NewRegistry()
 		src := srcOpen(t, ctx, c, source.Config{Topics: []string{topic}, Decoder: source.DecodeJSON{},
-			DecodeErrors: source.DecodeFail, Registerer: reg})
+			OnError: kafkaio.OnErrorFail, Registerer: reg})
 		var err error
 		for err == nil {
 			_, err = src.Next(ctx)
@@ -76,7 +77,7 @@ func TestSourceDecodeSkip(t *testing.T) {
 		good, _ := srcDecodeInput(t, ctx, c, topic, 0)
 		reg := prometheus.NewRegistry()
 		src := srcOpen(t, ctx, c, source.Config{Topics: []string{topic}, Decoder: source.DecodeJSON{},
-			DecodeErrors: source.DecodeSkip, Registerer: reg})
+			OnError: kafkaio.OnErrorSkip, Registerer: reg})
 		recs := srcRead(t, ctx, src, len(good))
 		srcWantValues(t, "skip", recs, good)
 		srcWaitCaughtUp(t, ctx, src)
@@ -105,7 +106,7 @@ func TestSourceDeadLetterRouting(t *testing.T) {
 		good, bad := srcDecodeInput(t, ctx, c, topic, 1)
 		reg := prometheus.NewRegistry()
 		src := srcOpen(t, ctx, c, source.Config{Topics: []string{topic}, Partition: 1, Decoder: source.DecodeJSON{},
-			DecodeErrors: source.DecodeDeadLetter, DeadLetterTopic: dlq, Registerer: reg})
+			OnError: kafkaio.OnErrorDeadLetter, DeadLetterTopic: dlq, Registerer: reg})
 		recs := srcRead(t, ctx, src, len(good))
 		srcWantValues(t, "dead-letter", recs, good)
 		bar := srcBarrier(t, ctx, src, 1)
@@ -185,7 +186,7 @@ func TestSourceDeadLetterTopicMissing(t *testing.T) {
 		c.CreateTopic(t, topic, 1, nil)
 		missing := kafkatest.Name(t, "nodlq")
 		_, err := source.New(ctx, source.Config{ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
-			Topics: []string{topic}, DecodeErrors: source.DecodeDeadLetter, DeadLetterTopic: missing})
+			Topics: []string{topic}, OnError: kafkaio.OnErrorDeadLetter, DeadLetterTopic: missing})
 		if err == nil || !strings.Contains(err.Error(), missing) {
 			t.Fatalf("New = %v, want an error naming %s", err, missing)
 		}
@@ -206,7 +207,7 @@ func TestSourceDecodeErrorsCountedOnce(t *testing.T) {
 		reg := prometheus.NewRegistry() // the replica's: shared by its tasks' sources
 		open := func(restored source.Offsets) *source.Source {
 			return srcOpen(t, ctx, c, source.Config{Topics: []string{topic}, Decoder: source.DecodeJSON{},
-				DecodeErrors: source.DecodeDeadLetter, DeadLetterTopic: dlq, Restored: restored, Registerer: reg})
+				OnError: kafkaio.OnErrorDeadLetter, DeadLetterTopic: dlq, Restored: restored, Registerer: reg})
 		}
 		want := func(when string, n float64) {
 			t.Helper()

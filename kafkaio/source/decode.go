@@ -65,33 +65,3 @@ func DecoderForFormat(format string) (Decoder, error) {
 	}
 	return nil, fmt.Errorf("%w: unknown format %q (want raw or json)", ErrConfig, format)
 }
-
-// DecodePolicy says what a source does with a record its Decoder rejects.
-// Every rejected record is counted in weir_source_decode_errors_total, once
-// per process (Source.rejected).
-type DecodePolicy string
-
-// The decode policies.
-const (
-	// DecodeFail stops the source with a *DecodeError naming the
-	// record's topic, partition and offset. It is the default: nothing is
-	// dropped unless someone said so.
-	DecodeFail DecodePolicy = "fail"
-	// DecodeSkip drops the record (counted, logged at debug level).
-	DecodeSkip DecodePolicy = "skip"
-	// DecodeDeadLetter writes the record to the dead-letter topic with
-	// headers naming its origin and the error (see DeadLetterWriter), then
-	// drops it from the stream.
-	DecodeDeadLetter DecodePolicy = "dead-letter"
-)
-
-// ParseDecodePolicy parses a policy name; empty means DecodeFail.
-func ParseDecodePolicy(s string) (DecodePolicy, error) {
-	switch p := DecodePolicy(s); p {
-	case "":
-		return DecodeFail, nil
-	case DecodeFail, DecodeSkip, DecodeDeadLetter:
-		return p, nil
-	}
-	return "", fmt.Errorf("%w: unknown decode error policy %q (want fail, skip or dead-letter)", ErrConfig, s)
-}

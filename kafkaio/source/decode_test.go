@@ -72,16 +72,3 @@ func TestDecoderForFormat(t *testing.T) {
 		t.Errorf("DecoderForFormat(avro) = %v, want ErrConfig", err)
 	}
 }
-
-func TestParseDecodePolicy(t *testing.T) {
-	for in, want := range map[string]source.DecodePolicy{
-		"": source.DecodeFail, "fail": source.DecodeFail, "skip": source.DecodeSkip, "dead-letter": source.DecodeDeadLetter,
-	} {
-		if got, err := source.ParseDecodePolicy(in); err != nil || got != want {
-			t.Errorf("ParseDecodePolicy(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	if _, err := source.ParseDecodePolicy("dlq"); !errors.Is(err, source.ErrConfig) {
-		t.Errorf("ParseDecodePolicy(dlq) = %v, want ErrConfig", err)
-	}
-}

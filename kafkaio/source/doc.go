@@ -3,5 +3,5 @@
 // two records (Barrier returns the exact offsets it covers), commits the
 // offsets of a completed checkpoint, and reports lag. Records are decoded as
 // they are read (Decoder); those that fail are dropped, stop the task, or go
-// to a dead-letter topic, as the DecodePolicy says.
+// to a dead-letter topic, as the on-error policy (Config.OnError) says.
 package source

@@ -44,6 +44,7 @@ import (
 
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/retry"
+	"github.com/weir-stream/weir/kafkaio"
 )
 
 // Offsets are a source's read positions: topic → partition → the next
@@ -80,59 +81,6 @@ func (o Offsets) Clone() Offsets {
 	return c
 }
 
-// StartKind says where a source starts partitions that have no
-// restored offset.
-type StartKind int
-
-// The start kinds.
-const (
-	// StartEarliest starts at the log start offset.
-	StartEarliest StartKind = iota
-	// StartLatest starts at the last stable offset: only records
-	// committed after the start are read.
-	StartLatest
-	// StartTimestamp starts at the first record whose timestamp is at
-	// or after Start.Time (the end, if there is none).
-	StartTimestamp
-)
-
-// Start is the configured start position (`earliest`, `latest` or a
-// timestamp) used for partitions without a restored offset, that is when the
-// job has no completed checkpoint (DESIGN.md section 6).
-type Start struct {
-	Kind StartKind
-	// Time is the timestamp of StartTimestamp.
-	Time time.Time
-}
-
-// ParseStart parses "earliest", "latest" or an RFC 3339 timestamp.
-func ParseStart(s string) (Start, error) {
-	switch s {
-	case "earliest":
-		return Start{Kind: StartEarliest}, nil
-	case "latest":
-		return Start{Kind: StartLatest}, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return Start{}, fmt.Errorf("%w: start %q: want earliest, latest or an RFC 3339 timestamp", ErrConfig, s)
-	}
-	return Start{Kind: StartTimestamp, Time: t}, nil
-}
-
-// String returns the form ParseStart reads.
-func (s Start) String() string {
-	switch s.Kind {
-	case StartEarliest:
-		return "earliest"
-	case StartLatest:
-		return "latest"
-	case StartTimestamp:
-		return s.Time.Format(time.RFC3339Nano)
-	}
-	return fmt.Sprintf("StartKind(%d)", int(s.Kind))
-}
-
 // DefaultMaxBatchRecords is the default of Config.MaxBatchRecords.
 const DefaultMaxBatchRecords = 4096
 
@@ -152,8 +100,9 @@ type Config struct {
 	// Restored are the offsets of the checkpoint the task restores from.
 	// A topic without an entry for Partition starts from Start.
 	Restored Offsets
-	// Start is where partitions without a restored offset start.
-	Start Start
+	// Start is where partitions without a restored offset start, that is
+	// when the job has no completed checkpoint (DESIGN.md section 6).
+	Start kafkaio.Start
 	// Skip lists records the source drops unread (neither decoded nor
 	// delivered): those an operator skipped with `processor resume --skip`
 	// (the generation's control.Generation.Skip). Records of other
@@ -167,10 +116,14 @@ type Config struct {
 
 	// Decoder checks each record; nil means DecodeRaw.
 	Decoder Decoder
-	// DecodeErrors is the policy for records the decoder rejects; empty
-	// means DecodeFail.
-	DecodeErrors DecodePolicy
-	// DeadLetterTopic receives rejected records under DecodeDeadLetter. It
+	// OnError is the policy for records the decoder rejects; empty means
+	// kafkaio.OnErrorFail: the source stops with a *DecodeError naming the
+	// record. Under kafkaio.OnErrorSkip the record is dropped (counted,
+	// logged at debug level); under kafkaio.OnErrorDeadLetter it is written
+	// to DeadLetterTopic (see DeadLetterWriter), then dropped.
+	OnError kafkaio.OnError
+	// DeadLetterTopic receives rejected records under
+	// kafkaio.OnErrorDeadLetter. It
 	// must exist and must not be an input topic.
 	DeadLetterTopic string
 	// DeadLetter writes dead letters; nil means the source's own idempotent
@@ -215,7 +168,7 @@ func (c *Config) validate() error {
 	if c.Partition < 0 {
 		bad("partition: %d is negative", c.Partition)
 	}
-	if c.Start.Kind < StartEarliest || c.Start.Kind > StartTimestamp {
+	if !c.Start.Valid() {
 		bad("start: unknown kind %d", int(c.Start.Kind))
 	}
 	for t, ps := range c.Restored {
@@ -228,10 +181,10 @@ func (c *Config) validate() error {
 	if c.MaxBatchRecords < 0 {
 		bad("max_batch_records: %d is negative", c.MaxBatchRecords)
 	}
-	if _, err := ParseDecodePolicy(string(c.DecodeErrors)); err != nil {
-		errs = append(errs, err)
+	if _, err := kafkaio.ParseOnError(string(c.OnError)); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err))
 	}
-	if c.DecodeErrors == DecodeDeadLetter {
+	if c.OnError == kafkaio.OnErrorDeadLetter {
 		switch {
 		case c.DeadLetterTopic == "":
 			bad("dead_letter_topic: required by the dead-letter policy")
@@ -267,7 +220,7 @@ type Source struct {
 	log      *slog.Logger
 	group    string
 	decoder  Decoder
-	policy   DecodePolicy
+	policy   kafkaio.OnError
 	dlqTopic string
 	dlq      DeadLetterWriter
 	maxBatch int
@@ -342,8 +295,8 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.DecodeErrors == "" {
-		cfg.DecodeErrors = DecodeFail
+	if cfg.OnError == "" {
+		cfg.OnError = kafkaio.OnErrorFail
 	}
 	if cfg.Decoder == nil {
 		cfg.Decoder = DecodeRaw{}
@@ -387,7 +340,7 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 		log:      cfg.Logger.With("component", "source", "partition", cfg.Partition),
 		group:    cfg.Group,
 		decoder:  cfg.Decoder,
-		policy:   cfg.DecodeErrors,
+		policy:   cfg.OnError,
 		dlqTopic: cfg.DeadLetterTopic,
 		dlq:      cfg.DeadLetter,
 		maxBatch: cfg.MaxBatchRecords,
@@ -395,7 +348,7 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 		parts:    make(map[string]*sourcePartition, len(cfg.Topics)),
 	}
 	s.lifeCtx, s.lifeCancel = context.WithCancel(context.Background())
-	if s.policy == DecodeDeadLetter && s.dlq == nil {
+	if s.policy == kafkaio.OnErrorDeadLetter && s.dlq == nil {
 		s.dlq = newDeadLetterProducer(cl)
 	}
 	for _, t := range cfg.Topics {
@@ -442,7 +395,7 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 // so that Lag is known before the first fetch.
 func (s *Source) resolveStart(ctx context.Context, cfg *Config) (map[string]map[int32]kgo.Offset, error) {
 	check := slices.Clone(cfg.Topics)
-	if s.policy == DecodeDeadLetter { // whichever writer writes to it
+	if s.policy == kafkaio.OnErrorDeadLetter { // whichever writer writes to it
 		check = append(check, cfg.DeadLetterTopic)
 	}
 	details, err := s.adm.ListTopics(ctx, check...)
@@ -491,9 +444,9 @@ func (s *Source) resolveStart(ctx context.Context, cfg *Config) (map[string]map[
 	}
 	listed := stable
 	switch cfg.Start.Kind {
-	case StartEarliest:
+	case kafkaio.StartEarliest:
 		listed, err = s.adm.ListStartOffsets(ctx, fromStart...)
-	case StartTimestamp:
+	case kafkaio.StartTimestamp:
 		listed, err = s.adm.ListOffsetsAfterMilli(ctx, cfg.Start.Time.UnixMilli(), fromStart...)
 	}
 	if err != nil {
@@ -683,10 +636,10 @@ func (s *Source) rejected(p *sourcePartition, r *kgo.Record, cause error) error 
 		p.decodeErrs.Inc()
 	}
 	switch s.policy {
-	case DecodeSkip:
+	case kafkaio.OnErrorSkip:
 		s.log.Debug("source skipped undecodable record", "topic", r.Topic, "offset", r.Offset, "error", cause)
 		return nil
-	case DecodeDeadLetter:
+	case kafkaio.OnErrorDeadLetter:
 		if err := s.dlq.WriteDeadLetter(s.lifeCtx, NewDeadLetterRecord(s.dlqTopic, r, cause)); err != nil {
 			return fmt.Errorf("source: topic %s partition %d offset %d: dead letter: %w", r.Topic, r.Partition, r.Offset, err)
 		}

@@ -101,7 +101,7 @@ func (e *FetchError) Error() string {
 // Unwrap returns the fetch error.
 func (e *FetchError) Unwrap() error { return e.Err }
 
-// DecodeError is a record the Decoder rejected under DecodeFail.
+// DecodeError is a record the Decoder rejected under kafkaio.OnErrorFail.
 type DecodeError struct {
 	Topic     string
 	Partition int32

@@ -18,6 +18,7 @@ import (
 
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/internal/testlog"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/source"
 )
 
@@ -256,7 +257,7 @@ func TestSourceStartPositions(t *testing.T) {
 			srcWaitCaughtUp(t, ctx, src)
 		})
 		t.Run("timestamp", func(t *testing.T) {
-			start, err := source.ParseStart(base.Add(5 * time.Second).Format(time.RFC3339))
+			start, err := kafkaio.ParseStart(base.Add(5 * time.Second).Format(time.RFC3339))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -268,7 +269,7 @@ func TestSourceStartPositions(t *testing.T) {
 			src := srcOpen(t, ctx, c, source.Config{Topics: []string{topic}, Partition: 1,
 				Restored: source.Offsets{topic: {1: 7}},
 				// The restored offset wins over the start.
-				Start: source.Start{Kind: source.StartLatest}})
+				Start: kafkaio.Start{Kind: kafkaio.StartLatest}})
 			recs := srcRead(t, ctx, src, 3)
 			srcWantValues(t, "restored", recs, srcSeq("v", 7, 10))
 			if end(src) != 10 {
@@ -277,7 +278,7 @@ func TestSourceStartPositions(t *testing.T) {
 		})
 		t.Run("latest", func(t *testing.T) {
 			src := srcOpen(t, ctx, c, source.Config{Topics: []string{topic}, Partition: 1,
-				Start: source.Start{Kind: source.StartLatest}})
+				Start: kafkaio.Start{Kind: kafkaio.StartLatest}})
 			if end(src) != 10 || !src.CaughtUp() {
 				t.Fatalf("latest: position %d, caught up %v; want 10, true", end(src), src.CaughtUp())
 			}
@@ -549,9 +550,9 @@ func TestSourceConfigInvalid(t *testing.T) {
 		{"duplicate topic", source.Config{Topics: []string{"a", "a"}}},
 		{"negative partition", source.Config{Topics: []string{"a"}, Partition: -1}},
 		{"negative restored offset", source.Config{Topics: []string{"a"}, Restored: source.Offsets{"a": {0: -1}}}},
-		{"unknown policy", source.Config{Topics: []string{"a"}, DecodeErrors: "drop"}},
-		{"dead letter without topic", source.Config{Topics: []string{"a"}, DecodeErrors: source.DecodeDeadLetter}},
-		{"dead letter to input", source.Config{Topics: []string{"a"}, DecodeErrors: source.DecodeDeadLetter, DeadLetterTopic: "a"}},
+		{"unknown policy", source.Config{Topics: []string{"a"}, OnError: "drop"}},
+		{"dead letter without topic", source.Config{Topics: []string{"a"}, OnError: kafkaio.OnErrorDeadLetter}},
+		{"dead letter to input", source.Config{Topics: []string{"a"}, OnError: kafkaio.OnErrorDeadLetter, DeadLetterTopic: "a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := source.New(context.Background(), tc.cfg)
@@ -559,25 +560,6 @@ func TestSourceConfigInvalid(t *testing.T) {
 				t.Fatalf("New = %v, want ErrConfig", err)
 			}
 		})
-	}
-}
-
-func TestParseSourceStart(t *testing.T) {
-	for in, want := range map[string]string{
-		"earliest":                    "earliest",
-		"latest":                      "latest",
-		"2026-11-29T10:00:00Z":        "2026-11-29T10:00:00Z",
-		"2026-11-29T10:00:00.5+01:00": "2026-11-29T10:00:00.5+01:00",
-	} {
-		s, err := source.ParseStart(in)
-		if err != nil || s.String() != want {
-			t.Errorf("ParseStart(%q) = %v, %v; want %s", in, s, err, want)
-		}
-	}
-	for _, in := range []string{"", "newest", "2026-11-29"} {
-		if _, err := source.ParseStart(in); !errors.Is(err, source.ErrConfig) {
-			t.Errorf("ParseStart(%q) = %v, want ErrConfig", in, err)
-		}
 	}
 }
 

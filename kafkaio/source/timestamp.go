@@ -10,23 +10,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/twmb/franz-go/pkg/kgo"
-)
 
-// TimestampFormat is how a top-level JSON field holds a record's event time
-// (`timestamp: {field, format}`).
-type TimestampFormat string
-
-// The timestamp formats.
-const (
-	// TimestampUnixMs is a JSON number of milliseconds since the Unix
-	// epoch (a fraction is truncated toward minus infinity).
-	TimestampUnixMs TimestampFormat = "unix_ms"
-	// TimestampUnixS is a JSON number of seconds since the Unix epoch,
-	// possibly with a fraction (kept to the millisecond).
-	TimestampUnixS TimestampFormat = "unix_s"
-	// TimestampRFC3339 is a JSON string in RFC 3339 form, with or without
-	// fractional seconds ("2026-12-01T19:30:00.250Z").
-	TimestampRFC3339 TimestampFormat = "rfc3339"
+	"github.com/weir-stream/weir/kafkaio"
 )
 
 // ErrDecodeTimestamp is wrapped by every error of DecodeTimestamp: the
@@ -47,17 +32,17 @@ type DecodeTimestamp struct {
 	next   Decoder
 	field  string
 	path   string
-	format TimestampFormat
+	format kafkaio.TimestampFormat
 }
 
 // NewDecodeTimestamp returns the Decoder that runs next (nil: DecodeRaw)
 // and then sets each record's timestamp from field, in format.
-func NewDecodeTimestamp(next Decoder, field string, format TimestampFormat) (*DecodeTimestamp, error) {
+func NewDecodeTimestamp(next Decoder, field string, format kafkaio.TimestampFormat) (*DecodeTimestamp, error) {
 	if field == "" {
 		return nil, fmt.Errorf("%w: timestamp: field is empty", ErrConfig)
 	}
 	switch format {
-	case TimestampUnixMs, TimestampUnixS, TimestampRFC3339:
+	case kafkaio.TimestampUnixMs, kafkaio.TimestampUnixS, kafkaio.TimestampRFC3339:
 	default:
 		return nil, fmt.Errorf("%w: timestamp: unknown format %q (want unix_ms, unix_s or rfc3339)", ErrConfig, format)
 	}
@@ -92,7 +77,7 @@ func (d *DecodeTimestamp) Decode(r *kgo.Record) error {
 // millis reads res as d.format, in Unix milliseconds.
 func (d *DecodeTimestamp) millis(res gjson.Result) (int64, error) {
 	switch d.format {
-	case TimestampRFC3339:
+	case kafkaio.TimestampRFC3339:
 		if res.Type != gjson.String {
 			return 0, fmt.Errorf("%s %s is not an RFC 3339 string", jsonKind(res), res.Raw)
 		}
@@ -106,7 +91,7 @@ func (d *DecodeTimestamp) millis(res gjson.Result) (int64, error) {
 		return 0, fmt.Errorf("%s %s is not a number of %s", jsonKind(res), res.Raw, d.unit())
 	}
 	scale := int64(1)
-	if d.format == TimestampUnixS {
+	if d.format == kafkaio.TimestampUnixS {
 		scale = 1000
 	}
 	if isInteger(res.Raw) {
@@ -137,7 +122,7 @@ func isInteger(raw string) bool {
 }
 
 func (d *DecodeTimestamp) unit() string {
-	if d.format == TimestampUnixS {
+	if d.format == kafkaio.TimestampUnixS {
 		return "seconds"
 	}
 	return "milliseconds"

@@ -9,34 +9,35 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/source"
 )
 
 func TestDecodeTimestamp(t *testing.T) {
 	kafkaTS := time.UnixMilli(42)
 	for _, tc := range []struct {
-		format source.TimestampFormat
+		format kafkaio.TimestampFormat
 		value  string
 		want   int64 // Unix ms; -1: a decode error
 	}{
-		{source.TimestampUnixMs, `{"ts":1700000000123,"a":1}`, 1700000000123},
-		{source.TimestampUnixMs, `{"a":{"ts":5},"ts":7}`, 7}, // top level only
-		{source.TimestampUnixMs, `{"ts":1.5}`, 1},
-		{source.TimestampUnixMs, `{"ts":-1.5}`, -2},
-		{source.TimestampUnixMs, `{"ts":1e3}`, 1000},
-		{source.TimestampUnixS, `{"ts":1700000000}`, 1700000000000},
-		{source.TimestampUnixS, `{"ts":1700000000.25}`, 1700000000250},
-		{source.TimestampRFC3339, `{"ts":"2026-12-01T19:30:00.25Z"}`, time.Date(2026, 12, 1, 19, 30, 0, 250e6, time.UTC).UnixMilli()},
-		{source.TimestampRFC3339, `{"ts":"2026-12-01T20:30:00+01:00"}`, time.Date(2026, 12, 1, 19, 30, 0, 0, time.UTC).UnixMilli()},
-		{source.TimestampUnixMs, `{"a":{"ts":5}}`, -1},
-		{source.TimestampUnixMs, `{"ts":"1700000000123"}`, -1},
-		{source.TimestampUnixMs, `{"ts":null}`, -1},
-		{source.TimestampUnixMs, `[1700000000123]`, -1},
-		{source.TimestampUnixS, `{"ts":9223372036854775807}`, -1},
-		{source.TimestampUnixS, `{"ts":1e300}`, -1},
-		{source.TimestampRFC3339, `{"ts":1700000000123}`, -1},
-		{source.TimestampRFC3339, `{"ts":"yesterday"}`, -1},
-		{source.TimestampRFC3339, `{}`, -1},
+		{kafkaio.TimestampUnixMs, `{"ts":1700000000123,"a":1}`, 1700000000123},
+		{kafkaio.TimestampUnixMs, `{"a":{"ts":5},"ts":7}`, 7}, // top level only
+		{kafkaio.TimestampUnixMs, `{"ts":1.5}`, 1},
+		{kafkaio.TimestampUnixMs, `{"ts":-1.5}`, -2},
+		{kafkaio.TimestampUnixMs, `{"ts":1e3}`, 1000},
+		{kafkaio.TimestampUnixS, `{"ts":1700000000}`, 1700000000000},
+		{kafkaio.TimestampUnixS, `{"ts":1700000000.25}`, 1700000000250},
+		{kafkaio.TimestampRFC3339, `{"ts":"2026-12-01T19:30:00.25Z"}`, time.Date(2026, 12, 1, 19, 30, 0, 250e6, time.UTC).UnixMilli()},
+		{kafkaio.TimestampRFC3339, `{"ts":"2026-12-01T20:30:00+01:00"}`, time.Date(2026, 12, 1, 19, 30, 0, 0, time.UTC).UnixMilli()},
+		{kafkaio.TimestampUnixMs, `{"a":{"ts":5}}`, -1},
+		{kafkaio.TimestampUnixMs, `{"ts":"1700000000123"}`, -1},
+		{kafkaio.TimestampUnixMs, `{"ts":null}`, -1},
+		{kafkaio.TimestampUnixMs, `[1700000000123]`, -1},
+		{kafkaio.TimestampUnixS, `{"ts":9223372036854775807}`, -1},
+		{kafkaio.TimestampUnixS, `{"ts":1e300}`, -1},
+		{kafkaio.TimestampRFC3339, `{"ts":1700000000123}`, -1},
+		{kafkaio.TimestampRFC3339, `{"ts":"yesterday"}`, -1},
+		{kafkaio.TimestampRFC3339, `{}`, -1},
 	} {
 		d, err := source.NewDecodeTimestamp(source.DecodeJSON{}, "ts", tc.format)
 		if err != nil {
@@ -58,7 +59,7 @@ func TestDecodeTimestamp(t *testing.T) {
 }
 
 func TestDecodeTimestampKeepsNextDecodersVerdict(t *testing.T) {
-	d, err := source.NewDecodeTimestamp(source.DecodeJSON{}, "ts", source.TimestampUnixMs)
+	d, err := source.NewDecodeTimestamp(source.DecodeJSON{}, "ts", kafkaio.TimestampUnixMs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestDecodeTimestampKeepsNextDecodersVerdict(t *testing.T) {
 }
 
 func TestNewDecodeTimestampInvalid(t *testing.T) {
-	if _, err := source.NewDecodeTimestamp(nil, "", source.TimestampUnixMs); !errors.Is(err, source.ErrConfig) {
+	if _, err := source.NewDecodeTimestamp(nil, "", kafkaio.TimestampUnixMs); !errors.Is(err, source.ErrConfig) {
 		t.Errorf("empty field: %v, want ErrConfig", err)
 	}
 	if _, err := source.NewDecodeTimestamp(nil, "ts", "unix_ns"); !errors.Is(err, source.ErrConfig) {
@@ -81,10 +82,10 @@ func TestNewDecodeTimestampInvalid(t *testing.T) {
 }
 
 func TestDecodeTimestampAllocatesNothing(t *testing.T) {
-	for format, v := range map[source.TimestampFormat]string{
-		source.TimestampUnixMs:  `{"user":"ada","n":[1,2,3],"ts":1700000000123}`,
-		source.TimestampUnixS:   `{"user":"ada","ts":1700000000.5}`,
-		source.TimestampRFC3339: `{"user":"ada","ts":"2026-12-01T19:30:00.25Z"}`,
+	for format, v := range map[kafkaio.TimestampFormat]string{
+		kafkaio.TimestampUnixMs:  `{"user":"ada","n":[1,2,3],"ts":1700000000123}`,
+		kafkaio.TimestampUnixS:   `{"user":"ada","ts":1700000000.5}`,
+		kafkaio.TimestampRFC3339: `{"user":"ada","ts":"2026-12-01T19:30:00.25Z"}`,
 	} {
 		d, err := source.NewDecodeTimestamp(source.DecodeJSON{}, "ts", format)
 		if err != nil {
@@ -110,13 +111,13 @@ func TestSourceTimestampField(t *testing.T) {
 			recs = append(recs, &kgo.Record{Topic: topic, Value: []byte(v)})
 		}
 		srcProduce(t, ctx, srcProducer(t, c), recs...)
-		dec, err := source.NewDecodeTimestamp(source.DecodeJSON{}, "ts", source.TimestampUnixMs)
+		dec, err := source.NewDecodeTimestamp(source.DecodeJSON{}, "ts", kafkaio.TimestampUnixMs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		reg := prometheus.NewRegistry()
 		src := srcOpen(t, ctx, c, source.Config{Topics: []string{topic}, Decoder: dec,
-			DecodeErrors: source.DecodeSkip, Registerer: reg})
+			OnError: kafkaio.OnErrorSkip, Registerer: reg})
 		got := srcRead(t, ctx, src, 2)
 		srcWantValues(t, "timestamp", got, []string{`{"ts":1000}`, `{"ts":3000}`})
 		for i, want := range []int64{1000, 3000} {

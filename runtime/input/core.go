@@ -38,11 +38,6 @@ type Config struct {
 	// Start is where reading starts per partition (restored positions); a
 	// partition absent starts at 0. No record below its start is delivered.
 	Start map[int32]int64
-	// Mode is the task's checkpoint mode; the zero value is exactly-once.
-	// At-least-once never holds an input (so never drops, seeks or pauses
-	// for alignment): records after an upstream's barrier n may then be in
-	// snapshot n and be processed again after a restore.
-	Mode barrier.Mode
 }
 
 // Event is one record read from a shuffle partition.
@@ -246,7 +241,7 @@ func New(cfg Config) (*Core, error) {
 		}
 	}
 	n := len(cfg.Partitions)
-	al, err := barrier.New(n*cfg.Upstreams, cfg.Mode)
+	al, err := barrier.New(n * cfg.Upstreams)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -362,14 +357,8 @@ func (c *Core) Positions() map[int32]int64 {
 // Stats returns the record counters.
 func (c *Core) Stats() Stats { return c.stats }
 
-// Aligning returns the checkpoint being aligned (the oldest, in
-// at-least-once mode), or 0. It allocates: not for the per-record path.
-func (c *Core) Aligning() ckpt.ID {
-	if st := c.al.Status(); len(st.Aligning) > 0 {
-		return st.Aligning[0]
-	}
-	return 0
-}
+// Aligning returns the checkpoint being aligned, or 0.
+func (c *Core) Aligning() ckpt.ID { return c.al.Aligning() }
 
 // apply turns the aligner's actions into the core's, in order; the seeks
 // and resumes of released partitions follow the aligner's releases.
@@ -381,8 +370,6 @@ func (c *Core) apply(acts []barrier.Action) {
 			c.out = append(c.out, Action{Kind: Snapshot, ID: a.ID, Positions: c.Positions(), Align: a.Alignment})
 		case barrier.Abort:
 			c.out = append(c.out, Action{Kind: Abort, ID: a.ID, Align: a.Alignment})
-		case barrier.Forward:
-			// Part of Snapshot.
 		case barrier.Hold:
 			s := a.Input / c.u
 			c.heldCount[s]++

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
-
-	"github.com/weir-stream/weir/barrier"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -100,9 +98,6 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		d.MaybeScanArgs(t, "upstreams", &cfg.Upstreams)
 		d.MaybeScanArgs(t, "gen", &cfg.Gen)
-		if arg, ok := d.Arg("mode"); ok && arg.SingleVal(t) == "at-least-once" {
-			cfg.Mode = barrier.AtLeastOnce
-		}
 		if arg, ok := d.Arg("start"); ok {
 			cfg.Start = map[int32]int64{}
 			for _, v := range arg.Vals {

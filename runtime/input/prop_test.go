@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
-
-	"github.com/weir-stream/weir/barrier"
 )
 
 // rec is one record of a simulated shuffle partition log.
@@ -34,7 +32,6 @@ type rec struct {
 type world struct {
 	t    *rapid.T
 	p, u int
-	mode barrier.Mode
 	logs [][]rec
 	now  time.Time
 
@@ -87,7 +84,7 @@ func (w *world) startPhase(gen uint64, start map[int32]int64, base [][]int) {
 	for i := range parts {
 		parts[i] = int32(i)
 	}
-	c, err := New(Config{Partitions: parts, Upstreams: w.u, Gen: gen, Start: start, Mode: w.mode})
+	c, err := New(Config{Partitions: parts, Upstreams: w.u, Gen: gen, Start: start})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -182,9 +179,6 @@ func (w *world) deliver(p int, purgeOnSeek bool) {
 func (w *world) actions(what string, purgeOnSeek bool) {
 	for _, a := range w.core.Actions() {
 		p := int(a.Partition)
-		if w.mode == barrier.AtLeastOnce && a.Kind != Snapshot && a.Kind != Abort {
-			w.t.Fatalf("%s: at-least-once: %v", what, a)
-		}
 		switch a.Kind {
 		case Seek:
 			w.pos[p] = int(a.Offset)
@@ -234,7 +228,7 @@ func (w *world) checkSnapshot(what string, a Action) {
 					want++
 				}
 			}
-			if w.got[p][u] != want && (w.mode == barrier.ExactlyOnce || w.got[p][u] < want) {
+			if w.got[p][u] != want {
 				w.t.Fatalf("%s: snapshot %d: partition %d upstream %d delivered up to seq %d, want %d", what, a.ID, p, u, w.got[p][u], want)
 			}
 		}
@@ -243,7 +237,7 @@ func (w *world) checkSnapshot(what string, a Action) {
 			w.t.Fatalf("%s: snapshot %d: position %d of partition %d, previous %d, log end %d", what, a.ID, pos, p, w.prevPos[int32(p)], len(w.logs[p]))
 		}
 		for off, r := range w.logs[p][:pos] {
-			if w.mode == barrier.ExactlyOnce && r.gen == w.gen && off > w.barrierAt(p, r.u, a.ID) && w.barrierAt(p, r.u, a.ID) >= 0 {
+			if r.gen == w.gen && off > w.barrierAt(p, r.u, a.ID) && w.barrierAt(p, r.u, a.ID) >= 0 {
 				w.t.Fatalf("%s: snapshot %d: position %d of partition %d is past %d %+v, after its writer's barrier", what, a.ID, pos, p, off, r)
 			}
 		}
@@ -337,9 +331,7 @@ func (w *world) drain(t *rapid.T) {
 	}
 }
 
-// TestPropertyAgainstModel simulates a shuffle end to end (exactly-once
-// mode; at-least-once in one case of five, where a snapshot may contain
-// more and no restore is checked): every data and watermark record of the
+// TestPropertyAgainstModel simulates a shuffle end to end: every data and watermark record of the
 // task's generation is delivered exactly once and in order (a watermark
 // record never twice for one offset, and re-read after a seek back like
 // the data around it);
@@ -352,15 +344,12 @@ func (w *world) drain(t *rapid.T) {
 func TestPropertyAgainstModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := &world{t: t, p: rapid.IntRange(1, 3).Draw(t, "partitions"), u: rapid.IntRange(1, 3).Draw(t, "upstreams"), now: t0}
-		if rapid.IntRange(0, 4).Draw(t, "mode") == 0 {
-			w.mode = barrier.AtLeastOnce
-		}
 		w.logs = make([][]rec, w.p)
 		w.startPhase(1, nil, grid(w.p, w.u, 0))
 		w.run(t)
 		w.drain(t)
-		if len(w.snaps) == 0 || w.mode == barrier.AtLeastOnce {
-			return // at-least-once restores may process records again
+		if len(w.snaps) == 0 {
+			return
 		}
 		full := cloneGrid(w.cnt)
 		s := w.snaps[rapid.IntRange(0, len(w.snaps)-1).Draw(t, "restore")]

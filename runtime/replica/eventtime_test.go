@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -167,14 +168,14 @@ func verifyWindows(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topi
 func windowJob(t *testing.T, name, in, out string) *stream.Job {
 	t.Helper()
 	job := stream.NewJob(name)
-	src := stream.KafkaSource{Topics: []string{in}, Start: stream.Start{Kind: stream.StartEarliest},
+	src := stream.KafkaSource{Topics: []string{in}, Start: kafkaio.Start{Kind: kafkaio.StartEarliest},
 		Watermark: stream.WatermarkSpec{MaxOutOfOrderness: 200 * time.Millisecond, IdleTimeout: 2 * time.Second, Interval: 50 * time.Millisecond}}
 	s := stream.From(job, src, stream.RawCodec{})
 	byPage := stream.KeyBy(s, func(v []byte) ([]byte, error) { return v, nil }, stream.Named("count"), stream.Parallelism(2))
 	counts := stream.Window(byPage, "per-second", stream.Windowing[[]byte]{Kind: stream.Tumbling, Size: etWindow},
 		stream.Int64Codec{}, stream.CountAgg[[]byte]())
 	text := stream.Map(counts, func(r stream.WindowResult[int64]) (string, error) { return strconv.FormatInt(r.Value, 10), nil })
-	stream.To(text, stream.KafkaSink{Topic: out, Delivery: stream.DeliveryExactlyOnce}, stream.StringCodec{})
+	stream.To(text, stream.KafkaSink{Topic: out, Delivery: kafkaio.DeliveryExactlyOnce}, stream.StringCodec{})
 	if err := job.Build(); err != nil {
 		t.Fatal(err)
 	}

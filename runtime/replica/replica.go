@@ -40,6 +40,7 @@ import (
 	"github.com/weir-stream/weir/coordinator"
 	"github.com/weir-stream/weir/coordinator/runner"
 	retrypolicy "github.com/weir-stream/weir/internal/retry"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/controltopic"
 	"github.com/weir-stream/weir/kafkaio/kafkaconn"
 	"github.com/weir-stream/weir/kafkaio/shuffle"
@@ -562,7 +563,7 @@ func (r *Replica) checkSinks(ctx context.Context, adm *kadm.Client) error {
 		}
 	}
 	for _, sink := range r.sinks {
-		if sink.Delivery == stream.DeliveryAtLeastOnce {
+		if sink.Delivery == kafkaio.DeliveryAtLeastOnce {
 			continue
 		}
 		if err := kafkasink.CheckTimeouts(ctx, adm, kafkasink.Timeouts{

@@ -18,6 +18,7 @@ import (
 	"github.com/weir-stream/weir/internal/e2etest"
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/internal/testlog"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/keygroup"
 	"github.com/weir-stream/weir/runtime/replica"
 	"github.com/weir-stream/weir/state"
@@ -153,7 +154,7 @@ func slowViewsJob(t *testing.T, name, in, out string) *stream.Job {
 	t.Helper()
 	job := stream.NewJob(name)
 	clicks := stream.From(job, stream.KafkaSource{Topics: []string{in}, Format: stream.FormatJSON,
-		Start: stream.Start{Kind: stream.StartEarliest}}, stream.RawCodec{})
+		Start: kafkaio.Start{Kind: kafkaio.StartEarliest}}, stream.RawCodec{})
 	byPage := stream.KeyBy(clicks, func(v []byte) ([]byte, error) {
 		var c struct {
 			Page string `json:"page"`
@@ -164,7 +165,7 @@ func slowViewsJob(t *testing.T, name, in, out string) *stream.Job {
 		return []byte(c.Page), nil
 	})
 	counts := stream.Process(byPage, slowStage, func() stream.KeyedProcessFunction[[]byte, []byte] { return &slowCount{} })
-	stream.To(counts, stream.KafkaSink{Topic: out, Delivery: stream.DeliveryExactlyOnce}, stream.RawCodec{})
+	stream.To(counts, stream.KafkaSink{Topic: out, Delivery: kafkaio.DeliveryExactlyOnce}, stream.RawCodec{})
 	if err := job.Build(); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/source"
 	"github.com/weir-stream/weir/stream"
 )
@@ -145,7 +146,7 @@ func (t *Task) openSource(ctx context.Context, offsets source.Offsets, added boo
 	if err != nil {
 		return nil, err
 	}
-	if srcCfg.DecodeErrors == source.DecodeDeadLetter {
+	if srcCfg.OnError == kafkaio.OnErrorDeadLetter {
 		// The records the source's format check rejects go to the job's
 		// exactly-once sink of the dead-letter topic, as those its codec
 		// rejects do (stream.KafkaSource.DeadLetterTopic): they commit with
@@ -160,7 +161,7 @@ func (t *Task) openSource(ctx context.Context, offsets source.Offsets, added boo
 	srcCfg.Partition = int32(cfg.ID.Index)
 	srcCfg.Restored = offsets
 	if added {
-		srcCfg.Start = source.Start{Kind: source.StartEarliest}
+		srcCfg.Start = kafkaio.Start{Kind: kafkaio.StartEarliest}
 	}
 	srcCfg.Skip = cfg.Skip
 	srcCfg.Group = cfg.Prefix + "source"
@@ -176,21 +177,6 @@ func (t *Task) openSource(ctx context.Context, offsets source.Offsets, added boo
 
 // sourceConfig translates the job's source into the source's settings.
 func sourceConfig(s stream.KafkaSource) (source.Config, error) {
-	var start source.Start
-	switch s.Start.Kind {
-	case stream.StartEarliest:
-		start.Kind = source.StartEarliest
-	case stream.StartLatest:
-		start.Kind = source.StartLatest
-	case stream.StartTimestamp:
-		start = source.Start{Kind: source.StartTimestamp, Time: s.Start.Time}
-	default:
-		return source.Config{}, fmt.Errorf("source start %v: unknown kind", s.Start)
-	}
-	policy, err := source.ParseDecodePolicy(string(s.OnError))
-	if err != nil {
-		return source.Config{}, err
-	}
 	dec, err := source.DecoderForFormat(s.Format)
 	if err != nil {
 		return source.Config{}, err
@@ -240,15 +226,15 @@ func sourceConfig(s stream.KafkaSource) (source.Config, error) {
 		}
 		format := ts.Format
 		if format == "" {
-			format = stream.TimestampUnixMs
+			format = kafkaio.TimestampUnixMs
 		}
-		if dec, err = source.NewDecodeTimestamp(dec, ts.Field, source.TimestampFormat(format)); err != nil {
+		if dec, err = source.NewDecodeTimestamp(dec, ts.Field, format); err != nil {
 			return source.Config{}, err
 		}
 	}
 	return source.Config{
-		Topics: s.Topics, Start: start, Decoder: dec,
-		DecodeErrors: policy, DeadLetterTopic: s.DeadLetterTopic,
+		Topics: s.Topics, Start: s.Start, Decoder: dec,
+		OnError: s.OnError, DeadLetterTopic: s.DeadLetterTopic,
 	}, nil
 }
 

@@ -7,9 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weir-stream/weir/eventtime"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/shuffle"
 	"github.com/weir-stream/weir/runtime/input"
-	"github.com/weir-stream/weir/stream"
 )
 
 // Metrics are the metrics of a replica's tasks beyond their sources, sinks
@@ -130,7 +130,7 @@ type taskMetrics struct {
 	lastLateCounter      prometheus.Counter
 	// The counter of the last record error's operator and policy.
 	lastErrOp      string
-	lastErrPolicy  stream.OnError
+	lastErrPolicy  kafkaio.OnError
 	lastErrCounter prometheus.Counter
 }
 
@@ -183,7 +183,7 @@ func (tm *taskMetrics) onLate(operator string) {
 
 // onRecordError counts an element that operator's policy skipped or sent
 // to its dead-letter topic: stream.TaskContext.OnRecordError.
-func (tm *taskMetrics) onRecordError(operator string, policy stream.OnError) {
+func (tm *taskMetrics) onRecordError(operator string, policy kafkaio.OnError) {
 	if tm == nil {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/shuffle"
 	"github.com/weir-stream/weir/kafkaio/sink"
 	"github.com/weir-stream/weir/stream"
@@ -66,10 +67,6 @@ func (p sinkPending) wait(ctx context.Context) ([]sink.TxnHandle, error) {
 // and the pool it ran under another name before (r.fence).
 func (t *Task) openSink(ctx context.Context, spec stream.KafkaSink, r sinkRecovery) (*sink.Sink, error) {
 	cfg := t.cfg
-	mode := sink.ExactlyOnce
-	if spec.Delivery == stream.DeliveryAtLeastOnce {
-		mode = sink.AtLeastOnce
-	}
 	opts := append(append([]kgo.Opt{}, cfg.Kafka...), kgo.DefaultProduceTopic(spec.Topic))
 	if spec.MaxRecordBytes > 0 {
 		opts = append(opts, kgo.ProducerBatchMaxBytes(spec.MaxRecordBytes))
@@ -83,7 +80,7 @@ func (t *Task) openSink(ctx context.Context, spec stream.KafkaSink, r sinkRecove
 		Pool:                  r.pool.Pool,
 		PoolSize:              max(r.pool.Size, 1), // unused at-least-once
 		FenceIDs:              r.fence,
-		Mode:                  mode,
+		Delivery:              spec.Delivery,
 		TransactionTimeout:    spec.TransactionTimeout,
 		Logger:                t.log.With("sink", spec.Topic),
 		Metrics:               cfg.SinkMetrics,
@@ -107,9 +104,9 @@ func (t *Task) openSink(ctx context.Context, spec stream.KafkaSink, r sinkRecove
 // holds across a change of the job) and fences its pool.
 func (t *Task) retireSink(ctx context.Context, r sinkRecovery) error {
 	cfg := t.cfg
-	mode := sink.ExactlyOnce
+	delivery := kafkaio.DeliveryExactlyOnce
 	if r.pool.Size == 0 {
-		mode = sink.AtLeastOnce // commits the handles, has no pool to fence
+		delivery = kafkaio.DeliveryAtLeastOnce // commits the handles, has no pool to fence
 	}
 	err := sink.Retire(ctx, sink.Config{
 		ClientOpts:            cfg.Kafka,
@@ -119,7 +116,7 @@ func (t *Task) retireSink(ctx context.Context, r sinkRecovery) error {
 		Partition:             int32(cfg.ID.Index),
 		Pool:                  r.pool.Pool,
 		PoolSize:              max(r.pool.Size, 1),
-		Mode:                  mode,
+		Delivery:              delivery,
 		TransactionTimeout:    t.retiredTxnTimeout(),
 		Logger:                t.log.With("sink", r.name()),
 		Metrics:               cfg.SinkMetrics,

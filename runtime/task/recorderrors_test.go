@@ -12,6 +12,7 @@ import (
 
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -29,8 +30,8 @@ func recordErrorJob(name, in, out string) *stream.Job {
 			return emit(v)
 		}
 	}
-	kept := stream.Transform(s, "skip-bad", failOn("bad-"), stream.OnErrorPolicy[[]byte](stream.OnErrorSkip, "", nil))
-	kept = stream.Transform(kept, "dlq-odd", failOn("dlq-"), stream.OnErrorPolicy(stream.OnErrorDeadLetter, name+"-dlq", stream.Codec[[]byte](stream.RawCodec{})))
+	kept := stream.Transform(s, "skip-bad", failOn("bad-"), stream.OnErrorPolicy[[]byte](kafkaio.OnErrorSkip, "", nil))
+	kept = stream.Transform(kept, "dlq-odd", failOn("dlq-"), stream.OnErrorPolicy(kafkaio.OnErrorDeadLetter, name+"-dlq", stream.Codec[[]byte](stream.RawCodec{})))
 	n := stream.Count(kept, "count")
 	text := stream.Map(n, func(c int64) (string, error) { return strconv.FormatInt(c, 10), nil })
 	stream.To(text, stream.KafkaSink{Topic: out, TransactionTimeout: testTxnTimeout}, stream.StringCodec{})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/sink"
 	"github.com/weir-stream/weir/stream"
 )
@@ -60,7 +61,7 @@ func legacyPoolName(stage string, i int) string {
 // poolOf returns the pool the task runs for sink spec of its stage.
 func poolOf(stage string, spec stream.KafkaSink, maxConcurrent int) sinkPool {
 	p := sinkPool{Topic: spec.Topic, Pool: sink.PoolName(stage, spec.Topic)}
-	if spec.Delivery != stream.DeliveryAtLeastOnce {
+	if spec.Delivery != kafkaio.DeliveryAtLeastOnce {
 		p.Size = sink.DefaultPoolSize(maxConcurrent)
 	}
 	return p
@@ -121,7 +122,7 @@ func legacySinkPools(bySink [][]sink.TxnHandle, stage string, specs []stream.Kaf
 		if i < len(specs) && slices.Contains(stageSinks, i) && !claimed[specs[i].Topic] {
 			out[k].Topic = specs[i].Topic
 			claimed[specs[i].Topic] = true
-			if specs[i].Delivery == stream.DeliveryAtLeastOnce {
+			if specs[i].Delivery == kafkaio.DeliveryAtLeastOnce {
 				out[k].Size = 0
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/sink"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/stream"
@@ -25,10 +26,10 @@ func handle(pool, topic string) sink.TxnHandle {
 func specs(topics ...string) []stream.KafkaSink {
 	out := make([]stream.KafkaSink, len(topics))
 	for i, t := range topics {
-		out[i] = stream.KafkaSink{Topic: t, Delivery: stream.DeliveryExactlyOnce}
+		out[i] = stream.KafkaSink{Topic: t, Delivery: kafkaio.DeliveryExactlyOnce}
 	}
 	if len(topics) > 0 && strings.HasSuffix(topics[len(topics)-1], "-alo") {
-		out[len(topics)-1].Delivery = stream.DeliveryAtLeastOnce
+		out[len(topics)-1].Delivery = kafkaio.DeliveryAtLeastOnce
 	}
 	return out
 }

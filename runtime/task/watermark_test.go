@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/eventtime"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/source"
 	"github.com/weir-stream/weir/stream"
 )
@@ -19,7 +20,7 @@ import (
 // a field on a raw source is refused.
 func TestSourceConfigTimestampField(t *testing.T) {
 	cfg, err := sourceConfig(stream.KafkaSource{Topics: []string{"in"}, Format: stream.FormatJSON,
-		Timestamp: stream.TimestampSpec{Field: "at", Format: stream.TimestampUnixS}})
+		Timestamp: stream.TimestampSpec{Field: "at", Format: kafkaio.TimestampUnixS}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/weir-stream/weir/cli"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/stream"
 )
@@ -91,8 +92,8 @@ func q4(input, output string) *stream.Job {
 	events := stream.From(job, stream.KafkaSource{
 		Topics:    []string{input},
 		Format:    stream.FormatJSON,
-		Start:     stream.Start{Kind: stream.StartEarliest},
-		Timestamp: stream.TimestampSpec{Field: "date_time", Format: stream.TimestampUnixMs},
+		Start:     kafkaio.Start{Kind: kafkaio.StartEarliest},
+		Timestamp: stream.TimestampSpec{Field: "date_time", Format: kafkaio.TimestampUnixMs},
 		Watermark: stream.WatermarkSpec{MaxOutOfOrderness: time.Second, IdleTimeout: 5 * time.Second},
 	}, stream.JSONCodec[Event]{})
 	relevant := stream.Filter(events, func(e Event) (bool, error) {

@@ -69,6 +69,7 @@ import (
 
 	"github.com/weir-stream/weir/internal/benchutil"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/sink"
 	"github.com/weir-stream/weir/kafkaio/source"
 )
@@ -736,7 +737,7 @@ func (b *bench) weirTask(ctx context.Context, p int32, sink *sink.Sink, coord *c
 		ClientOpts:      []kgo.Opt{kgo.SeedBrokers(b.c.brokers...)},
 		Topics:          []string{b.in},
 		Partition:       p,
-		Start:           source.Start{Kind: source.StartEarliest},
+		Start:           kafkaio.Start{Kind: kafkaio.StartEarliest},
 		Group:           b.group,
 		MaxBatchRecords: b.c.srcBatch,
 		Name:            "bench-" + strconv.Itoa(int(p)),

@@ -38,7 +38,7 @@ var enums = map[string][]string{
 	"TableJoin.format":       config.SourceFormats(),
 	"SinkStep.format":        config.SinkFormats(),
 	"SinkStep.key_format":    config.KeyFormats(),
-	"SinkStep.delivery":      {config.ModeExactlyOnce, config.ModeAtLeastOnce},
+	"SinkStep.delivery":      config.Deliveries(),
 	"Checkpoint.mode":        {config.ModeExactlyOnce, config.ModeAtLeastOnce},
 	"Log.level":              {"debug", "info", "warn", "error"},
 	"Log.format":             {"text", "json"},
