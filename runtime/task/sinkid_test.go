@@ -301,16 +301,6 @@ func openZombie(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topic, 
 	return cl
 }
 
-func mapsValues[K comparable, V any](m map[K]V) func(func(V) bool) {
-	return func(yield func(V) bool) {
-		for _, v := range m {
-			if !yield(v) {
-				return
-			}
-		}
-	}
-}
-
 // capture keeps the messages logged through captureHandler.
 type capture struct {
 	mu   sync.Mutex
