@@ -3,8 +3,9 @@ package barrier
 import (
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"time"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 // Sentinel errors of the aligner; test with errors.Is. Each reports an input

@@ -2,9 +2,10 @@ package barrier
 
 import (
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"testing"
 	"time"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 var sink int

@@ -3,12 +3,13 @@ package barrier
 import (
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 // amodel is a naive reference aligner (maps, recomputation), written from

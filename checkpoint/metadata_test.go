@@ -3,10 +3,10 @@ package checkpoint_test
 import (
 	"context"
 	"errors"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"testing"
 
 	"github.com/weir-stream/weir/checkpoint"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/state/objstore"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"net/url"
 	"path"
@@ -12,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/weir-stream/weir/checkpoint"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/internal/kafkatest"
 )
 

@@ -7,10 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 // TestJSONLogsStrict runs one replica of the count job with JSON logs at

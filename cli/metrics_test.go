@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"os"
 	"regexp"
@@ -12,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 // recordingRegisterer registers with a registry and remembers every

@@ -2,9 +2,10 @@ package compat
 
 import (
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"strings"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 // Level is how a difference between a checkpoint's schema and a job's

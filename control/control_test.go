@@ -2,10 +2,11 @@ package control
 
 import (
 	"errors"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 func task(s string, i int) TaskID { return TaskID{Stage: s, Index: i} }

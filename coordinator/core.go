@@ -3,11 +3,11 @@ package coordinator
 import (
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"reflect"
 	"slices"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/control"
 )

@@ -2,11 +2,11 @@ package coordinator
 
 import (
 	"errors"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 )
 

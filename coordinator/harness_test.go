@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 )
 

@@ -2,11 +2,11 @@ package coordinator
 
 import (
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"sort"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 )
 

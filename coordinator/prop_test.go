@@ -3,12 +3,12 @@ package coordinator
 import (
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 	"pgregory.net/rapid"
 )

@@ -1,9 +1,9 @@
 package coordinator
 
 import (
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 )
 

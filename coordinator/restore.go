@@ -2,10 +2,10 @@ package coordinator
 
 import (
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 )
 

@@ -2,10 +2,10 @@ package pipeline_test
 
 import (
 	"context"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"testing"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/state/objstore"
 	"github.com/weir-stream/weir/stream"

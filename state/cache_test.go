@@ -3,12 +3,13 @@ package state
 import (
 	"context"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"maps"
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 // cacheSide is one backend of the differential test, with its state handles.

@@ -3,7 +3,6 @@ package state
 import (
 	"context"
 	"errors"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/state/objstore"
 )
 

@@ -3,11 +3,11 @@ package state
 import (
 	"context"
 	"errors"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"maps"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/internal/cloudtest"
 	"github.com/weir-stream/weir/internal/s3test"
 	"github.com/weir-stream/weir/state/objstore"

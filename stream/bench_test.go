@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/state/objstore"
 	"github.com/weir-stream/weir/stream"

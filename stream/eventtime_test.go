@@ -3,7 +3,6 @@ package stream_test
 import (
 	"context"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/state/objstore"
 	"github.com/weir-stream/weir/stream"

@@ -3,7 +3,6 @@ package stream_test
 import (
 	"context"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"math"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/state/objstore"
 	"github.com/weir-stream/weir/stream"

@@ -2,7 +2,6 @@ package runner_test
 
 import (
 	"context"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator"
 	"github.com/weir-stream/weir/coordinator/runner"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weir-stream/weir/checkpoint"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator"
 	"github.com/weir-stream/weir/internal/retry"

@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"io"
 	"log/slog"
 	"maps"
@@ -14,6 +13,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator"
 	"github.com/weir-stream/weir/state"

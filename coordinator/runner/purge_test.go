@@ -3,7 +3,6 @@ package runner_test
 import (
 	"context"
 	"errors"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator/runner"
 	"github.com/weir-stream/weir/internal/kafkatest"

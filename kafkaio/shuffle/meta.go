@@ -3,10 +3,11 @@ package shuffle
 import (
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"math"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 // The headers the writer adds to every shuffle record.

@@ -2,12 +2,13 @@ package shuffle
 
 import (
 	"errors"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"math"
 	"strconv"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 // headersOf returns the headers a writer of task stage/u in generation gen

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"strconv"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/keygroup"
 )

@@ -2,13 +2,13 @@ package sink_test
 
 import (
 	"context"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/kafkaio/sink"
 )

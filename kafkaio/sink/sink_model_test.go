@@ -2,7 +2,6 @@ package sink_test
 
 import (
 	"context"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/kafkaio/sink"
 )

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/kafkaio/source"
 )

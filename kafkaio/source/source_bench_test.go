@@ -3,7 +3,6 @@ package source_test
 import (
 	"context"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/kafkaio/source"
 )

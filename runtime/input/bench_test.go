@@ -2,9 +2,10 @@ package input
 
 import (
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"testing"
 	"time"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 var sink int

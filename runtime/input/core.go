@@ -3,11 +3,11 @@ package input
 import (
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"time"
 
 	"github.com/weir-stream/weir/barrier"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 // Sentinel errors; test with errors.Is. Each but ErrConfig reports a shuffle

@@ -3,7 +3,6 @@ package input
 import (
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

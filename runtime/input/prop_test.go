@@ -2,12 +2,13 @@ package input
 
 import (
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"maps"
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 // rec is one record of a simulated shuffle partition log.

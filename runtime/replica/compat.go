@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"reflect"
 	"sync/atomic"
 	"time"
 
 	"github.com/weir-stream/weir/checkpoint"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/control"
 	kafkasink "github.com/weir-stream/weir/kafkaio/sink"

@@ -3,12 +3,12 @@ package task
 import (
 	"context"
 	"errors"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/plan"
 	"github.com/weir-stream/weir/state/objstore"

@@ -3,12 +3,12 @@ package task
 import (
 	"context"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/source"

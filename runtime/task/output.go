@@ -3,11 +3,11 @@ package task
 import (
 	"context"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/shuffle"
 	"github.com/weir-stream/weir/kafkaio/sink"

@@ -2,9 +2,10 @@ package objstore
 
 import (
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"strconv"
 	"strings"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 )
 
 // The object-store layout of DESIGN.md section 7, relative to <root>/<job>/:

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -28,6 +27,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/weir-stream/weir/checkpoint"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/benchutil"

@@ -50,7 +50,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"math/bits"
 	mrand "math/rand/v2"
 	"os"
@@ -67,6 +66,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/internal/benchutil"
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/kafkaio"
