@@ -48,15 +48,6 @@ func checkAgainst(ctx context.Context, out io.Writer, cfg *config.Config, job *s
 	if err != nil {
 		return fmt.Errorf("--against %s: %w", against, err)
 	}
-	// The input's partition count is Kafka's, which validate does not
-	// ask: the checkpoint's is taken, as if unchanged.
-	parts := 0
-	if md.Schema != nil && len(md.Schema.Sources) > 0 {
-		parts = md.Schema.Sources[0].Partitions
-	}
-	if parts == 0 {
-		parts = countSourceTasks(md)
-	}
 	// As a replica plans a generation after the checkpoint's: a
 	// downstream stage whose parallelism follows the input keeps its task
 	// count (plan.Inputs.Running).
@@ -64,9 +55,16 @@ func checkAgainst(ctx context.Context, out io.Writer, cfg *config.Config, job *s
 	for i, ts := range md.Tasks {
 		tasks[i] = ts.Task
 	}
+	running := plan.Count(tasks)
+	// The input's partition count is Kafka's, which validate does not
+	// ask: the checkpoint's is taken, as if unchanged.
+	parts := running[stream.MainStage]
+	if md.Schema != nil && len(md.Schema.Sources) > 0 {
+		parts = md.Schema.Sources[0].Partitions
+	}
 	p, err := plan.Build(job, plan.Inputs{
 		SourcePartitions: parts, Parallelism: cfg.Job.Parallelism, MaxParallelism: cfg.Job.MaxParallelism,
-		TopicPrefix: cfg.Kafka.TopicPrefix, Running: plan.Count(tasks),
+		TopicPrefix: cfg.Kafka.TopicPrefix, Running: running,
 	})
 	if err != nil {
 		return err
@@ -92,18 +90,6 @@ func checkAgainst(ctx context.Context, out io.Writer, cfg *config.Config, job *s
 		fmt.Fprintln(out, "verdict: compatible")
 	}
 	return nil
-}
-
-// countSourceTasks counts the tasks of the source stage a checkpoint has
-// state for (one per input partition).
-func countSourceTasks(md control.Metadata) int {
-	n := 0
-	for _, ts := range md.Tasks {
-		if ts.Task.Stage == stream.MainStage {
-			n++
-		}
-	}
-	return n
 }
 
 // openAgainst opens the object store that against names and returns the
