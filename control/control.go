@@ -215,6 +215,16 @@ type Trigger struct {
 	Target string `json:"target,omitempty"`
 }
 
+// Barrier returns the barrier the trigger starts: what every task of the
+// checkpoint sees of it (a periodic checkpoint if Kind is empty).
+func (t Trigger) Barrier() ckpt.Barrier {
+	kind := t.Kind
+	if kind == "" {
+		kind = ckpt.KindCheckpoint
+	}
+	return ckpt.Barrier{ID: t.ID, Kind: kind, Timestamp: t.TS, Target: t.Target}
+}
+
 // Abort cancels checkpoint ID: tasks discard its partial uploads.
 // Written by the coordinator to the trigger topic.
 type Abort struct {

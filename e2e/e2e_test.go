@@ -190,6 +190,13 @@ func exactlyOnce(t *testing.T, c *kafkatest.Cluster, sec secured, sh shape, tota
 		t.FailNow()
 	}
 	verifier.Check(perKey, sum, 5*time.Minute)
+	if sh.keyBy != "" {
+		// Barriers cross the shuffle whole: the trigger time a downstream
+		// task measures its start delay from came in the barrier records.
+		if n := startDelays(cl, sh.stage); n == 0 {
+			t.Errorf("no replica's /metrics has a weir_task_checkpoint_start_delay_seconds observation for stage %s", sh.stage)
+		}
+	}
 	cl.StopAll()
 	e2etest.CheckCheckpointIDs(t, commits)
 	e2etest.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
@@ -222,4 +229,31 @@ func exactlyOnce(t *testing.T, c *kafkatest.Cluster, sec secured, sh shape, tota
 	t.Logf("run: %d input records over %d keys, %d kill -9s, %d checkpoints completed (duration p50 %v, p99 %v; alignment p99 %v over %d acks), %v in all",
 		sum, len(perKey), kills, len(cps.Durations), e2etest.Quantile(cps.Durations, 0.5), e2etest.Quantile(cps.Durations, 0.99),
 		e2etest.Quantile(align, 0.99), len(align), time.Since(began).Round(time.Second))
+}
+
+// startDelays sums weir_task_checkpoint_start_delay_seconds_count of stage
+// over the running replicas' /metrics: the barriers whose trigger time
+// reached that stage's tasks.
+func startDelays(cl *e2etest.Replicas, stage string) float64 {
+	series := `weir_task_checkpoint_start_delay_seconds_count{stage="` + stage + `"} `
+	var n float64
+	for _, id := range cl.IDs() {
+		p := cl.Proc(id)
+		if p == nil {
+			continue
+		}
+		status, body, err := p.Get("/metrics")
+		if err != nil || status != 200 {
+			continue
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, series); ok {
+				var f float64
+				if _, err := fmt.Sscan(v, &f); err == nil {
+					n += f
+				}
+			}
+		}
+	}
+	return n
 }

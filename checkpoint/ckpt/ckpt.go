@@ -44,3 +44,36 @@ func (k Kind) Valid() bool {
 
 // IsSavepoint reports whether k is a savepoint of either kind.
 func (k Kind) IsSavepoint() bool { return k == KindSavepoint || k == KindStop }
+
+// Barrier is checkpoint ID's barrier as it travels: from the coordinator's
+// trigger to every source task, and from task to task through the barrier
+// records of shuffle topics (kafkaio/shuffle). Every task that takes part
+// in a checkpoint sees the same Barrier.
+type Barrier struct {
+	ID   ID
+	Kind Kind
+	// Timestamp is when the coordinator triggered the checkpoint, in Unix
+	// milliseconds: the time a barrier took to reach a task is measured
+	// from it.
+	Timestamp int64
+	// Target is where a savepoint goes (the name or URL the person chose);
+	// empty for a periodic checkpoint.
+	Target string
+}
+
+// String returns "checkpoint 12", "savepoint 13 to <target>" and so on, for
+// messages.
+func (b Barrier) String() string {
+	kind := b.Kind
+	if kind == "" {
+		kind = KindCheckpoint
+	}
+	s := string(kind) + " " + b.ID.String()
+	if kind == KindStop {
+		s = "stop-with-savepoint " + b.ID.String()
+	}
+	if b.Target != "" {
+		s += " to " + b.Target
+	}
+	return s
+}

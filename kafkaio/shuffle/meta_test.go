@@ -2,9 +2,11 @@ package shuffle
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -12,17 +14,28 @@ import (
 )
 
 // headersOf returns the headers a writer of task stage/u in generation gen
-// gives a data record with user headers user, or barrier id if barrier.
-func headersOf(user []kgo.RecordHeader, stage string, u int, gen uint64, barrier bool, id ckpt.ID) []kgo.RecordHeader {
+// gives a data record with user headers user, or barrier b's record if b
+// has an ID. They are spelt out here, not made by barrierHeaders, so that a
+// change of the wire form shows.
+func headersOf(user []kgo.RecordHeader, stage string, u int, gen uint64, b ckpt.Barrier) []kgo.RecordHeader {
 	hs := append([]kgo.RecordHeader(nil), user...)
 	hs = append(hs,
 		kgo.RecordHeader{Key: HeaderTask, Value: []byte(stage + "/" + strconv.Itoa(u))},
 		kgo.RecordHeader{Key: HeaderGen, Value: strconv.AppendUint(nil, gen, 10)})
-	if barrier {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderBarrier, Value: strconv.AppendUint(nil, uint64(id), 10)})
+	if b.ID > 0 {
+		hs = append(hs, kgo.RecordHeader{Key: "weir-barrier", Value: strconv.AppendUint(nil, uint64(b.ID), 10)})
+		if b.Kind != ckpt.KindCheckpoint {
+			hs = append(hs, kgo.RecordHeader{Key: "weir-barrier-kind", Value: []byte(b.Kind)})
+			if b.Target != "" {
+				hs = append(hs, kgo.RecordHeader{Key: "weir-barrier-target", Value: []byte(b.Target)})
+			}
+		}
 	}
 	return hs
 }
+
+// chk is periodic checkpoint id's barrier.
+func chk(id ckpt.ID) ckpt.Barrier { return ckpt.Barrier{ID: id, Kind: ckpt.KindCheckpoint} }
 
 func TestParseRoundTrip(t *testing.T) {
 	user := []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: HeaderBarrier, Value: []byte("7")}, {Key: HeaderTask, Value: []byte("x/1")}}
@@ -31,24 +44,26 @@ func TestParseRoundTrip(t *testing.T) {
 		user    []kgo.RecordHeader
 		u       int
 		gen     uint64
-		barrier bool
-		id      ckpt.ID
+		barrier ckpt.Barrier
 	}{
 		{name: "data", u: 3, gen: 12},
 		{name: "data with user headers", user: user[:1], u: 0, gen: 0},
 		// Headers a record carried from its input, even weir- ones, stay
 		// user headers: only the trailing ones are the writer's.
 		{name: "data with weir- user headers", user: user, u: 127, gen: math.MaxUint64},
-		{name: "barrier", u: 5, gen: 2, barrier: true, id: 41},
-		{name: "barrier max", u: math.MaxInt32, gen: math.MaxUint64, barrier: true, id: math.MaxUint64},
+		{name: "barrier", u: 5, gen: 2, barrier: chk(41)},
+		{name: "barrier max", u: math.MaxInt32, gen: math.MaxUint64, barrier: chk(math.MaxUint64)},
+		{name: "savepoint", u: 1, gen: 3, barrier: ckpt.Barrier{ID: 7, Kind: ckpt.KindSavepoint, Target: "s3://b/savepoints/before-upgrade"}},
+		{name: "savepoint without target", u: 1, gen: 3, barrier: ckpt.Barrier{ID: 8, Kind: ckpt.KindSavepoint}},
+		{name: "stop", u: 0, gen: 1, barrier: ckpt.Barrier{ID: 9, Kind: ckpt.KindStop, Target: "nightly"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			hs := headersOf(tc.user, "enrich", tc.u, tc.gen, tc.barrier, tc.id)
+			hs := headersOf(tc.user, "enrich", tc.u, tc.gen, tc.barrier)
 			m, err := Parser{Stage: "enrich"}.Parse(hs)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Meta{Barrier: tc.barrier, ID: tc.id, Upstream: tc.u, Gen: tc.gen}
+			want := Meta{Barrier: tc.barrier, Upstream: tc.u, Gen: tc.gen}
 			if m != want {
 				t.Fatalf("Parse = %+v, want %+v", m, want)
 			}
@@ -56,7 +71,39 @@ func TestParseRoundTrip(t *testing.T) {
 			if len(got) != len(tc.user) || (len(got) > 0 && &got[0] != &hs[0]) {
 				t.Fatalf("UserHeaders = %v, want a reslice of the %d user headers", got, len(tc.user))
 			}
+			if tc.barrier.ID > 0 {
+				// What the writer writes is what a reader reads.
+				w := append(headersOf(nil, "enrich", tc.u, tc.gen, ckpt.Barrier{})[:2], barrierHeaders(tc.barrier)...)
+				if fmtHeaders(w) != fmtHeaders(hs) {
+					t.Fatalf("barrierHeaders(%+v) = %s, want %s", tc.barrier, fmtHeaders(w), fmtHeaders(hs))
+				}
+			}
 		})
+	}
+}
+
+func fmtHeaders(hs []kgo.RecordHeader) string {
+	var s string
+	for _, h := range hs {
+		s += fmt.Sprintf("%s=%q ", h.Key, h.Value)
+	}
+	return s
+}
+
+// TestParseRecordTimestamp: a barrier's Timestamp is its record's.
+func TestParseRecordTimestamp(t *testing.T) {
+	ts := time.UnixMilli(1764612345678)
+	r := &kgo.Record{Timestamp: ts, Headers: headersOf(nil, "up", 2, 5, chk(12))}
+	m, err := Parser{Stage: "up"}.ParseRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (ckpt.Barrier{ID: 12, Kind: ckpt.KindCheckpoint, Timestamp: ts.UnixMilli()}); m.Barrier != want {
+		t.Fatalf("ParseRecord = %+v, want barrier %+v", m, want)
+	}
+	r = &kgo.Record{Timestamp: ts, Headers: headersOf(nil, "up", 2, 5, ckpt.Barrier{})}
+	if m, err := (Parser{Stage: "up"}).ParseRecord(r); err != nil || m.IsBarrier() || m.Barrier.Timestamp != 0 {
+		t.Fatalf("ParseRecord(data) = %+v, %v", m, err)
 	}
 }
 
@@ -69,26 +116,32 @@ func TestParseMalformed(t *testing.T) {
 		return hs
 	}
 	for name, hs := range map[string][]kgo.RecordHeader{
-		"none":                  nil,
-		"user only":             h("a", "b", "c", "d"),
-		"gen missing":           h(HeaderTask, "up/1"),
-		"task missing":          h("a", "b", HeaderGen, "1"),
-		"swapped":               h(HeaderGen, "1", HeaderTask, "up/1"),
-		"other stage":           h(HeaderTask, "down/1", HeaderGen, "1"),
-		"stage prefix":          h(HeaderTask, "upper/1", HeaderGen, "1"),
-		"no index":              h(HeaderTask, "up/", HeaderGen, "1"),
-		"no slash":              h(HeaderTask, "up", HeaderGen, "1"),
-		"index leading zero":    h(HeaderTask, "up/01", HeaderGen, "1"),
-		"index negative":        h(HeaderTask, "up/-1", HeaderGen, "1"),
-		"index too large":       h(HeaderTask, "up/2147483648", HeaderGen, "1"),
-		"gen empty":             h(HeaderTask, "up/1", HeaderGen, ""),
-		"gen not decimal":       h(HeaderTask, "up/1", HeaderGen, "0x1"),
-		"gen overflow":          h(HeaderTask, "up/1", HeaderGen, "18446744073709551616"),
-		"gen plus":              h(HeaderTask, "up/1", HeaderGen, "+1"),
-		"barrier not decimal":   h(HeaderTask, "up/1", HeaderGen, "1", HeaderBarrier, "x"),
-		"barrier with user hdr": h("a", "b", HeaderTask, "up/1", HeaderGen, "1", HeaderBarrier, "3"),
-		"barrier alone":         h(HeaderBarrier, "3"),
-		"barrier first":         h(HeaderBarrier, "3", HeaderTask, "up/1", HeaderGen, "1")[:1],
+		"none":                    nil,
+		"user only":               h("a", "b", "c", "d"),
+		"gen missing":             h(HeaderTask, "up/1"),
+		"task missing":            h("a", "b", HeaderGen, "1"),
+		"swapped":                 h(HeaderGen, "1", HeaderTask, "up/1"),
+		"other stage":             h(HeaderTask, "down/1", HeaderGen, "1"),
+		"stage prefix":            h(HeaderTask, "upper/1", HeaderGen, "1"),
+		"no index":                h(HeaderTask, "up/", HeaderGen, "1"),
+		"no slash":                h(HeaderTask, "up", HeaderGen, "1"),
+		"index leading zero":      h(HeaderTask, "up/01", HeaderGen, "1"),
+		"index negative":          h(HeaderTask, "up/-1", HeaderGen, "1"),
+		"index too large":         h(HeaderTask, "up/2147483648", HeaderGen, "1"),
+		"gen empty":               h(HeaderTask, "up/1", HeaderGen, ""),
+		"gen not decimal":         h(HeaderTask, "up/1", HeaderGen, "0x1"),
+		"gen overflow":            h(HeaderTask, "up/1", HeaderGen, "18446744073709551616"),
+		"gen plus":                h(HeaderTask, "up/1", HeaderGen, "+1"),
+		"barrier not decimal":     h(HeaderTask, "up/1", HeaderGen, "1", HeaderBarrier, "x"),
+		"barrier with user hdr":   h("a", "b", HeaderTask, "up/1", HeaderGen, "1", HeaderBarrier, "3"),
+		"barrier alone":           h(HeaderBarrier, "3"),
+		"barrier first":           h(HeaderBarrier, "3", HeaderTask, "up/1", HeaderGen, "1")[:1],
+		"barrier zero":            h(HeaderTask, "up/1", HeaderGen, "1", HeaderBarrier, "0"),
+		"kind unknown":            h(HeaderTask, "up/1", HeaderGen, "1", HeaderBarrier, "3", HeaderBarrierKind, "snapshot"),
+		"kind alone":              h(HeaderTask, "up/1", HeaderGen, "1", HeaderBarrierKind, "savepoint"),
+		"target without kind":     h(HeaderTask, "up/1", HeaderGen, "1", HeaderBarrier, "3", HeaderBarrierTarget, "x"),
+		"kind and target swapped": h(HeaderTask, "up/1", HeaderGen, "1", HeaderBarrier, "3", HeaderBarrierTarget, "x", HeaderBarrierKind, "savepoint"),
+		"savepoint with user hdr": h("a", "b", HeaderTask, "up/1", HeaderGen, "1", HeaderBarrier, "3", HeaderBarrierKind, "savepoint"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			m, err := Parser{Stage: "up"}.Parse(hs)
@@ -97,15 +150,15 @@ func TestParseMalformed(t *testing.T) {
 			}
 		})
 	}
-	if _, err := (Parser{}).Parse(headersOf(nil, "up", 1, 1, false, 0)); !errors.Is(err, ErrMalformed) {
+	if _, err := (Parser{}).Parse(headersOf(nil, "up", 1, 1, ckpt.Barrier{})); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("the zero Parser accepted a record: %v", err)
 	}
 }
 
 func TestParseDoesNotAllocate(t *testing.T) {
 	p := Parser{Stage: "enrich"}
-	data := headersOf([]kgo.RecordHeader{{Key: "a"}}, "enrich", 17, 9, false, 0)
-	barrier := headersOf(nil, "enrich", 17, 9, true, 123456)
+	data := headersOf([]kgo.RecordHeader{{Key: "a"}}, "enrich", 17, 9, ckpt.Barrier{})
+	barrier := headersOf(nil, "enrich", 17, 9, chk(123456))
 	allocs := testing.AllocsPerRun(100, func() {
 		if _, err := p.Parse(data); err != nil {
 			t.Fatal(err)
@@ -139,12 +192,12 @@ func FuzzParseMeta(f *testing.F) {
 			}
 			return
 		}
-		if m.Barrier != barrier {
-			t.Fatalf("Barrier = %v for %v", m.Barrier, hs)
+		if m.IsBarrier() != barrier {
+			t.Fatalf("Barrier = %+v for %v", m.Barrier, hs)
 		}
-		want := headersOf(nil, "up", m.Upstream, m.Gen, m.Barrier, m.ID)
+		want := headersOf(nil, "up", m.Upstream, m.Gen, m.Barrier)
 		if !barrier {
-			want = headersOf(hs[:1], "up", m.Upstream, m.Gen, false, 0)
+			want = headersOf(hs[:1], "up", m.Upstream, m.Gen, ckpt.Barrier{})
 		}
 		if len(want) != len(hs) {
 			t.Fatalf("re-encoded %+v as %v, parsed from %v", m, want, hs)
@@ -163,7 +216,7 @@ func FuzzParseMeta(f *testing.F) {
 // watermarkHeaders returns the headers of a watermark record of task
 // stage/u in generation gen whose weir-watermark is v.
 func watermarkHeaders(stage string, u int, gen uint64, v string) []kgo.RecordHeader {
-	return append(headersOf(nil, stage, u, gen, false, 0), kgo.RecordHeader{Key: HeaderWatermark, Value: []byte(v)})
+	return append(headersOf(nil, stage, u, gen, ckpt.Barrier{}), kgo.RecordHeader{Key: HeaderWatermark, Value: []byte(v)})
 }
 
 func TestParseWatermark(t *testing.T) {

@@ -193,20 +193,25 @@ type Pending struct {
 	done chan struct{}
 }
 
-// Barrier produces barrier n, one record to every partition, after every
+// Barrier produces barrier b, one record to every partition, after every
 // record written before it (one producer, in order per partition), and
 // returns its Pending. The barrier records of a partition are acknowledged
 // only after every earlier record of that partition, so once all of them
-// are, every record written before the barrier is.
-func (w *Writer) Barrier(ctx context.Context, n ckpt.ID) (*Pending, error) {
+// are, every record written before the barrier is. A barrier record's
+// timestamp is b's (the trigger's time); its headers are barrierHeaders'.
+func (w *Writer) Barrier(ctx context.Context, b ckpt.Barrier) (*Pending, error) {
 	if e := w.err.Load(); e != nil {
 		return nil, *e
 	}
 	p := &Pending{w: w, done: make(chan struct{})}
 	p.left.Store(int64(w.m))
 	// One slice of headers and one value for all M records: never mutated.
-	hs := []kgo.RecordHeader{w.task, w.gen, {Key: HeaderBarrier, Value: []byte(n.String())}}
+	hs := append([]kgo.RecordHeader{w.task, w.gen}, barrierHeaders(b)...)
 	value := []byte{}
+	var ts time.Time
+	if b.Timestamp > 0 {
+		ts = time.UnixMilli(b.Timestamp)
+	}
 	recs := make([]kgo.Record, w.m)
 	ack := func(r *kgo.Record, err error) {
 		if err != nil {
@@ -218,7 +223,7 @@ func (w *Writer) Barrier(ctx context.Context, n ckpt.ID) (*Pending, error) {
 	}
 	for i := range recs {
 		r := &recs[i]
-		r.Topic, r.Partition, r.Value, r.Headers = w.topic, int32(i), value, hs
+		r.Topic, r.Partition, r.Value, r.Headers, r.Timestamp = w.topic, int32(i), value, hs, ts
 		w.cl.Produce(ctx, r, ack)
 	}
 	w.barrier.Inc()

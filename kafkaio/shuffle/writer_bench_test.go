@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/kafkatest"
 	"github.com/weir-stream/weir/kafkaio/shuffle"
@@ -42,7 +43,7 @@ func benchWrite(b *testing.B, c *kafkatest.Cluster, m int, opts ...kgo.Opt) {
 			b.Fatal(err)
 		}
 	}
-	p, err := w.Barrier(ctx, 1)
+	p, err := w.Barrier(ctx, ckpt.Barrier{ID: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -66,6 +66,16 @@ func readUntil(t *testing.T, ctx context.Context, r *shuffle.Reader, done func([
 	return got
 }
 
+// barrierOf is the barrier TestWriteBarriers writes in round n: a periodic
+// checkpoint, then a savepoint, each with its trigger time.
+func barrierOf(n ckpt.ID) ckpt.Barrier {
+	b := ckpt.Barrier{ID: n, Kind: ckpt.KindCheckpoint, Timestamp: 1764612345000 + int64(n)}
+	if n == 2 {
+		b.Kind, b.Target = ckpt.KindSavepoint, "s3://bucket/savepoints/nightly"
+	}
+	return b
+}
+
 // TestWriteBarriers: every record goes to its key's key group with the
 // writer's headers; each barrier reaches every partition after every record
 // written before it and before every record written after it; and once a
@@ -98,7 +108,7 @@ func TestWriteBarriers(t *testing.T) {
 				}
 				written++
 			}
-			p, err := w.Barrier(ctx, round)
+			p, err := w.Barrier(ctx, barrierOf(round))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,18 +145,18 @@ func TestWriteBarriers(t *testing.T) {
 		parser := shuffle.Parser{Stage: "up"}
 		barriers := make([]ckpt.ID, m) // last barrier seen per partition
 		for _, r := range recs {
-			meta, err := parser.Parse(r.Headers)
+			meta, err := parser.ParseRecord(r)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if meta.Upstream != 2 || meta.Gen != 7 {
 				t.Fatalf("record %s: meta %+v, want upstream 2, gen 7", r.Value, meta)
 			}
-			if meta.Barrier {
-				if r.Key != nil || len(r.Value) != 0 || meta.ID != barriers[r.Partition]+1 {
+			if meta.IsBarrier() {
+				if r.Key != nil || len(r.Value) != 0 || meta.Barrier != barrierOf(barriers[r.Partition]+1) {
 					t.Fatalf("partition %d: barrier %+v (key %q, value %q) after barrier %d", r.Partition, meta, r.Key, r.Value, barriers[r.Partition])
 				}
-				barriers[r.Partition] = meta.ID
+				barriers[r.Partition] = meta.Barrier.ID
 				continue
 			}
 			if want := int32(keygroup.Of(r.Key, m)); r.Partition != want {
@@ -232,7 +242,7 @@ func TestWriteWatermarks(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		p, err := w.Barrier(ctx, 1)
+		p, err := w.Barrier(ctx, ckpt.Barrier{ID: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,7 +266,7 @@ func TestWriteWatermarks(t *testing.T) {
 				t.Fatalf("meta %+v, want upstream 1 gen 3", meta)
 			}
 			switch {
-			case meta.Barrier:
+			case meta.IsBarrier():
 				if seen[r.Partition] != len(marks) {
 					t.Fatalf("partition %d: barrier after %d watermarks, want %d", r.Partition, seen[r.Partition], len(marks))
 				}
@@ -313,7 +323,7 @@ func TestWriterStickyError(t *testing.T) {
 		if err := w.Write(ctx, &kgo.Record{Key: []byte("k")}); !errors.Is(err, sticky) {
 			t.Fatalf("Write after a failure = %v, want %v", err, sticky)
 		}
-		if _, err := w.Barrier(ctx, 1); !errors.Is(err, sticky) {
+		if _, err := w.Barrier(ctx, ckpt.Barrier{ID: 1}); !errors.Is(err, sticky) {
 			t.Fatalf("Barrier after a failure = %v, want %v", err, sticky)
 		}
 		if err := w.Watermark(ctx, 5, false); !errors.Is(err, sticky) {
@@ -334,7 +344,7 @@ func TestPendingWaitFailsWithWriter(t *testing.T) {
 		w := newWriter(t, opts, topic, 3, control.TaskID{Stage: "up", Index: 0}, 1)
 		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		p, err := w.Barrier(wctx, 1)
+		p, err := w.Barrier(wctx, ckpt.Barrier{ID: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,7 +411,7 @@ func TestSharedClient(t *testing.T) {
 			write(1, 1)
 		}
 		for i := range ws {
-			p, err := ws[i].Barrier(ctx, 1)
+			p, err := ws[i].Barrier(ctx, ckpt.Barrier{ID: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -423,7 +433,7 @@ func TestSharedClient(t *testing.T) {
 		for range perRound {
 			write(1, 2)
 		}
-		p, err := ws[1].Barrier(ctx, 2)
+		p, err := ws[1].Barrier(ctx, ckpt.Barrier{ID: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -450,11 +460,11 @@ func TestSharedClient(t *testing.T) {
 				t.Fatal(err)
 			}
 			u := meta.Upstream
-			if meta.Barrier {
-				if meta.ID != barriers[u][r.Partition]+1 {
-					t.Fatalf("upstream %d partition %d: barrier %d after %d", u, r.Partition, meta.ID, barriers[u][r.Partition])
+			if meta.IsBarrier() {
+				if meta.Barrier.ID != barriers[u][r.Partition]+1 {
+					t.Fatalf("upstream %d partition %d: barrier %d after %d", u, r.Partition, meta.Barrier.ID, barriers[u][r.Partition])
 				}
-				barriers[u][r.Partition] = meta.ID
+				barriers[u][r.Partition] = meta.Barrier.ID
 				continue
 			}
 			var round, seq int

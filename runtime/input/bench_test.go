@@ -46,7 +46,7 @@ func BenchmarkStep(b *testing.B) {
 					id++
 					for p := range parts {
 						for u := range ups {
-							ev := Event{Partition: int32(p), Offset: offs[p], Upstream: u, Gen: 1, Barrier: true, ID: id}
+							ev := Event{Partition: int32(p), Offset: offs[p], Upstream: u, Gen: 1, Barrier: ckpt.Barrier{ID: id, Kind: ckpt.KindCheckpoint}}
 							offs[p]++
 							if _, err := c.Step(ev, now); err != nil {
 								b.Fatal(err)

@@ -24,6 +24,10 @@ var (
 	// previous one of its upstream task on its partition (upstream tasks
 	// write barriers in increasing order).
 	ErrBarrierOrder = errors.New("input: barrier out of order")
+	// ErrBarrierKind is returned by Step for a barrier whose kind or target
+	// differs from another upstream task's barrier of the same checkpoint:
+	// the upstream tasks were triggered differently.
+	ErrBarrierKind = errors.New("input: barriers of one checkpoint disagree")
 )
 
 // Config describes what a task reads.
@@ -44,9 +48,9 @@ type Config struct {
 type Event struct {
 	Partition int32
 	Offset    int64
-	// Barrier marks a barrier record of checkpoint ID.
-	Barrier bool
-	ID      ckpt.ID
+	// Barrier is the barrier of a barrier record (ID > 0), as its headers
+	// and timestamp say (shuffle.Parser.ParseRecord); zero for any other.
+	Barrier ckpt.Barrier
 	// Watermark marks a watermark record. Step decides it exactly as a data
 	// record of its (partition, upstream): Deliver or Drop, never Taken, so
 	// that a watermark is re-read with the records it follows after a seek
@@ -122,6 +126,10 @@ type Action struct {
 	Kind ActionKind
 	// ID is the checkpoint, for Snapshot and Abort.
 	ID ckpt.ID
+	// Barrier is, for Snapshot, checkpoint ID's barrier: the first of its
+	// barrier records the core read (every upstream task writes the same
+	// barrier; its Timestamp is the earliest record's).
+	Barrier ckpt.Barrier
 	// Partition and Offset, for Seek, Pause and Resume (Partition only).
 	Partition int32
 	Offset    int64
@@ -143,7 +151,11 @@ func (a Action) String() string {
 			}
 			b = fmt.Appendf(b, "%d:%d", p, a.Positions[p])
 		}
-		return fmt.Sprintf("snapshot %d (align %v) positions %s", a.ID, a.Align, b)
+		kind := ""
+		if k := a.Barrier.Kind; k != ckpt.KindCheckpoint && k != "" {
+			kind = fmt.Sprintf(" %s", a.Barrier)
+		}
+		return fmt.Sprintf("snapshot %d%s (align %v) positions %s", a.ID, kind, a.Align, b)
 	case Abort:
 		return fmt.Sprintf("abort %d (align %v)", a.ID, a.Align)
 	case Seek:
@@ -196,6 +208,9 @@ type Core struct {
 	next []int64
 	// lastBarrier is, by aligner input, the ID of the last barrier counted.
 	lastBarrier []ckpt.ID
+	// latest is the barrier of the highest checkpoint ID read: the only one
+	// the aligner may still snapshot (an older one is overtaken).
+	latest ckpt.Barrier
 
 	// By slot (a partition's index in parts):
 	// read is the offset after the last record passed on the partition
@@ -296,7 +311,8 @@ func (c *Core) Step(ev Event, now time.Time) (Decision, error) {
 		c.stats.Skipped++
 		return Drop, nil
 	}
-	if !ev.Barrier {
+	b := ev.Barrier
+	if b.ID == 0 {
 		c.next[in] = ev.Offset + 1
 		if ev.Watermark {
 			c.stats.Watermarks++
@@ -305,12 +321,21 @@ func (c *Core) Step(ev Event, now time.Time) (Decision, error) {
 		}
 		return Deliver, nil
 	}
-	if ev.ID <= c.lastBarrier[in] {
+	if b.ID <= c.lastBarrier[in] {
 		return 0, fmt.Errorf("%w: barrier %d after barrier %d from upstream task %d on partition %d offset %d",
-			ErrBarrierOrder, ev.ID, c.lastBarrier[in], ev.Upstream, ev.Partition, ev.Offset)
+			ErrBarrierOrder, b.ID, c.lastBarrier[in], ev.Upstream, ev.Partition, ev.Offset)
 	}
-	c.next[in], c.lastBarrier[in] = ev.Offset+1, ev.ID
-	acts, err := c.al.Barrier(in, ev.ID, now)
+	switch {
+	case b.ID > c.latest.ID:
+		c.latest = b
+	case b.ID == c.latest.ID && (b.Kind != c.latest.Kind || b.Target != c.latest.Target):
+		return 0, fmt.Errorf("%w: upstream task %d on partition %d offset %d has %s where another had %s",
+			ErrBarrierKind, ev.Upstream, ev.Partition, ev.Offset, b, c.latest)
+	case b.ID == c.latest.ID && b.Timestamp < c.latest.Timestamp:
+		c.latest.Timestamp = b.Timestamp
+	}
+	c.next[in], c.lastBarrier[in] = ev.Offset+1, b.ID
+	acts, err := c.al.Barrier(in, b.ID, now)
 	if err != nil {
 		return 0, fmt.Errorf("input: partition %d offset %d upstream %d: %w", ev.Partition, ev.Offset, ev.Upstream, err)
 	}
@@ -367,7 +392,11 @@ func (c *Core) apply(acts []barrier.Action) {
 	for _, a := range acts {
 		switch a.Kind {
 		case barrier.Snapshot:
-			c.out = append(c.out, Action{Kind: Snapshot, ID: a.ID, Positions: c.Positions(), Align: a.Alignment})
+			b := c.latest
+			if b.ID != a.ID { // cannot be: the aligner snapshots only the latest
+				b = ckpt.Barrier{ID: a.ID, Kind: ckpt.KindCheckpoint}
+			}
+			c.out = append(c.out, Action{Kind: Snapshot, ID: a.ID, Barrier: b, Positions: c.Positions(), Align: a.Alignment})
 		case barrier.Abort:
 			c.out = append(c.out, Action{Kind: Abort, ID: a.ID, Align: a.Alignment})
 		case barrier.Hold:

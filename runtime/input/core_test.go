@@ -51,7 +51,14 @@ func parseEvent(line string, gen uint64) (Event, error) {
 		}
 		switch f[i] {
 		case "barrier":
-			ev.Barrier, ev.ID = true, ckpt.ID(v)
+			ev.Barrier = ckpt.Barrier{ID: ckpt.ID(v), Kind: ckpt.KindCheckpoint}
+		case "savepoint", "stop":
+			// A savepoint's barrier, with the target "sp-<ID>", or a
+			// stop-with-savepoint's.
+			ev.Barrier = ckpt.Barrier{ID: ckpt.ID(v), Kind: ckpt.Kind(f[i]), Target: fmt.Sprintf("sp-%d", v)}
+		case "target":
+			// Another target for the barrier given before it.
+			ev.Barrier.Target = fmt.Sprintf("sp-%d", v)
 		case "gen":
 			ev.Gen = v
 		default:

@@ -146,7 +146,10 @@ func (w *world) deliver(p int, purgeOnSeek bool) {
 	off := w.buf[p][0]
 	w.buf[p] = w.buf[p][1:]
 	r := w.logs[p][off]
-	ev := Event{Partition: int32(p), Offset: int64(off), Barrier: r.barrier, ID: r.id, Watermark: r.wm, Upstream: r.u, Gen: r.gen}
+	ev := Event{Partition: int32(p), Offset: int64(off), Watermark: r.wm, Upstream: r.u, Gen: r.gen}
+	if r.barrier {
+		ev.Barrier = barrierOf(r.id)
+	}
 	what := fmt.Sprintf("gen %d: p%d@%d %+v", w.gen, p, off, r)
 	dec, err := w.core.Step(ev, w.now)
 	if err != nil {
@@ -209,6 +212,15 @@ func (w *world) barrierAt(p, u int, id ckpt.ID) int {
 	return -1
 }
 
+// barrierOf is the barrier every upstream task writes for checkpoint id:
+// every third one is a savepoint.
+func barrierOf(id ckpt.ID) ckpt.Barrier {
+	if id%3 == 0 {
+		return ckpt.Barrier{ID: id, Kind: ckpt.KindSavepoint, Target: fmt.Sprintf("sp-%d", id)}
+	}
+	return ckpt.Barrier{ID: id, Kind: ckpt.KindCheckpoint}
+}
+
 // checkSnapshot: at snapshot n exactly the records before barrier n of
 // every (partition, upstream) have been delivered; every record of the
 // generation below a position is before its writer's barrier n (it is in
@@ -216,6 +228,9 @@ func (w *world) barrierAt(p, u int, id ckpt.ID) int {
 func (w *world) checkSnapshot(what string, a Action) {
 	if len(a.Positions) != w.p {
 		w.t.Fatalf("%s: snapshot %d positions %v", what, a.ID, a.Positions)
+	}
+	if a.Barrier != barrierOf(a.ID) {
+		w.t.Fatalf("%s: snapshot %d of barrier %+v, want %+v", what, a.ID, a.Barrier, barrierOf(a.ID))
 	}
 	for p := range w.p {
 		for u := range w.u {

@@ -1153,7 +1153,7 @@ func (r *Replica) onRecord(ctx context.Context, rec controltopic.Record) error {
 			return nil
 		}
 		for id, t := range r.tasks {
-			if err := t.Trigger(m.ID); err != nil {
+			if err := t.Trigger(m.Barrier()); err != nil {
 				r.log.Warn("inject barrier", "task", id.String(), "checkpoint_id", m.ID, "err", err)
 			}
 		}

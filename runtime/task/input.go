@@ -27,9 +27,10 @@ type taskInput interface {
 	// next returns the next batch of records, or a barrier. It blocks until
 	// there is one or ctx ends.
 	next(ctx context.Context) (element, error)
-	// trigger is `trigger n` for this task: a source input queues barrier n;
-	// a shuffle input ignores it (its barriers come through the topic).
-	trigger(n ckpt.ID) error
+	// trigger is the coordinator's trigger of barrier b for this task: a
+	// source input queues it; a shuffle input ignores it (its barriers come
+	// through the topic).
+	trigger(b ckpt.Barrier) error
 	// abort forgets checkpoint n.
 	abort(n ckpt.ID)
 	// complete is `complete n`: bookkeeping for people (committed offsets).
@@ -45,10 +46,10 @@ type element struct {
 	barrier *mark
 }
 
-// mark is a barrier as an input delivers it: the checkpoint and the
-// input's part of the snapshot.
+// mark is a barrier as an input delivers it: the barrier and the input's
+// part of the snapshot.
 type mark struct {
-	id ckpt.ID
+	barrier ckpt.Barrier
 	// offsets are a source's next offsets at the barrier.
 	offsets source.Offsets
 	// shuffle are a shuffle input's restart positions at the barrier.
@@ -80,8 +81,8 @@ func newSourceInput(src *source.Source, wm *watermarks, now func() time.Time) *s
 // poll's context is cancelled, and next places the barrier at once.
 func (s *sourceInput) next(ctx context.Context) (element, error) {
 	for {
-		n, pollCtx, cancel := s.triggers.poll(ctx)
-		if n > 0 {
+		b, pollCtx, cancel := s.triggers.poll(ctx)
+		if n := b.ID; n > 0 {
 			// On an error of ctx's, n stays pending: the next call
 			// places it.
 			offsets, err := s.src.Barrier(ctx, n)
@@ -92,7 +93,7 @@ func (s *sourceInput) next(ctx context.Context) (element, error) {
 				s.src.Abort(n) // aborted meanwhile: forget its offsets again
 				continue
 			}
-			return element{barrier: &mark{id: n, offsets: offsets}}, nil
+			return element{barrier: &mark{barrier: b, offsets: offsets}}, nil
 		}
 		recs, err := s.src.Next(pollCtx)
 		// Whether the poll was interrupted (a trigger, or ctx), asked
@@ -115,7 +116,7 @@ func (s *sourceInput) next(ctx context.Context) (element, error) {
 	}
 }
 
-func (s *sourceInput) trigger(n ckpt.ID) error { return s.triggers.add(n) }
+func (s *sourceInput) trigger(b ckpt.Barrier) error { return s.triggers.add(b) }
 
 func (s *sourceInput) abort(n ckpt.ID) {
 	s.triggers.drop(n)
@@ -245,11 +246,15 @@ func sourceConfig(s stream.KafkaSource) (source.Config, error) {
 // that follows pre-commits every sink, and the checkpoint commits it.
 type sinkDeadLetters struct {
 	t    *Task
-	sink int // index in t.sinks
+	sink int // index in Job.Sinks
 }
 
 func (d sinkDeadLetters) WriteDeadLetter(ctx context.Context, r *kgo.Record) error {
-	return d.t.outs[d.sink].write(ctx, r)
+	out := d.t.outs.sink(d.sink)
+	if out == nil {
+		return fmt.Errorf("dead-letter sink %d: the task's stage has no such sink", d.sink)
+	}
+	return out.write(ctx, r)
 }
 
 func (sinkDeadLetters) FlushDeadLetters(context.Context) error { return nil }

@@ -16,9 +16,10 @@ import (
 // and state: shuffles and alignment. One value is shared by the replica's
 // tasks; a nil *Metrics records nothing.
 type Metrics struct {
-	Shuffle   *shuffle.Metrics
-	alignment *prometheus.HistogramVec
-	dropped   *prometheus.CounterVec
+	Shuffle    *shuffle.Metrics
+	alignment  *prometheus.HistogramVec
+	startDelay *prometheus.HistogramVec
+	dropped    *prometheus.CounterVec
 
 	watermark, watermarkLag, idleInputs *prometheus.GaugeVec   // task
 	late                                *prometheus.CounterVec // operator
@@ -42,6 +43,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name:    "weir_task_alignment_duration_seconds",
 			Help:    "Time from the first barrier of a checkpoint to the last one, in a downstream task that aligns barriers from its upstream tasks.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"stage"}),
+		startDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "weir_task_checkpoint_start_delay_seconds",
+			Help:    "Time from the coordinator's trigger of a checkpoint to its barrier reaching a task (Flink's checkpoint start delay): in a source task the wait for the current batch, downstream also the records queued in the shuffle ahead of the barrier and the alignment.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 		}, []string{"stage"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weir_shuffle_dropped_records_total",
@@ -69,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"operator", "policy"}),
 		owner: map[string]uint64{},
 	}
-	for _, c := range []prometheus.Collector{m.alignment, m.dropped, m.watermark, m.watermarkLag, m.idleInputs, m.late, m.recordErrors} {
+	for _, c := range []prometheus.Collector{m.alignment, m.startDelay, m.dropped, m.watermark, m.watermarkLag, m.idleInputs, m.late, m.recordErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -126,6 +132,7 @@ type taskMetrics struct {
 	task                 string
 	gen                  uint64
 	watermark, lag, idle prometheus.Gauge
+	startDelay           prometheus.Observer
 	lastLate             string
 	lastLateCounter      prometheus.Counter
 	// The counter of the last record error's operator and policy.
@@ -134,10 +141,10 @@ type taskMetrics struct {
 	lastErrCounter prometheus.Counter
 }
 
-// forTask returns task's event-time metrics, every series present (at 0)
-// from now on, whether or not the job uses event time, so that a dashboard
-// has them from the start.
-func (m *Metrics) forTask(task string, gen uint64) *taskMetrics {
+// forTask returns the metrics of task (of stage), its event-time series
+// present (at 0) from now on, whether or not the job uses event time, so
+// that a dashboard has them from the start.
+func (m *Metrics) forTask(stage, task string, gen uint64) *taskMetrics {
 	if m == nil {
 		return nil
 	}
@@ -146,9 +153,10 @@ func (m *Metrics) forTask(task string, gen uint64) *taskMetrics {
 	m.mu.Unlock()
 	tm := &taskMetrics{
 		m: m, task: task, gen: gen,
-		watermark: m.watermark.WithLabelValues(task),
-		lag:       m.watermarkLag.WithLabelValues(task),
-		idle:      m.idleInputs.WithLabelValues(task),
+		watermark:  m.watermark.WithLabelValues(task),
+		lag:        m.watermarkLag.WithLabelValues(task),
+		idle:       m.idleInputs.WithLabelValues(task),
+		startDelay: m.startDelay.WithLabelValues(stage),
 	}
 	tm.watermark.Set(0)
 	tm.lag.Set(0)
@@ -168,6 +176,15 @@ func (tm *taskMetrics) publish(wm int64, idle int, now time.Time) {
 	}
 	tm.watermark.Set(float64(wm) / 1000)
 	tm.lag.Set(float64(now.UnixMilli()-wm) / 1000)
+}
+
+// observeStartDelay observes the time a barrier took from the trigger to
+// the task.
+func (tm *taskMetrics) observeStartDelay(d time.Duration) {
+	if tm == nil {
+		return
+	}
+	tm.startDelay.Observe(max(d, 0).Seconds())
 }
 
 // onLate counts a late record of operator: stream.TaskContext.OnLate.

@@ -23,43 +23,117 @@ type output interface {
 	// write adds r to the open epoch. The output keeps r until the broker
 	// acknowledges it.
 	write(ctx context.Context, r *kgo.Record) error
-	// preCommit ends epoch n at the barrier: what was written is flushed by
-	// the returned pending's wait.
-	preCommit(ctx context.Context, n ckpt.ID) (pending, error)
+	// preCommit ends the epoch at barrier b: what was written is flushed
+	// by the returned pending's wait.
+	preCommit(ctx context.Context, b ckpt.Barrier) (pending, error)
 	// complete is notifyCheckpointComplete(n).
 	complete(ctx context.Context, n ckpt.ID) error
 	// abort forgets checkpoint n.
 	abort(n ckpt.ID)
 	close(ctx context.Context) error
+	// String names the output in messages: "sink <topic>", "shuffle <topic>".
+	String() string
 }
 
-// pending is a pre-commit in flight: wait returns the transactions to
-// record in the snapshot (none for a shuffle) once everything before the
-// barrier is acknowledged.
+// pending is a pre-commit in flight.
 type pending interface {
-	wait(ctx context.Context) ([]sink.TxnHandle, error)
+	// wait returns once everything written before the barrier is
+	// acknowledged, and adds the output's part to the snapshot's operator
+	// state (a sink's pre-committed transactions; a shuffle has none).
+	wait(ctx context.Context, op *operatorState) error
 }
 
-// sinkOutput is a Kafka sink.
-type sinkOutput struct{ s *sink.Sink }
+// outputs are a task's outputs, each found by what the operator chain
+// names it by: a sink by its index in Job.Sinks, a shuffle by its edge.
+type outputs struct {
+	sinks    []*sinkOutput    // nil: a sink of another stage
+	shuffles []*shuffleOutput // nil: an edge the stage does not write
+	// all are the outputs the task has, sinks in the job's order, then
+	// shuffles: the order of the snapshot's parts.
+	all []output
+}
 
-func (o sinkOutput) write(ctx context.Context, r *kgo.Record) error { return o.s.Write(ctx, r) }
-func (o sinkOutput) complete(ctx context.Context, n ckpt.ID) error  { return o.s.NotifyComplete(ctx, n) }
-func (o sinkOutput) abort(n ckpt.ID)                                { o.s.Abort(n) }
-func (o sinkOutput) close(ctx context.Context) error                { return o.s.Close(ctx) }
+func newOutputs(sinks, edges int) *outputs {
+	return &outputs{sinks: make([]*sinkOutput, sinks), shuffles: make([]*shuffleOutput, edges)}
+}
 
-func (o sinkOutput) preCommit(ctx context.Context, n ckpt.ID) (pending, error) {
-	pre, err := o.s.PreCommit(ctx, n)
+// seal fills all, once every output is created.
+func (o *outputs) seal() {
+	o.all = o.all[:0]
+	for _, s := range o.sinks {
+		if s != nil {
+			o.all = append(o.all, s)
+		}
+	}
+	for _, s := range o.shuffles {
+		if s != nil {
+			o.all = append(o.all, s)
+		}
+	}
+}
+
+// sink returns sink i of the job, or nil if the task's stage has no such sink.
+func (o *outputs) sink(i int) *sinkOutput {
+	if i < 0 || i >= len(o.sinks) {
+		return nil
+	}
+	return o.sinks[i]
+}
+
+// shuffle returns the output of shuffle edge e, or nil if the task's stage
+// writes no such shuffle.
+func (o *outputs) shuffle(e int) *shuffleOutput {
+	if e < 0 || e >= len(o.shuffles) {
+		return nil
+	}
+	return o.shuffles[e]
+}
+
+// sinkOutput is a Kafka sink: sink index of the job, whose transactions the
+// snapshot records under pool.
+type sinkOutput struct {
+	s     *sink.Sink
+	topic string
+	index int
+	pool  sinkPool
+}
+
+func (o *sinkOutput) write(ctx context.Context, r *kgo.Record) error { return o.s.Write(ctx, r) }
+func (o *sinkOutput) complete(ctx context.Context, n ckpt.ID) error {
+	return o.s.NotifyComplete(ctx, n)
+}
+func (o *sinkOutput) abort(n ckpt.ID)                 { o.s.Abort(n) }
+func (o *sinkOutput) close(ctx context.Context) error { return o.s.Close(ctx) }
+func (o *sinkOutput) String() string                  { return "sink " + o.topic }
+
+func (o *sinkOutput) preCommit(ctx context.Context, b ckpt.Barrier) (pending, error) {
+	pre, err := o.s.PreCommit(ctx, b.ID)
 	if err != nil {
 		return nil, err
 	}
-	return sinkPending{pre}, nil
+	return sinkPending{pre, o}, nil
 }
 
-type sinkPending struct{ p *sink.PreCommit }
+type sinkPending struct {
+	p *sink.PreCommit
+	o *sinkOutput
+}
 
-func (p sinkPending) wait(ctx context.Context) ([]sink.TxnHandle, error) {
-	return p.p.Wait(ctx)
+// wait records the sink's transactions twice: with its pool, by identity
+// (SinkPools), and by index in Job.Sinks (Sinks), as older builds read them.
+func (p sinkPending) wait(ctx context.Context, op *operatorState) error {
+	handles, err := p.p.Wait(ctx)
+	if err != nil {
+		return err
+	}
+	if handles == nil {
+		handles = []sink.TxnHandle{} // null would say: another stage's sink
+	}
+	pool := p.o.pool
+	pool.Txns = handles
+	op.SinkPools = append(op.SinkPools, pool)
+	op.Sinks[p.o.index] = handles
+	return nil
 }
 
 // openSink creates the stage's sink of spec and recovers it: it commits the
@@ -185,7 +259,8 @@ func (e *emitter) Emit(sink int, r stream.Record) error {
 	if e.err != nil {
 		return e.err
 	}
-	if sink < 0 || sink >= len(e.t.outs) || e.t.outs[sink] == nil {
+	out := e.t.outs.sink(sink)
+	if out == nil {
 		e.err = fmt.Errorf("emit to sink %d: the task's stage has no such sink", sink)
 		return e.err
 	}
@@ -197,8 +272,8 @@ func (e *emitter) Emit(sink int, r stream.Record) error {
 			rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: e.bytes(h.Value)}
 		}
 	}
-	if err := e.t.outs[sink].write(e.t.ctx, rec); err != nil {
-		e.err = fmt.Errorf("sink %d: %w", sink, err)
+	if err := out.write(e.t.ctx, rec); err != nil {
+		e.err = fmt.Errorf("%s: %w", out, err)
 	}
 	return e.err
 }
@@ -208,8 +283,8 @@ func (e *emitter) Shuffle(edge int, r stream.Record) error {
 	if e.err != nil {
 		return e.err
 	}
-	out := len(e.t.cfg.Sinks) + edge
-	if edge < 0 || out >= len(e.t.outs) || e.t.outs[out] == nil {
+	out := e.t.outs.shuffle(edge)
+	if out == nil {
 		e.err = fmt.Errorf("emit to shuffle %d: the task's stage writes no such shuffle", edge)
 		return e.err
 	}
@@ -220,8 +295,8 @@ func (e *emitter) Shuffle(edge int, r stream.Record) error {
 	for _, h := range r.Headers {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: e.bytes(h.Value)})
 	}
-	if err := e.t.outs[out].write(e.t.ctx, rec); err != nil {
-		e.err = fmt.Errorf("shuffle %d: %w", edge, err)
+	if err := out.write(e.t.ctx, rec); err != nil {
+		e.err = fmt.Errorf("%s: %w", out, err)
 	}
 	return e.err
 }

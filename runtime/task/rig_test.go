@@ -328,7 +328,7 @@ func (r *rig) trigger(n ckpt.ID, tasks map[control.TaskID]*Task) {
 	r.t.Helper()
 	for id, tk := range tasks {
 		if r.plan.Stage(id.Stage).Kafka {
-			if err := tk.Trigger(n); err != nil {
+			if err := tk.Trigger(barrierOf(n)); err != nil {
 				r.t.Fatalf("trigger %d on %s: %v", n, id, err)
 			}
 		}

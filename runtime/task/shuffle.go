@@ -12,7 +12,6 @@ import (
 	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/kafkaio/shuffle"
-	"github.com/weir-stream/weir/kafkaio/sink"
 	"github.com/weir-stream/weir/runtime/input"
 )
 
@@ -99,20 +98,20 @@ func (s *shuffleInput) next(ctx context.Context) (element, error) {
 			if s.seeked[r.Partition] {
 				continue // re-read from the seek's offset
 			}
-			meta, err := s.parser.Parse(r.Headers)
+			meta, err := s.parser.ParseRecord(r)
 			if err != nil {
 				return element{}, fmt.Errorf("shuffle %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
 			}
 			d, err := s.core.Step(input.Event{
 				Partition: r.Partition, Offset: r.Offset,
-				Barrier: meta.Barrier, ID: meta.ID, Upstream: meta.Upstream, Gen: meta.Gen,
+				Barrier: meta.Barrier, Upstream: meta.Upstream, Gen: meta.Gen,
 				Watermark: meta.Watermark,
 			}, now)
 			if err != nil {
 				return element{}, fmt.Errorf("shuffle %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
 			}
 			switch {
-			case d != input.Deliver || meta.Barrier:
+			case d != input.Deliver || meta.IsBarrier():
 			case meta.Watermark:
 				if s.wm != nil {
 					s.wm.shuffleWatermark(r.Partition, meta.Upstream, meta.WatermarkMs, meta.Idle)
@@ -186,7 +185,7 @@ func (s *shuffleInput) apply(acts []input.Action) {
 				pos = append(pos, control.Position{Topic: s.topic, Partition: p, Offset: off})
 			}
 			slices.SortFunc(pos, func(a, b control.Position) int { return int(a.Partition - b.Partition) })
-			s.mark = &mark{id: a.ID, shuffle: pos, align: a.Align}
+			s.mark = &mark{barrier: a.Barrier, shuffle: pos, align: a.Align}
 			s.met.observeAlignment(a.Align)
 		}
 	}
@@ -201,16 +200,16 @@ func (s *shuffleInput) takeAborts() error {
 	for _, n := range aborts {
 		s.core.Abort(n, now)
 		s.apply(s.core.Actions())
-		if s.mark != nil && s.mark.id == n {
+		if s.mark != nil && s.mark.barrier.ID == n {
 			s.mark = nil
 		}
 	}
 	return nil
 }
 
-// trigger does nothing: a downstream task learns of checkpoint n from the
-// barrier records of its upstream tasks.
-func (s *shuffleInput) trigger(ckpt.ID) error { return nil }
+// trigger does nothing: a downstream task learns of a checkpoint's barrier
+// from the barrier records of its upstream tasks.
+func (s *shuffleInput) trigger(ckpt.Barrier) error { return nil }
 
 // abort releases an alignment of n in progress (on the task goroutine,
 // which it wakes).
@@ -234,16 +233,20 @@ func (s *shuffleInput) caughtUp() bool {
 func (s *shuffleInput) close() { s.rd.Close() }
 
 // shuffleOutput writes an upstream task's records to a shuffle topic, and
-// barrier n to every partition of it at pre-commit n.
-type shuffleOutput struct{ w *shuffle.Writer }
+// barrier b to every partition of it at pre-commit b.
+type shuffleOutput struct {
+	w     *shuffle.Writer
+	topic string
+}
 
-func (o shuffleOutput) write(ctx context.Context, r *kgo.Record) error { return o.w.Write(ctx, r) }
-func (o shuffleOutput) complete(context.Context, ckpt.ID) error        { return nil }
-func (o shuffleOutput) abort(ckpt.ID)                                  {}
-func (o shuffleOutput) close(context.Context) error                    { o.w.Close(); return nil }
+func (o *shuffleOutput) write(ctx context.Context, r *kgo.Record) error { return o.w.Write(ctx, r) }
+func (o *shuffleOutput) complete(context.Context, ckpt.ID) error        { return nil }
+func (o *shuffleOutput) abort(ckpt.ID)                                  {}
+func (o *shuffleOutput) close(context.Context) error                    { o.w.Close(); return nil }
+func (o *shuffleOutput) String() string                                 { return "shuffle " + o.topic }
 
-func (o shuffleOutput) preCommit(ctx context.Context, n ckpt.ID) (pending, error) {
-	p, err := o.w.Barrier(ctx, n)
+func (o *shuffleOutput) preCommit(ctx context.Context, b ckpt.Barrier) (pending, error) {
+	p, err := o.w.Barrier(ctx, b)
 	if err != nil {
 		return nil, err
 	}
@@ -252,6 +255,4 @@ func (o shuffleOutput) preCommit(ctx context.Context, n ckpt.ID) (pending, error
 
 type shufflePending struct{ p *shuffle.Pending }
 
-func (p shufflePending) wait(ctx context.Context) ([]sink.TxnHandle, error) {
-	return nil, p.p.Wait(ctx)
-}
+func (p shufflePending) wait(ctx context.Context, _ *operatorState) error { return p.p.Wait(ctx) }

@@ -7,9 +7,10 @@
 // reads the source, runs the chain, writes to the sink and takes the
 // synchronous part of snapshots. Each snapshot's asynchronous part (waiting
 // for the sink's flush, uploading files, writing the manifest, appending the
-// ack) runs on a goroutine of its own. Trigger, Complete and Abort are called
-// by the replica's control-topic dispatcher; they use only the parts of the
-// source, sink and state backend documented as safe for that.
+// ack) runs on a goroutine of its own, tracked by checkpoint ID by the
+// task's checkpointer (checkpointer.go). Trigger, Complete and Abort are
+// called by the replica's control-topic dispatcher; they use only the parts
+// of the source, sink and state backend documented as safe for that.
 package task
 
 import (
@@ -165,10 +166,9 @@ type Task struct {
 	log     *slog.Logger
 	backend *state.Backend
 	in      taskInput
-	// outs are the task's outputs: its sinks, by index in Job.Sinks, then
-	// its shuffles; pools are the sinks' pools, by the same index.
-	outs  []output
-	pools []sinkPool
+	outs    *outputs
+	// ckpt is the task's part in checkpoints, from the barrier to the ack.
+	ckpt  *checkpointer
 	chain stream.Task
 	// wm is the task's event time; nil if the job does not use it.
 	wm  *watermarks
@@ -179,8 +179,6 @@ type Task struct {
 	done    chan struct{}
 	err     error     // set before done is closed
 	started sync.Once // Run, or Stop of a task that never ran
-
-	async sync.WaitGroup // snapshots' asynchronous parts
 }
 
 // Open restores the task from cfg.RestoreFrom (or opens it empty), recovers
@@ -203,6 +201,15 @@ func Open(ctx context.Context, cfg Config) (*Task, error) {
 		return nil, fmt.Errorf("start task %s: %w", cfg.ID, err)
 	}
 	t.ctx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	ccfg := checkpointerConfig{
+		Task: cfg.ID, Gen: cfg.Gen, Outputs: t.outs.all, Sinks: len(cfg.Sinks),
+		State: backendSnapshotter{t.backend}, Acks: cfg.Acks, Logger: log, Now: cfg.Now,
+		OnStartDelay: t.met.observeStartDelay,
+	}
+	if t.wm != nil {
+		ccfg.Watermarks = t.wm.snapshot
+	}
+	t.ckpt = newCheckpointer(t.ctx, ccfg)
 	return t, nil
 }
 
@@ -257,7 +264,7 @@ func (t *Task) open(ctx context.Context, name string) error {
 	if st == nil {
 		return fmt.Errorf("the job's plan has no stage %s", cfg.ID.Stage)
 	}
-	t.met = cfg.Metrics.forTask(cfg.ID.String(), cfg.Gen)
+	t.met = cfg.Metrics.forTask(cfg.ID.Stage, cfg.ID.String(), cfg.Gen)
 	tc := stream.TaskContext{
 		Backend: t.backend, Stage: st.Name, Task: cfg.ID.String(), Index: cfg.ID.Index, Now: cfg.Now, Logger: t.log,
 	}
@@ -298,55 +305,65 @@ func (t *Task) open(ctx context.Context, name string) error {
 	// parallel (no two sinks touch one transactional ID: planSinkRecovery
 	// checked). No record is read before open returns, so nothing is
 	// written before every sink has recovered (DESIGN.md section 6). A task
-	// opens only its stage's sinks and shuffles: outs[i] is sink i,
-	// outs[len(Sinks)+e] shuffle edge e, nil where the stage writes none.
-	specs := cfg.Sinks
-	t.outs = make([]output, len(specs)+len(cfg.Plan.Shuffles))
-	t.pools = make([]sinkPool, len(specs))
-	// errs: one per output, the input's, one per retired sink.
-	errs := make([]error, len(t.outs)+1+len(sinkPlan))
-	var wg sync.WaitGroup
-	for k, r := range sinkPlan {
+	// opens only its stage's sinks and shuffles.
+	t.outs = newOutputs(len(cfg.Sinks), len(cfg.Plan.Shuffles))
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	fail := func(err error) {
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	}
+	for _, r := range sinkPlan {
 		if r.index < 0 {
 			// A sink the job no longer has: its recorded transactions
 			// are committed and its pool fenced, then it is gone.
-			wg.Go(func() { errs[len(t.outs)+1+k] = t.retireSink(ctx, r) })
+			wg.Go(func() { fail(t.retireSink(ctx, r)) })
 			continue
 		}
-		i := r.index
-		t.pools[i] = r.pool
+		spec := cfg.Sinks[r.index]
 		wg.Go(func() {
-			sink, err := t.openSink(ctx, specs[i], r)
+			sink, err := t.openSink(ctx, spec, r)
 			if sink != nil {
-				t.outs[i] = sinkOutput{sink}
+				// Each goroutine sets its own element.
+				t.outs.sinks[r.index] = &sinkOutput{s: sink, topic: spec.Topic, index: r.index, pool: r.pool}
 			}
-			errs[i] = err
+			fail(err)
 		})
 	}
 	for _, sh := range st.Outputs {
-		i := len(specs) + sh.Edge
 		w, err := shuffle.NewWriter(shuffle.WriterConfig{
 			Client: cfg.Shuffle, ClientOpts: cfg.Kafka, Topic: sh.Topic, Partitions: sh.Partitions,
 			Task: cfg.ID, Gen: cfg.Gen, Logger: t.log, Metrics: cfg.Metrics.shuffleMetrics(),
 		})
 		if err != nil {
-			errs[i] = fmt.Errorf("shuffle %s: %w", sh.Topic, err)
+			fail(fmt.Errorf("shuffle %s: %w", sh.Topic, err))
 			continue
 		}
-		t.outs[i] = shuffleOutput{w}
+		t.outs.shuffles[sh.Edge] = &shuffleOutput{w: w, topic: sh.Topic}
 	}
 	wg.Go(func() {
+		var in taskInput
+		var err error
 		if st.Kafka {
 			// A task of a partition added since the checkpoint starts at
 			// its earliest offset, whatever the configured start: every
 			// record written to it is processed.
 			added := cfg.RestoreFrom > 0 && handle == ""
-			t.in, errs[len(t.outs)] = t.openSource(ctx, opState.Offsets, added)
+			in, err = t.openSource(ctx, opState.Offsets, added)
 		} else {
-			t.in, errs[len(t.outs)] = t.openShuffleInput(ctx, opState.Shuffle)
+			in, err = t.openShuffleInput(ctx, opState.Shuffle)
 		}
+		t.in = in
+		fail(err)
 	})
 	wg.Wait()
+	t.outs.seal()
 	return errors.Join(errs...)
 }
 
@@ -490,7 +507,7 @@ func (t *Task) loop() error {
 			}
 		}
 		if el.barrier != nil {
-			if err := t.barrier(el.barrier); err != nil {
+			if err := t.ckpt.onBarrier(el.barrier); err != nil {
 				return err
 			}
 		} else if len(el.records) > 0 {
@@ -567,16 +584,17 @@ func (t *Task) advanceWatermark(out *emitter) error {
 	// inputs went idle (the valve's flush) goes first, so that downstream
 	// valves flush to it in turn.
 	first := idle && w.current != w.sent && w.current > eventtime.MinWatermark
-	for _, o := range t.outs {
-		if sh, ok := o.(shuffleOutput); ok {
-			if first {
-				if err := sh.w.Watermark(t.ctx, w.current, false); err != nil {
-					return fmt.Errorf("shuffle watermark: %w", err)
-				}
+	for _, sh := range t.outs.shuffles {
+		if sh == nil {
+			continue
+		}
+		if first {
+			if err := sh.w.Watermark(t.ctx, w.current, false); err != nil {
+				return fmt.Errorf("%s watermark: %w", sh, err)
 			}
-			if err := sh.w.Watermark(t.ctx, w.current, idle); err != nil {
-				return fmt.Errorf("shuffle watermark: %w", err)
-			}
+		}
+		if err := sh.w.Watermark(t.ctx, w.current, idle); err != nil {
+			return fmt.Errorf("%s watermark: %w", sh, err)
 		}
 	}
 	w.sent, w.sentIdle = w.current, idle
@@ -600,7 +618,9 @@ func (t *Task) Stop(ctx context.Context) error {
 	t.cancel()
 	t.started.Do(func() { close(t.done) }) // never ran
 	<-t.done
-	t.async.Wait()
+	if t.ckpt != nil {
+		t.ckpt.stop()
+	}
 	t.met.remove()
 	return t.closeParts(ctx)
 }
@@ -610,8 +630,9 @@ func (t *Task) closeParts(ctx context.Context) error {
 	if t.in != nil {
 		t.in.close()
 	}
-	for _, o := range t.outs {
-		if o != nil { // nil: its creation failed
+	if t.outs != nil {
+		t.outs.seal() // what was created, if open failed half-way
+		for _, o := range t.outs.all {
 			errs = append(errs, o.close(ctx))
 		}
 	}

@@ -35,10 +35,10 @@ func TestSingleStageCheckpoints(t *testing.T) {
 		tk.Run()
 		r.produce(ctx, want, keys(10, 3)...)
 		r.waitConsumed(ctx, tk)
-		if err := tk.Trigger(1); err != nil {
+		if err := tk.Trigger(barrierOf(1)); err != nil {
 			t.Fatal(err)
 		}
-		if err := tk.Trigger(1); err == nil {
+		if err := tk.Trigger(barrierOf(1)); err == nil {
 			t.Fatal("a second trigger 1 was accepted")
 		}
 		acks := r.ackLog.wait(t, ctx, 1, 1, main0)
@@ -70,14 +70,14 @@ func TestSingleStageCheckpoints(t *testing.T) {
 		// without being completed.
 		r.produce(ctx, want, keys(10, 3)...)
 		r.waitConsumed(ctx, tk)
-		if err := tk.Trigger(2); err != nil {
+		if err := tk.Trigger(barrierOf(2)); err != nil {
 			t.Fatal(err)
 		}
 		r.ackLog.wait(t, ctx, 2, 1, main0)
 		tk.Abort(ctx, 2)
 		r.produce(ctx, want, keys(5, 4)...)
 		r.waitConsumed(ctx, tk)
-		if err := tk.Trigger(3); err != nil {
+		if err := tk.Trigger(barrierOf(3)); err != nil {
 			t.Fatal(err)
 		}
 		acks = r.ackLog.wait(t, ctx, 3, 1, main0)

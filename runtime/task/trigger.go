@@ -22,8 +22,8 @@ type triggers struct {
 	mu struct {
 		sync.Mutex
 		closed  bool
-		pending []ckpt.ID // ascending
-		last    ckpt.ID   // the highest checkpoint accepted by add
+		pending []ckpt.Barrier // ascending IDs
+		last    ckpt.ID        // the highest checkpoint accepted by add
 		// wake cancels the context of the task goroutine's latest poll. It
 		// may belong to a poll that has returned: cancelling it then is a
 		// no-op, and poll looks at pending before it polls again.
@@ -31,10 +31,11 @@ type triggers struct {
 	}
 }
 
-// add queues checkpoint n and wakes a waiting poll. Checkpoint IDs must
-// increase: a repeated or older n returns source.ErrBarrierOrder and
-// is ignored. After close it returns source.ErrClosed.
-func (q *triggers) add(n ckpt.ID) error {
+// add queues barrier b and wakes a waiting poll. Checkpoint IDs must
+// increase: a repeated or older ID returns source.ErrBarrierOrder and is
+// ignored. After close it returns source.ErrClosed.
+func (q *triggers) add(b ckpt.Barrier) error {
+	n := b.ID
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.mu.closed {
@@ -44,7 +45,7 @@ func (q *triggers) add(n ckpt.ID) error {
 		return fmt.Errorf("%w: checkpoint %d after %d", source.ErrBarrierOrder, n, q.mu.last)
 	}
 	q.mu.last = n
-	q.mu.pending = append(q.mu.pending, n)
+	q.mu.pending = append(q.mu.pending, b)
 	if q.mu.wake != nil {
 		q.mu.wake()
 	}
@@ -55,13 +56,13 @@ func (q *triggers) add(n ckpt.ID) error {
 func (q *triggers) drop(n ckpt.ID) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.mu.pending = slices.DeleteFunc(q.mu.pending, func(c ckpt.ID) bool { return c == n })
+	q.mu.pending = slices.DeleteFunc(q.mu.pending, func(b ckpt.Barrier) bool { return b.ID == n })
 }
 
-// poll returns the first pending checkpoint, if there is one, or else
-// (n = 0) a child of ctx to poll the source with, which add cancels, and
-// its cancel function, to call when the poll has returned.
-func (q *triggers) poll(ctx context.Context) (n ckpt.ID, pollCtx context.Context, cancel context.CancelFunc) {
+// poll returns the first pending barrier, if there is one, or else (an ID
+// of 0) a child of ctx to poll the source with, which add cancels, and its
+// cancel function, to call when the poll has returned.
+func (q *triggers) poll(ctx context.Context) (b ckpt.Barrier, pollCtx context.Context, cancel context.CancelFunc) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.mu.pending) > 0 {
@@ -69,7 +70,7 @@ func (q *triggers) poll(ctx context.Context) (n ckpt.ID, pollCtx context.Context
 	}
 	pollCtx, cancel = context.WithCancel(ctx)
 	q.mu.wake = cancel
-	return 0, pollCtx, cancel
+	return ckpt.Barrier{}, pollCtx, cancel
 }
 
 // placed removes checkpoint n, whose barrier the task goroutine has just
@@ -78,7 +79,7 @@ func (q *triggers) poll(ctx context.Context) (n ckpt.ID, pollCtx context.Context
 func (q *triggers) placed(n ckpt.ID) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	i := slices.Index(q.mu.pending, n)
+	i := slices.IndexFunc(q.mu.pending, func(b ckpt.Barrier) bool { return b.ID == n })
 	if i < 0 {
 		return false
 	}

@@ -55,19 +55,19 @@ func wantBarrier(t *testing.T, el element, n ckpt.ID, topic string, off int64) {
 		t.Fatalf("next returned %d records, want barrier %d", len(el.records), n)
 	}
 	want := source.Offsets{topic: {0: off}}
-	if el.barrier.id != n || fmt.Sprint(el.barrier.offsets) != fmt.Sprint(want) {
-		t.Fatalf("barrier %d at %v, want %d at %v", el.barrier.id, el.barrier.offsets, n, want)
+	if el.barrier.barrier != barrierOf(n) || fmt.Sprint(el.barrier.offsets) != fmt.Sprint(want) {
+		t.Fatalf("barrier %d at %v, want %d at %v", el.barrier.barrier.ID, el.barrier.offsets, n, want)
 	}
 }
 
-// triggerAfter calls in.trigger(n) after d, on a timer's goroutine, which
+// triggerAfter calls in.trigger(barrierOf(n)) after d, on a timer's goroutine, which
 // reports a failure with t.Errorf: when the test ends first (it failed
 // early), the timer is stopped, or waited for before in closes.
 func triggerAfter(t *testing.T, in *sourceInput, n ckpt.ID, d time.Duration) {
 	done := make(chan struct{})
 	tm := time.AfterFunc(d, func() {
 		defer close(done)
-		if err := in.trigger(n); err != nil {
+		if err := in.trigger(barrierOf(n)); err != nil {
 			t.Errorf("trigger %d: %v", n, err)
 		}
 	})
@@ -103,7 +103,7 @@ func TestSourceInputTriggerWakesIdleNext(t *testing.T) {
 		for got := 0; got < 1; {
 			el, _ := nextElement(t, ctx, in)
 			if el.barrier != nil {
-				t.Fatalf("barrier %d, want record v0", el.barrier.id)
+				t.Fatalf("barrier %d, want record v0", el.barrier.barrier.ID)
 			}
 			got += len(el.records)
 		}
@@ -141,7 +141,7 @@ func TestSourceInputTriggers(t *testing.T) {
 			for got := 0; got < n; {
 				el, _ := nextElement(t, ctx, in)
 				if el.barrier != nil {
-					t.Fatalf("barrier %d after %d of %d records", el.barrier.id, got, n)
+					t.Fatalf("barrier %d after %d of %d records", el.barrier.barrier.ID, got, n)
 				}
 				if got += len(el.records); got > n {
 					t.Fatalf("read %d records, want %d", got, n)
@@ -162,12 +162,12 @@ func TestSourceInputTriggers(t *testing.T) {
 		// Barriers go where the triggers arrive: 1 and 2 before the records
 		// produced after them, in order.
 		for _, n := range []ckpt.ID{1, 2} {
-			if err := in.trigger(n); err != nil {
+			if err := in.trigger(barrierOf(n)); err != nil {
 				t.Fatalf("trigger %d: %v", n, err)
 			}
 		}
 		for _, n := range []ckpt.ID{2, 1} {
-			if err := in.trigger(n); !errors.Is(err, source.ErrBarrierOrder) {
+			if err := in.trigger(barrierOf(n)); !errors.Is(err, source.ErrBarrierOrder) {
 				t.Fatalf("trigger %d after 2 = %v, want ErrSourceBarrierOrder", n, err)
 			}
 		}
@@ -180,7 +180,7 @@ func TestSourceInputTriggers(t *testing.T) {
 
 		// An aborted pending trigger is dropped; the next one is placed.
 		for _, n := range []ckpt.ID{3, 4} {
-			if err := in.trigger(n); err != nil {
+			if err := in.trigger(barrierOf(n)); err != nil {
 				t.Fatalf("trigger %d: %v", n, err)
 			}
 		}
@@ -188,12 +188,12 @@ func TestSourceInputTriggers(t *testing.T) {
 		el, _ = nextElement(t, ctx, in)
 		wantBarrier(t, el, 4, topic, 4)
 		// Aborting never lowers the accepted IDs.
-		if err := in.trigger(3); !errors.Is(err, source.ErrBarrierOrder) {
+		if err := in.trigger(barrierOf(3)); !errors.Is(err, source.ErrBarrierOrder) {
 			t.Fatalf("trigger 3 after its abort = %v, want ErrSourceBarrierOrder", err)
 		}
 
 		in.close()
-		if err := in.trigger(5); !errors.Is(err, source.ErrClosed) {
+		if err := in.trigger(barrierOf(5)); !errors.Is(err, source.ErrClosed) {
 			t.Fatalf("trigger after close = %v, want ErrSourceClosed", err)
 		}
 		if _, err := in.next(ctx); !errors.Is(err, source.ErrClosed) {
@@ -207,29 +207,39 @@ func TestSourceInputTriggers(t *testing.T) {
 // not to be pending any more, so that next drops the barrier.
 func TestTriggersAbortWhilePlacing(t *testing.T) {
 	var q triggers
-	if err := q.add(1); err != nil {
+	if err := q.add(barrierOf(1)); err != nil {
 		t.Fatal(err)
 	}
-	n, _, _ := q.poll(context.Background())
-	if n != 1 {
-		t.Fatalf("poll = %d, want 1", n)
+	b, _, _ := q.poll(context.Background())
+	if b != barrierOf(1) {
+		t.Fatalf("poll = %+v, want %+v", b, barrierOf(1))
 	}
 	q.drop(1)
 	if q.placed(1) {
 		t.Fatal("placed(1) after drop(1) = true, want false")
 	}
-	if err := q.add(2); err != nil {
+	if err := q.add(barrierOf(2)); err != nil {
 		t.Fatal(err)
 	}
-	if n, _, _ := q.poll(context.Background()); n != 2 || !q.placed(2) {
-		t.Fatalf("poll = %d, want 2 and placed", n)
+	if b, _, _ := q.poll(context.Background()); b != barrierOf(2) || !q.placed(2) {
+		t.Fatalf("poll = %+v, want %+v and placed", b, barrierOf(2))
 	}
-	n, pollCtx, cancel := q.poll(context.Background())
+	b, pollCtx, cancel := q.poll(context.Background())
 	defer cancel()
-	if n != 0 || pollCtx.Err() != nil {
-		t.Fatalf("poll of an empty queue = %d, %v; want 0 and a live context", n, pollCtx.Err())
+	if b.ID != 0 || pollCtx.Err() != nil {
+		t.Fatalf("poll of an empty queue = %+v, %v; want none and a live context", b, pollCtx.Err())
 	}
-	if err := q.add(3); err != nil || pollCtx.Err() == nil {
+	if err := q.add(barrierOf(3)); err != nil || pollCtx.Err() == nil {
 		t.Fatalf("add(3) = %v, poll context %v; want the poll woken", err, pollCtx.Err())
 	}
+}
+
+// barrierOf is the barrier the tests trigger for checkpoint n: it travels
+// whole, so every third one is a savepoint with a target.
+func barrierOf(n ckpt.ID) ckpt.Barrier {
+	b := ckpt.Barrier{ID: n, Kind: ckpt.KindCheckpoint, Timestamp: 1764612345000 + int64(n)}
+	if n%3 == 0 {
+		b.Kind, b.Target = ckpt.KindSavepoint, fmt.Sprintf("sp-%d", n)
+	}
+	return b
 }

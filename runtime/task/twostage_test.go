@@ -528,7 +528,7 @@ func TestAbortReleasesAlignment(t *testing.T) {
 		r.waitConsumed(ctx, pick(tasks, upstreamIDs)...)
 		r.checkpoint(ctx, 1, 1, tasks)
 
-		if err := tasks[upstreamIDs[0]].Trigger(2); err != nil {
+		if err := tasks[upstreamIDs[0]].Trigger(barrierOf(2)); err != nil {
 			t.Fatal(err)
 		}
 		r.ackLog.wait(t, ctx, 2, 1, upstreamIDs[0])

@@ -188,7 +188,7 @@ func TestTaskMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := m.forTask("main/0", 1)
+	old := m.forTask("main", "main/0", 1)
 	if n := testutil.CollectAndCount(m.watermark); n != 1 {
 		t.Fatalf("%d watermark series after open, want 1", n)
 	}
@@ -200,7 +200,7 @@ func TestTaskMetrics(t *testing.T) {
 	if w, l := testutil.ToFloat64(m.watermark.WithLabelValues("main/0")), testutil.ToFloat64(m.watermarkLag.WithLabelValues("main/0")); w != 3 || l != 2 {
 		t.Fatalf("watermark %v lag %v, want 3 and 2", w, l)
 	}
-	next := m.forTask("main/0", 2)
+	next := m.forTask("main", "main/0", 2)
 	old.remove()
 	if n := testutil.CollectAndCount(m.idleInputs); n != 1 {
 		t.Fatal("the old generation's Stop removed the new one's series")
