@@ -145,7 +145,7 @@ func exactlyOnce(t *testing.T, c *kafkatest.Cluster, sec secured, sh shape, tota
 		in = e2etest.NewInput(t, c.Brokers, input, keys)
 	}
 	in.Good(ctx, total/2) // half before the run
-	cl := e2etest.NewReplicas(t, bin, cfgFile, dir, e2etest.ReplicaOptions{})
+	cl := e2etest.NewReplicas(t, bin, cfgFile, dir, e2etest.ReplicaOptions{HTTP: true})
 	for range 3 {
 		cl.Start()
 	}
