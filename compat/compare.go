@@ -244,11 +244,14 @@ func compareOperators(old, cur *Schema, add adder) map[string]string {
 	for _, c := range cur.Operators {
 		o := m.old[c.ID]
 		if o == nil {
+			msg := fmt.Sprintf("new %s: it starts empty", c.Kind)
 			if s := m.names[c.ID]; s != "" {
-				add(Compatible, c.ID, c.Site, "new %s: it starts empty (its state is stored as %s: %s is the stored name of another step's state)", c.Kind, s, c.ID)
-			} else {
-				add(Compatible, c.ID, c.Site, "new %s: it starts empty", c.Kind)
+				msg += fmt.Sprintf(" (its state is stored as %s: %s is the stored name of another step's state)", s, c.ID)
 			}
+			if o := stageStarter(old, &c); o != nil {
+				msg += fmt.Sprintf("; the checkpoint's %s (%s) is defined as it is but starts stage %s, named after it: state cannot follow a stage's first stateful step to a renamed stage (give stateful steps an id:)", o.ID, o.Site, o.Stage)
+			}
+			add(Compatible, c.ID, c.Site, "%s", msg)
 			continue
 		}
 		if o.ID != c.ID {
@@ -282,6 +285,24 @@ func compareOperators(old, cur *Schema, add adder) map[string]string {
 		}
 	}
 	return m.names
+}
+
+// stageStarter returns the checkpoint's derived operator that a new
+// derived operator c would continue but for its stage: defined as c is
+// but in another stage, which each of them starts (so names): an edit
+// renamed the step and, with it, its stage. Nil if none.
+func stageStarter(old *Schema, c *Operator) *Operator {
+	if !c.Derived || c.Stage != c.ID {
+		return nil
+	}
+	for i := range old.Operators {
+		o := &old.Operators[i]
+		if o.Derived && o.Stage == o.ID && o.Stage != c.Stage && o.Kind == c.Kind && o.Key == c.Key &&
+			o.Encoding == c.Encoding && sameWindow(o.Window, c.Window) && o.Definition == c.Definition {
+			return o
+		}
+	}
+	return nil
 }
 
 // describeSignature says what defines a derived operator's state, for

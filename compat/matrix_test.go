@@ -105,6 +105,13 @@ func TestUpgradeMatrix(t *testing.T) {
 		{name: "aggregate inserted before another", old: base,
 			cur:     src + keyBy + "    - aggregate: {n: {count: true}}\n" + "    - key_by: {field: key}\n" + "    - aggregate: {small: {sum: value.n}, big: {sum: value.n}}\n" + sink,
 			allowed: false, withFlag: false, mentioned: []string{"sum small", "aggregate-2"}},
+		// The step that starts a downstream stage names it: renamed by an
+		// aggregate inserted before it, it would move to a new stage, and
+		// its state cannot follow it there.
+		{name: "aggregate inserted before one that starts a stage", old: src + "    - key_by: {expr: key}\n" + aggs + sink,
+			cur:     src + "    - aggregate: {n: {count: true}}\n" + "    - key_by: {expr: key}\n" + "    - aggregate: {small: {sum: value.n}, big: {sum: value.n}}\n" + sink,
+			allowed: false, withFlag: false, mentioned: []string{"aggregate (job.pipeline[1].aggregate): runs in stage main, its state is in the tasks of stage aggregate",
+				"aggregate-2 (job.pipeline[3].aggregate): new aggregate: it starts empty; the checkpoint's aggregate (job.pipeline[2].aggregate) is defined as it is but starts stage aggregate, named after it"}},
 		// A stream's aggregate whose derived id an aggregate of a stream
 		// compiled before it shifted: its state follows it.
 		{name: "aggregate inserted before another, in another stream", old: routeAll, cur: routeEvenAll, allowed: true, withFlag: true,
