@@ -1234,7 +1234,7 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	}
 	var names map[string]string
 	if len(mine) > 0 {
-		if err := retry(ctx, r.log, r.met, nil, "read_checkpoint_schema", func() (err error) {
+		if err := retry(ctx, r.log, r.met, r.heart, "start_task", func() (err error) {
 			names, err = r.stateNames(ctx, g)
 			return err
 		}); err != nil {
