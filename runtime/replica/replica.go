@@ -1232,6 +1232,8 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	if err := r.openShuffleClient(mine); err != nil {
 		return err
 	}
+	// Where g's checkpoint holds the state of operators an edit renamed
+	// (compat.Result.StateNames): the same for every task.
 	var names map[string]string
 	if len(mine) > 0 {
 		if err := retry(ctx, r.log, r.met, r.heart, "start_task", func() (err error) {
