@@ -66,7 +66,7 @@ the input's partition count is taken from the checkpoint.`,
 			}
 			if job == nil {
 				for _, p := range cfg.StepsWithoutID() {
-					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s keeps state without an id: its state is named after its kind and rank, which an edit before it can change; set id: to keep it across edits (docs/operations.md, \"Upgrading a job\")\n", p)
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s keeps state without an id: its name is derived from its kind and rank, which a step of its kind inserted before it changes (its state then follows it only if no other step of its kind is defined as it is); set id: to keep it across edits (docs/operations.md, \"Upgrading a job\")\n", p)
 				}
 			}
 			if against != "" {

@@ -68,6 +68,29 @@ type Result struct {
 	// a version of Weir before schemas): nothing could be compared.
 	Unchecked   bool
 	Differences []Difference
+	// StateNames are the job's operators whose state is to be stored under
+	// a name other than their ID, by operator ID: the stored name of the
+	// checkpoint's state a derived operator continues (matchOperators),
+	// or a new name for a new operator whose ID is such a stored name.
+	// The runtime restores under them (stream.TaskContext.StateNames);
+	// the job's checkpoints record them (WithStateNames).
+	StateNames map[string]string
+}
+
+// WithStateNames returns a copy of s whose operators record the names
+// their state is stored under (Operator.State) from names (operator ID →
+// stored name, Result.StateNames): the schema of the job's checkpoints
+// after a restore that matched operators by their signature.
+func (s Schema) WithStateNames(names map[string]string) Schema {
+	s.Operators = slices.Clone(s.Operators)
+	for i := range s.Operators {
+		o := &s.Operators[i]
+		o.State = ""
+		if n := names[o.ID]; n != "" && n != o.ID {
+			o.State = n
+		}
+	}
+	return s
 }
 
 // Allowed reports whether the job may restore the checkpoint: nothing is
@@ -163,7 +186,7 @@ func Compare(checkpoint ckpt.ID, old, cur *Schema) Result {
 	}
 	compareSources(old, cur, add)
 	compareStages(old, cur, add)
-	compareOperators(old, cur, add)
+	r.StateNames = compareOperators(old, cur, add)
 	compareSinks(old, cur, add)
 	if old.Fingerprint != cur.Fingerprint && len(r.Differences) == 0 {
 		add(Compatible, "", "", "the job's definition changed (%s → %s) without a change of its state", Short(old.Fingerprint), Short(cur.Fingerprint))
@@ -216,12 +239,24 @@ func compareStages(old, cur *Schema, add adder) {
 	}
 }
 
-func compareOperators(old, cur *Schema, add adder) {
+func compareOperators(old, cur *Schema, add adder) map[string]string {
+	m := matchOperators(old, cur)
 	for _, c := range cur.Operators {
-		o := old.Operator(c.ID)
+		o := m.old[c.ID]
 		if o == nil {
-			add(Compatible, c.ID, c.Site, "new %s: it starts empty", c.Kind)
+			msg := fmt.Sprintf("new %s: it starts empty", c.Kind)
+			if s := m.names[c.ID]; s != "" {
+				msg += fmt.Sprintf(" (its state is stored as %s: %s is the stored name of another step's state)", s, c.ID)
+			}
+			if o := stageStarter(old, &c); o != nil {
+				msg += fmt.Sprintf("; the checkpoint's %s (%s) is defined as it is but starts stage %s, named after it: state cannot follow a stage's first stateful step to a renamed stage (give stateful steps an id:)", o.ID, o.Site, o.Stage)
+			}
+			add(Compatible, c.ID, c.Site, "%s", msg)
 			continue
+		}
+		if o.ID != c.ID {
+			add(Compatible, c.ID, c.Site, "continues the state of %s (%s in the checkpoint): the step's derived id changed, and no other %s is defined as it is (%s)",
+				o.ID, o.Site, c.Kind, describeSignature(o))
 		}
 		refuse := func(format string, args ...any) { add(Refused, c.ID, c.Site, format, args...) }
 		switch {
@@ -243,11 +278,133 @@ func compareOperators(old, cur *Schema, add adder) {
 		}
 		compareFields(o, &c, add)
 	}
-	for _, o := range old.Operators {
-		if cur.Operator(o.ID) == nil {
+	for i := range old.Operators {
+		o := &old.Operators[i]
+		if !m.matched[o.ID] {
 			add(Drops, o.ID, o.Site, "the checkpoint has state of this %s (stage %s), which the job no longer has", o.Kind, o.Stage)
 		}
 	}
+	return m.names
+}
+
+// stageStarter returns the checkpoint's derived operator that a new
+// derived operator c would continue but for its stage: defined as c is
+// but in another stage, which each of them starts (so names): an edit
+// renamed the step and, with it, its stage. Nil if none.
+func stageStarter(old *Schema, c *Operator) *Operator {
+	if !c.Derived || c.Stage != c.ID {
+		return nil
+	}
+	for i := range old.Operators {
+		o := &old.Operators[i]
+		if o.Derived && o.Stage == o.ID && o.Stage != c.Stage && o.Kind == c.Kind && o.Key == c.Key &&
+			o.Encoding == c.Encoding && sameWindow(o.Window, c.Window) && o.Definition == c.Definition {
+			return o
+		}
+	}
+	return nil
+}
+
+// describeSignature says what defines a derived operator's state, for
+// messages: "stage aggregate, keyed by record key, window none".
+func describeSignature(o *Operator) string {
+	s := fmt.Sprintf("stage %s, keyed by %s, window %s", o.Stage, o.Key, o.Window)
+	if o.Definition != "" {
+		s += ", " + o.Definition
+	}
+	return s
+}
+
+// operatorMatch is which operator of a checkpoint each operator of a job
+// continues.
+type operatorMatch struct {
+	old     map[string]*Operator // by the job's operator ID; absent: new
+	matched map[string]bool      // the checkpoint's operator IDs matched
+	// names are the job's operators whose state is stored under a name
+	// other than their ID (Result.StateNames).
+	names map[string]string
+}
+
+// matchOperators matches the job's operators with the checkpoint's:
+//
+//  1. By ID, if either has an explicit or a given ID (not Derived), or
+//     both define their state alike (Signature): a job whose steps did
+//     not move keeps every name.
+//  2. A derived operator not matched yet continues the checkpoint's
+//     derived operator not matched yet that has its signature, if each is
+//     the only one with it on its side: a step of the same kind inserted
+//     or removed before it renamed it (aggregate → aggregate-2), its
+//     state follows it.
+//  3. A derived operator still not matched takes the checkpoint's of its
+//     ID, if that one is not matched yet (the comparison then names what
+//     changed): two derived operators with one signature stay matched by
+//     rank.
+//
+// A matched operator's state is stored under the checkpoint's operator's
+// stored name; a new one's under its ID, or, if that is the stored name
+// of the checkpoint's state of another operator, under "<ID>#<n>", the
+// first such name free.
+func matchOperators(old, cur *Schema) operatorMatch {
+	m := operatorMatch{old: map[string]*Operator{}, matched: map[string]bool{}, names: map[string]string{}}
+	pair := func(c *Operator, o *Operator) {
+		m.old[c.ID], m.matched[o.ID] = o, true
+	}
+	for i := range cur.Operators {
+		c := &cur.Operators[i]
+		if o := old.Operator(c.ID); o != nil && (!c.Derived || !o.Derived || o.Signature() == c.Signature()) {
+			pair(c, o)
+		}
+	}
+	// Step 2: the unmatched derived operators of each side by signature.
+	curBy, oldBy := map[string][]*Operator{}, map[string][]*Operator{}
+	for i := range cur.Operators {
+		if c := &cur.Operators[i]; c.Derived && m.old[c.ID] == nil {
+			curBy[c.Signature()] = append(curBy[c.Signature()], c)
+		}
+	}
+	for i := range old.Operators {
+		if o := &old.Operators[i]; o.Derived && !m.matched[o.ID] {
+			oldBy[o.Signature()] = append(oldBy[o.Signature()], o)
+		}
+	}
+	for i := range cur.Operators {
+		c := &cur.Operators[i]
+		cs, os := curBy[c.Signature()], oldBy[c.Signature()]
+		if c.Derived && m.old[c.ID] == nil && len(cs) == 1 && len(os) == 1 {
+			pair(c, os[0])
+		}
+	}
+	for i := range cur.Operators {
+		c := &cur.Operators[i]
+		if o := old.Operator(c.ID); m.old[c.ID] == nil && o != nil && !m.matched[o.ID] {
+			pair(c, o)
+		}
+	}
+	// Stored names: a matched operator's is its checkpoint operator's; a
+	// new one avoids every name the checkpoint stores state under.
+	taken := map[string]bool{}
+	for i := range old.Operators {
+		taken[old.Operators[i].StateName()] = true
+	}
+	for i := range cur.Operators {
+		c := &cur.Operators[i]
+		if o := m.old[c.ID]; o != nil && o.StateName() != c.ID {
+			m.names[c.ID] = o.StateName()
+		}
+	}
+	for i := range cur.Operators {
+		c := &cur.Operators[i]
+		if m.old[c.ID] != nil || !taken[c.ID] {
+			continue
+		}
+		name := c.ID
+		for n := 2; taken[name]; n++ {
+			name = fmt.Sprintf("%s#%d", c.ID, n)
+		}
+		taken[name] = true
+		m.names[c.ID] = name
+	}
+	return m
 }
 
 func sameWindow(a, b *Window) bool {

@@ -48,6 +48,15 @@ const (
 	window = "    - window: {type: tumbling, size: 10s}\n"
 )
 
+// A route to the stream all, whose aggregate is "aggregate"; then a
+// route to a stream even too, compiled before all: its aggregate takes
+// the name "aggregate", all's becomes "aggregate-2".
+const (
+	route        = "    - route: [{when: \"value.x % 2 == 0\", to: even}, {to: all}]\n"
+	routeAll     = src + "    - route: [{to: all}]\n  streams:\n    all: [{aggregate: {n: {count: true}}}, {sink: {topic: out}}]\n"
+	routeEvenAll = src + route + "  streams:\n    even: [{aggregate: {n: {count: true}}}, {sink: {topic: out-even}}]\n    all: [{aggregate: {n: {count: true}}}, {sink: {topic: out}}]\n"
+)
+
 // TestUpgradeMatrix is the compatibility check's verdict on each change of
 // the upgrade matrix of docs/operations.md ("Upgrading a job"): the
 // levels found, and a word of each message.
@@ -96,6 +105,29 @@ func TestUpgradeMatrix(t *testing.T) {
 		{name: "aggregate inserted before another", old: base,
 			cur:     src + keyBy + "    - aggregate: {n: {count: true}}\n" + "    - key_by: {field: key}\n" + "    - aggregate: {small: {sum: value.n}, big: {sum: value.n}}\n" + sink,
 			allowed: false, withFlag: false, mentioned: []string{"sum small", "aggregate-2"}},
+		// The step that starts a downstream stage names it: renamed by an
+		// aggregate inserted before it, it would move to a new stage, and
+		// its state cannot follow it there.
+		{name: "aggregate inserted before one that starts a stage", old: src + "    - key_by: {expr: key}\n" + aggs + sink,
+			cur:     src + "    - aggregate: {n: {count: true}}\n" + "    - key_by: {expr: key}\n" + "    - aggregate: {small: {sum: value.n}, big: {sum: value.n}}\n" + sink,
+			allowed: false, withFlag: false, mentioned: []string{"aggregate (job.pipeline[1].aggregate): runs in stage main, its state is in the tasks of stage aggregate",
+				"aggregate-2 (job.pipeline[3].aggregate): new aggregate: it starts empty; the checkpoint's aggregate (job.pipeline[2].aggregate) is defined as it is but starts stage aggregate, named after it"}},
+		// A stream's aggregate whose derived id an aggregate of a stream
+		// compiled before it shifted: its state follows it.
+		{name: "aggregate inserted before another, in another stream", old: routeAll, cur: routeEvenAll, allowed: true, withFlag: true,
+			mentioned: []string{"aggregate-2 (job.streams.all[0].aggregate): continues the state of aggregate (job.streams.all[0].aggregate in the checkpoint)",
+				"aggregate (job.streams.even[0].aggregate): new aggregate: it starts empty (its state is stored as aggregate#2", "sink out-even: new sink"}},
+		{name: "aggregate removed before another, in another stream", old: routeEvenAll, cur: routeAll, allowed: false, withFlag: true,
+			mentioned: []string{"aggregate (job.streams.all[0].aggregate): continues the state of aggregate-2", "aggregate (job.streams.even[0].aggregate): the checkpoint has state of this aggregate"}},
+		// Two aggregates defined alike (one stream, one stage, one key)
+		// are told apart by their rank only: swapping them swaps their
+		// names, and the aggregates' names say what changed.
+		{name: "two aggregates defined alike, swapped", old: src + "    - aggregate: {n: {count: true}}\n    - aggregate: {m: {count: true}}\n" + sink,
+			cur:     src + "    - aggregate: {m: {count: true}}\n    - aggregate: {n: {count: true}}\n" + sink,
+			allowed: false, withFlag: true, mentioned: []string{"aggregate (job.pipeline[1].aggregate): count m is new", "aggregate (job.pipeline[1].aggregate): the checkpoint has state of count n"}},
+		{name: "aggregate inserted before one defined alike", old: routeAll,
+			cur:     src + "    - route: [{to: all}]\n  streams:\n    all: [{aggregate: {c: {count: true}}}, {aggregate: {n: {count: true}}}, {sink: {topic: out}}]\n",
+			allowed: false, withFlag: true, mentioned: []string{"aggregate (job.streams.all[0].aggregate): count c is new", "the checkpoint has state of count n", "aggregate-2 (job.streams.all[1].aggregate): new aggregate"}},
 		{name: "add an input topic", old: base, cur: "    - source: {topics: [orders, more], format: json}\n" + keyBy + aggs + sink,
 			allowed: true, withFlag: true, mentioned: []string{"topic more is new"}},
 		{name: "remove an input topic", old: "    - source: {topics: [orders, more], format: json}\n" + keyBy + aggs + sink, cur: base,

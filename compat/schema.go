@@ -68,6 +68,18 @@ type Operator struct {
 	ID string `json:"id"`
 	// Explicit is set when the ID was given (`id:`), not derived.
 	Explicit bool `json:"explicit,omitempty"`
+	// Derived is set when the ID was derived from the operator's kind and
+	// its rank among the job's operators of that kind (a YAML stateful
+	// step without `id:`): an edit that inserts or removes a step of the
+	// same kind before it renames it, and Compare then matches it by its
+	// Signature (matchOperators).
+	Derived bool `json:"derived,omitempty"`
+	// State is the name the operator's state and timers are stored under,
+	// if not its ID: the ID of the operator whose state it continues, in
+	// the checkpoint where Compare matched it by its signature. It is
+	// recorded by every later checkpoint, so that the state follows the
+	// step across further edits.
+	State string `json:"state,omitempty"`
 	// Kind is what the operator is: Process, Aggregate, Reduce, Count,
 	// Window, or a YAML step's kind (aggregate, dedupe, join...).
 	Kind string `json:"kind"`
@@ -85,11 +97,33 @@ type Operator struct {
 	Encoding string `json:"encoding,omitempty"`
 	// Window is a window operator's definition.
 	Window *Window `json:"window,omitempty"`
+	// Definition is what else defines the operator's state besides its
+	// kind, stage, key and window, for a derived operator: the pipeline
+	// its step is in ("job.streams.big"), a join's other side. It is part
+	// of the Signature.
+	Definition string `json:"definition,omitempty"`
 	// Fields are the named parts of the operator's state, each with its
 	// type: an aggregate step's aggregates by output name ("sum",
 	// "count"...). A new field starts empty; a field dropped loses its
 	// state; a field whose type changed is refused.
 	Fields []Field `json:"fields,omitempty"`
+}
+
+// StateName is the name the operator's state is stored under: State, or
+// else its ID.
+func (o *Operator) StateName() string {
+	if o.State != "" {
+		return o.State
+	}
+	return o.ID
+}
+
+// Signature is what defines the operator's state, whatever its name: its
+// kind, stage, key, encoding, window and Definition. It leaves out the
+// fields (an aggregate added to a step keeps the step's identity: Compare
+// reports the new field) and where the step is (Site).
+func (o *Operator) Signature() string {
+	return strings.Join([]string{o.Kind, o.Stage, o.Key, o.Encoding, o.Window.String(), o.Definition}, "\x00")
 }
 
 // Window is a window operator's definition, in milliseconds.
@@ -201,6 +235,10 @@ func (s *Schema) Validate() error {
 			return fmt.Errorf("compat: operator %q twice", o.ID)
 		}
 		seen["op:"+o.ID] = true
+		if seen["state:"+o.StateName()] {
+			return fmt.Errorf("compat: operator %q: its state name %q is another operator's", o.ID, o.StateName())
+		}
+		seen["state:"+o.StateName()] = true
 	}
 	for _, st := range s.Stages {
 		if st.Name == "" || st.Parallelism < 1 {

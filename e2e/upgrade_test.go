@@ -43,6 +43,9 @@ const (
 	upAggs    = "    - aggregate: {small: {sum: value.x}, big: {sum: value.y}}\n"
 	upSink    = "    - sink: {topic: %[2]s, format: json}\n"
 	upKeyUser = "    - key_by: {expr: key}\n"
+	// upStreamAggs are upAggs and upSink as the steps of a stream of
+	// job.streams.
+	upStreamAggs = "      - aggregate: {small: {sum: value.x}, big: {sum: value.y}}\n      - sink: {topic: \"%[2]s\", format: json}\n"
 )
 
 type upOutcome int
@@ -113,6 +116,15 @@ func TestUpgradeMatrix(t *testing.T) {
 		{name: "explicit id matching the derived one", v1: base, v2: upSrc + "    - id: aggregate\n      aggregate: {small: {sum: value.x}, big: {sum: value.y}}\n" + upSink,
 			want: upContinue, after: map[string]float64{"small": total, "big": 100 * total},
 			firstAfter: map[string]float64{"small": upPhase1 + 1}},
+		// A stream added before the one with the aggregate, with an
+		// aggregate of its own: the derived ids shift (aggregate →
+		// aggregate-2), the state follows the step that defines it.
+		{name: "insert an aggregate before another",
+			v1:   upSrc + "    - route: [{to: all}]\n  streams:\n    all:\n" + upStreamAggs,
+			v2:   upSrc + "    - route: [{to: counts}, {to: all}]\n  streams:\n    counts: [{aggregate: {n: {count: true}}}, {sink: {topic: \"%[3]s\", format: json}}]\n    all:\n" + upStreamAggs,
+			want: upContinue, after: map[string]float64{"small": total, "big": 100 * total},
+			firstAfter: map[string]float64{"small": upPhase1 + 1, "big": 100 * (upPhase1 + 1)},
+			says:       []string{"aggregate-2 (job.streams.all[0].aggregate): continues the state of aggregate", "aggregate (job.streams.counts[0].aggregate): new aggregate: it starts empty"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { upgradeCase(t, c, bin, tc) })

@@ -97,7 +97,7 @@ func (c *compiler) aggregate(path string, a *config.AggregateStep) {
 	if legacy {
 		encoding = "aggregate-" + a.Op
 	}
-	schema := stateSchema("aggregate", encoding, schemaFields...)
+	schema := c.stateSchema("aggregate", encoding, "", schemaFields...)
 	// read gives a record's arguments: none (counts only), the field of
 	// the one-aggregate form, or the Transform's (aggIn).
 	var read func(r Rec, dst []any) []any

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/weir-stream/weir/config"
@@ -59,7 +60,7 @@ func (c *compiler) dedupe(path string, d *config.DedupeStep) {
 		return emit(dedupeIn[Rec]{v: r, dk: dk})
 	}, opts...)
 	eventTime := c.jobHasEventTime()
-	popts := []stream.ProcessOption{stateSchema("dedupe", "dedupe")}
+	popts := []stream.ProcessOption{c.stateSchema("dedupe", "dedupe", dedupeDef(d))}
 	if eventTime {
 		popts = append(popts, stream.WithEventTime())
 	}
@@ -90,4 +91,14 @@ func (c *compiler) jobHasEventTime() bool {
 		}
 	}
 	return false
+}
+
+// dedupeDef is what defines a dedupe's state besides its kind, stage and
+// key (the state schema's definition): the expression of its key, if it
+// has one.
+func dedupeDef(d *config.DedupeStep) string {
+	if d.Key == nil {
+		return ""
+	}
+	return "key " + strings.TrimSpace(d.Key.Src)
 }

@@ -69,7 +69,7 @@ func (c *compiler) tableJoin(path string, j *config.JoinStep) {
 	right := stream.Map(table, func(r Rec) (sided, error) { return sided{right: true, r: r}, nil })
 	c.cur = stream.Process(stream.Merge(left, right), c.stateName("join"), func() stream.KeyedProcessFunction[sided, Rec] {
 		return &tableJoin{as: as, inner: inner}
-	}, stateSchema("join", "table-join"))
+	}, c.stateSchema("join", "table-join", "table "+j.Table.Topic))
 	if err := c.job.Err(); err != nil {
 		c.addJob(path, err)
 	}
@@ -151,7 +151,7 @@ func (c *compiler) intervalJoin(path string, j *config.JoinStep) {
 	}
 	c.cur = stream.Process(in, c.stateName("join"), func() stream.KeyedProcessFunction[sided, Rec] {
 		return &intervalJoin{as: as, within: within}
-	}, stream.WithEventTime(), stateSchema("join", "interval-join"))
+	}, stream.WithEventTime(), c.stateSchema("join", "interval-join", "stream "+sj.Name))
 	if err := c.job.Err(); err != nil {
 		c.addJob(path, err)
 	}

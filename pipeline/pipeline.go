@@ -320,9 +320,21 @@ func (c *compiler) stateName(kind string) string {
 }
 
 // stateSchema declares the state of the stateful step being compiled for
-// the job's state schema (stream.WithStateSchema, package compat).
-func stateSchema(kind, encoding string, fields ...compat.Field) stream.ProcessOption {
-	return stream.WithStateSchema(stream.StateSchema{Kind: kind, Encoding: encoding, Fields: fields})
+// the job's state schema (stream.WithStateSchema, package compat). A step
+// without an id has a derived name, which a step of its kind inserted or
+// removed before it changes: def says what defines its state besides its
+// kind, stage, key and window (a join's other side, a dedupe's key), and
+// the pipeline it is in is added, so that compat.Compare can tell it from
+// the others of its kind and its state follows it.
+func (c *compiler) stateSchema(kind, encoding, def string, fields ...compat.Field) stream.ProcessOption {
+	s := stream.StateSchema{Kind: kind, Encoding: encoding, Fields: fields, Derived: c.stepID == ""}
+	if s.Derived {
+		s.Definition = "in " + c.graph.cur.path
+		if def != "" {
+			s.Definition += ", " + def
+		}
+	}
+	return stream.WithStateSchema(s)
 }
 
 func (c *compiler) opName(kind string) string {

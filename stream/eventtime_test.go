@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,13 +100,17 @@ func probeJob() *stream.Job {
 // max|avg), results formatted as text.
 func windowJob(args []datadriven.CmdArg) (*stream.Job, error) {
 	var w stream.Windowing[[]byte]
-	agg := "count"
+	agg, name := "count", "w"
 	for _, a := range args {
 		v := ""
 		if len(a.Vals) > 0 {
 			v = a.Vals[0]
 		}
 		var dur time.Duration
+		if a.Key == "name" {
+			name = v
+			continue
+		}
 		if a.Key != "kind" && a.Key != "late" && a.Key != "agg" {
 			var err error
 			if dur, err = time.ParseDuration(v); err != nil {
@@ -150,7 +155,7 @@ func windowJob(args []datadriven.CmdArg) (*stream.Job, error) {
 	}
 	var res *stream.Stream[string]
 	if agg == "count" {
-		r := stream.Window(s, "w", w, stream.Int64Codec{}, stream.CountAgg[[]byte]())
+		r := stream.Window(s, name, w, stream.Int64Codec{}, stream.CountAgg[[]byte]())
 		res = stream.Map(r, func(r stream.WindowResult[int64]) (string, error) {
 			return fmtResult(r, "count", fmt.Sprint(r.Value)), nil
 		})
@@ -168,7 +173,7 @@ func windowJob(args []datadriven.CmdArg) (*stream.Job, error) {
 		default:
 			return nil, fmt.Errorf("agg %q", agg)
 		}
-		r := stream.Window(s, "w", w, stream.NumAccCodec{}, a)
+		r := stream.Window(s, name, w, stream.NumAccCodec{}, a)
 		res = stream.Map(r, func(r stream.WindowResult[float64]) (string, error) {
 			return fmtResult(r, agg, strconv.FormatFloat(r.Value, 'g', -1, 64)), nil
 		})
@@ -201,6 +206,9 @@ type etHarness struct {
 	snapID   ckpt.ID
 	offset   int64
 	sinkName []string
+	// names are the task's StateNames ("restore renamed").
+	names map[string]string
+	args  []datadriven.CmdArg // the job's
 }
 
 func (h *etHarness) open(restore *state.SnapshotResult) error {
@@ -232,7 +240,7 @@ func (h *etHarness) open(restore *state.SnapshotResult) error {
 	for _, s := range j.Sinks() {
 		h.sinkName = append(h.sinkName, s.Topic)
 	}
-	h.task, err = j.NewTask(stream.TaskContext{Backend: h.b, Task: "task-0", Now: h.clk.Now, OnLate: func(op string) { h.late[op]++ }})
+	h.task, err = j.NewTask(stream.TaskContext{Backend: h.b, Task: "task-0", Now: h.clk.Now, OnLate: func(op string) { h.late[op]++ }, StateNames: h.names})
 	return err
 }
 
@@ -265,6 +273,7 @@ func (h *etHarness) run(d *datadriven.TestData) (string, error) {
 		} else {
 			args := append([]datadriven.CmdArg(nil), d.CmdArgs...)
 			h.job = func() (*stream.Job, error) { return windowJob(args) }
+			h.args = args
 		}
 		if err := h.open(nil); err != nil {
 			return "", err
@@ -310,7 +319,7 @@ func (h *etHarness) run(d *datadriven.TestData) (string, error) {
 			return "", err
 		}
 	case "late":
-		return fmt.Sprintf("late w: %d\n", h.late["w"]), nil
+		return fmt.Sprintf("late w: %d\n", h.late["w"]+h.late["w2"]), nil
 	case "snapshot":
 		h.snapID++
 		snap, err := h.b.Snapshot(h.snapID, nil)
@@ -324,7 +333,17 @@ func (h *etHarness) run(d *datadriven.TestData) (string, error) {
 		h.snap = res
 		return "ok\n", nil
 	case "restore":
-		// The task fails: a new one restores the last snapshot.
+		// The task fails: a new one restores the last snapshot. With
+		// "renamed", the job's window is "w2", whose state and timers
+		// the task stores as "w" (TaskContext.StateNames): a derived
+		// operator renamed by an edit, whose state follows it.
+		if d.HasArg("renamed") {
+			args := h.args
+			h.job = func() (*stream.Job, error) {
+				return windowJob(append(slices.Clone(args), datadriven.CmdArg{Key: "name", Vals: []string{"w2"}}))
+			}
+			h.names = map[string]string{"w2": "w"}
+		}
 		if err := h.open(h.snap); err != nil {
 			return "", err
 		}

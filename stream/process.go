@@ -53,7 +53,9 @@ type OpenContext struct {
 	// state.NewValueState(oc.Backend, oc.StateName("x"), codec) and friends.
 	// State names starting with "_weir." are reserved.
 	Backend *state.Backend
-	// Operator is the operator's name, as given to Process.
+	// Operator is the name the operator's state is stored under: its
+	// identity (its UID, or its name as given to Process), or the stored
+	// name the runtime maps it to (TaskContext.StateNames).
 	Operator string
 	// Task and Index identify the task (TaskContext).
 	Task   string
@@ -250,9 +252,16 @@ func process[T, U any](s *Stream[T], name, what, where string, o processOptions,
 		if err := tb.useTimers(o.eventTime); err != nil {
 			return nil, err
 		}
-		ctx := &Context[U]{t: t, op: id, emit: next, eventTime: o.eventTime}
+		// stored names the operator's state and timers: its identity,
+		// or the name the runtime restores its state under
+		// (TaskContext.StateNames).
+		stored := id
+		if n := t.tc.StateNames[id]; n != "" {
+			stored = n
+		}
+		ctx := &Context[U]{t: t, op: stored, emit: next, eventTime: o.eventTime}
 		if o, ok := fn.(Opener); ok {
-			oc := OpenContext{Backend: b, Operator: id, Task: t.tc.Task, Index: t.tc.Index, Logger: t.log.With("operator", name), Now: t.now}
+			oc := OpenContext{Backend: b, Operator: stored, Task: t.tc.Task, Index: t.tc.Index, Logger: t.log.With("operator", name), Now: t.now}
 			if err := o.Open(oc); err != nil {
 				return nil, fmt.Errorf("stream: %s (%s): open: %w", what, where, err)
 			}
@@ -266,7 +275,7 @@ func process[T, U any](s *Stream[T], name, what, where string, o processOptions,
 			})
 		}
 		if th, ok := fn.(TimerHandler[U]); ok {
-			t.onTimer[id] = func(d TimeDomain) error {
+			t.onTimer[stored] = func(d TimeDomain) error {
 				ctx.active, ctx.downErr, ctx.domain = true, nil, d
 				err := th.OnTimer(ctx, t.ts)
 				ctx.active = false

@@ -24,6 +24,13 @@ type StateSchema struct {
 	// aggregates), each with its type: compat.Compare matches them by
 	// name.
 	Fields []compat.Field
+	// Derived says that the operator's name was derived from its kind and
+	// its rank among the job's operators of that kind (a YAML step without
+	// `id:`), and Definition what defines its state besides its kind,
+	// stage, key and window: compat.Compare matches such an operator by
+	// what defines it when an edit renamed it (compat.Operator.Derived).
+	Derived    bool
+	Definition string
 }
 
 // WithStateSchema declares what the operator's state is (StateSchema).
@@ -48,10 +55,13 @@ type opState struct {
 	window   *compat.Window
 	fields   []compat.Field
 	explicit bool
+	derived  bool
+	def      string
 }
 
 func newOpState(kind string, o processOptions) *opState {
-	s := &opState{kind: kind, encoding: o.encoding, window: o.window, fields: o.schema.Fields, explicit: o.uid != ""}
+	s := &opState{kind: kind, encoding: o.encoding, window: o.window, fields: o.schema.Fields, explicit: o.uid != "",
+		derived: o.schema.Derived && o.uid == "", def: o.schema.Definition}
 	if o.schema.Kind != "" {
 		s.kind = o.schema.Kind
 	}
@@ -102,6 +112,7 @@ func (j *Job) StateOperators() []compat.Operator {
 		ops = append(ops, compat.Operator{
 			ID: n.op, Explicit: n.state.explicit, Kind: n.state.kind, Stage: st.Name, Site: n.where,
 			Key: key, Encoding: n.state.encoding, Window: n.state.window, Fields: n.state.fields,
+			Derived: n.state.derived, Definition: n.state.def,
 		})
 	}
 	return ops

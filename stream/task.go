@@ -42,6 +42,12 @@ type TaskContext struct {
 	// the policy skipped or sent to the dead-letter topic (the runtime
 	// counts them: weir_record_errors_total).
 	OnRecordError func(operator string, policy kafkaio.OnError)
+	// StateNames, if set, stores the state and timers of the operators it
+	// names (by ID: a Process name or UID) under another name: the stored
+	// name of the checkpoint's state a renamed operator continues
+	// (compat.Result.StateNames). An operator not in it stores under its
+	// ID.
+	StateNames map[string]string
 }
 
 // Task is one instance of a job's operator chain, driven by the task
@@ -150,6 +156,9 @@ type taskBuilder struct {
 func (tb *taskBuilder) useTimers(eventTime bool) error {
 	ops := make(map[string]string, len(tb.job.ops))
 	for name := range tb.job.ops {
+		ops[name] = name
+	}
+	for _, name := range tb.t.tc.StateNames {
 		ops[name] = name
 	}
 	if tb.t.timers == nil {

@@ -321,7 +321,8 @@ func (c *windowsCodec[ACC]) Decode(src []byte) ([]winEntry[ACC], error) {
 // and with EmitEvery each key with new input one processing-time timer.
 type windowFn[T, ACC, U any] struct {
 	spec      windowSpec
-	name      string
+	name      string // the operator's identity, for metrics
+	timerOp   string // the name its timers are stored under (Open)
 	codec     Codec[ACC]
 	agg       AggregateFunc[T, ACC, U]
 	late      int // the late topic's sink, or -1
@@ -335,6 +336,7 @@ type windowFn[T, ACC, U any] struct {
 }
 
 func (f *windowFn[T, ACC, U]) Open(oc OpenContext) error {
+	f.timerOp = oc.Operator
 	var err error
 	f.ws, err = state.NewValueState(oc.Backend, oc.StateName("windows"), state.Codec[[]winEntry[ACC]](&windowsCodec[ACC]{c: f.codec}))
 	return err
@@ -404,7 +406,7 @@ func (f *windowFn[T, ACC, U]) add(ctx *Context[WindowResult[U]], ws []winEntry[A
 		return cmp.Compare(e.k.end, k.end)
 	})
 	if !found {
-		if err := ctx.t.etimers.register(f.name, time.UnixMilli(f.fireAt(k)), ctx.t.key); err != nil {
+		if err := ctx.t.etimers.register(f.timerOp, time.UnixMilli(f.fireAt(k)), ctx.t.key); err != nil {
 			return ws, err
 		}
 		ws = slices.Insert(ws, i, winEntry[ACC]{k: k, acc: f.agg.CreateAccumulator()})
@@ -422,7 +424,7 @@ func (f *windowFn[T, ACC, U]) markDirty(ctx *Context[WindowResult[U]], e *winEnt
 	}
 	e.dirty = true
 	next := ctx.t.now().Truncate(f.spec.emitEvery).Add(f.spec.emitEvery)
-	return ctx.t.timers.register(f.name, next, ctx.t.key)
+	return ctx.t.timers.register(f.timerOp, next, ctx.t.key)
 }
 
 // addSession adds in, whose own session is k, to ws, the current key's
@@ -447,11 +449,11 @@ func (f *windowFn[T, ACC, U]) addSession(ctx *Context[WindowResult[U]], ws []win
 		merged.k.start, merged.k.end = min(merged.k.start, e.k.start), max(merged.k.end, e.k.end)
 		merged.acc = f.agg.Merge(merged.acc, e.acc)
 		merged.dirty = merged.dirty || e.dirty
-		if err := t.etimers.remove(f.name, time.UnixMilli(f.fireAt(e.k)), t.key); err != nil {
+		if err := t.etimers.remove(f.timerOp, time.UnixMilli(f.fireAt(e.k)), t.key); err != nil {
 			return ws, err
 		}
 	}
-	if err := t.etimers.register(f.name, time.UnixMilli(f.fireAt(merged.k)), t.key); err != nil {
+	if err := t.etimers.register(f.timerOp, time.UnixMilli(f.fireAt(merged.k)), t.key); err != nil {
 		return ws, err
 	}
 	merged.acc = f.agg.Add(merged.acc, in)

@@ -112,6 +112,27 @@ func (r *Replica) compare(ctx context.Context, c *control.Complete, sch *compat.
 	return compat.Compare(c.ID, md.Schema, sch), nil
 }
 
+// stateNames returns where generation g's checkpoint holds the state of
+// the job's operators stored under another name than their ID
+// (compat.Result.StateNames: a derived operator renamed by an edit
+// continues the state of the one defined as it): the comparison
+// checkRestore made, if it was with that checkpoint, else one made now
+// with the checkpoint's recorded schema. The names depend only on the
+// job's operators and stages, not on the plan's task counts.
+func (r *Replica) stateNames(ctx context.Context, g control.Generation) (map[string]string, error) {
+	if g.RestoreFrom == 0 {
+		return nil, nil
+	}
+	if r.check.checked == g.RestoreFrom {
+		return r.check.result.StateNames, nil
+	}
+	md, err := checkpoint.ReadID(ctx, r.store, g.RestoreFrom)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %d: %w", g.RestoreFrom, err)
+	}
+	return compat.Compare(g.RestoreFrom, md.Schema, r.schemaOf(r.plan)).StateNames, nil
+}
+
 // logCompare logs what a comparison found: the compatible differences at
 // Info (a new operator starts empty), state dropped under
 // --allow-non-restored-state at Warn. A refusal is logged by the caller.

@@ -1003,7 +1003,11 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := r.runner.Submit(sctx, coordinator.Assign{Assignment: a, Fingerprint: r.opts.Fingerprint, Schema: sch}); err != nil {
+	// Its checkpoints record where the state of operators renamed since
+	// the checkpoint it restores is stored, so that it keeps following
+	// them.
+	rec := sch.WithStateNames(r.check.result.StateNames)
+	if err := r.runner.Submit(sctx, coordinator.Assign{Assignment: a, Fingerprint: r.opts.Fingerprint, Schema: &rec}); err != nil {
 		r.log.Error("assign tasks", "err", err)
 	}
 	return nil
@@ -1228,6 +1232,17 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	if err := r.openShuffleClient(mine); err != nil {
 		return err
 	}
+	// Where g's checkpoint holds the state of operators an edit renamed
+	// (compat.Result.StateNames): the same for every task.
+	var names map[string]string
+	if len(mine) > 0 {
+		if err := retry(ctx, r.log, r.met, r.heart, "start_task", func() (err error) {
+			names, err = r.stateNames(ctx, g)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
@@ -1236,7 +1251,9 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 			var t *task.Task
 			err := retry(ctx, r.log, r.met, nil, "start_task", func() error {
 				var err error
-				t, err = task.Open(ctx, r.taskConfig(id, g))
+				cfg := r.taskConfig(id, g)
+				cfg.StateNames = names
+				t, err = task.Open(ctx, cfg)
 				if errors.Is(err, kafkasink.ErrTxnAborted) || task.Permanent(err) != nil {
 					// Output of a completed checkpoint is lost: never go on
 					// silently (DESIGN.md invariant 5). Or the task can

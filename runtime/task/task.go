@@ -50,6 +50,11 @@ type Config struct {
 	// RestoreFrom is the checkpoint to restore from; 0 starts from the
 	// sources' configured start positions with empty state.
 	RestoreFrom ckpt.ID
+	// StateNames are the job's operators whose state RestoreFrom holds
+	// under another name, by operator ID (compat.Result.StateNames of the
+	// job compared with that checkpoint): the task stores their state and
+	// timers under those names (stream.TaskContext.StateNames).
+	StateNames map[string]string
 	// Skip lists input records the source drops unread (the generation's
 	// control.Generation.Skip).
 	Skip []control.Position
@@ -267,6 +272,7 @@ func (t *Task) open(ctx context.Context, name string) error {
 	t.met = cfg.Metrics.forTask(cfg.ID.Stage, cfg.ID.String(), cfg.Gen)
 	tc := stream.TaskContext{
 		Backend: t.backend, Stage: st.Name, Task: cfg.ID.String(), Index: cfg.ID.Index, Now: cfg.Now, Logger: t.log,
+		StateNames: cfg.StateNames,
 	}
 	if t.met != nil {
 		tc.OnLate = t.met.onLate
