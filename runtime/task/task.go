@@ -50,6 +50,9 @@ type Config struct {
 	// RestoreFrom is the checkpoint to restore from; 0 starts from the
 	// sources' configured start positions with empty state.
 	RestoreFrom ckpt.ID
+	// RestoreMetadata is where RestoreFrom's _metadata is when it is not at
+	// chk-<n>/_metadata (a savepoint's; control.Generation.RestoreMetadata).
+	RestoreMetadata string
 	// Skip lists input records the source drops unread (the generation's
 	// control.Generation.Skip).
 	Skip []control.Position
@@ -405,7 +408,16 @@ func (t *Task) openWatermarks(st *plan.Stage, restored *watermarkState) error {
 // or for another number of tasks of a downstream stage, is a permanent
 // failure of cause job: no restart fixes it, and nothing is written.
 func (t *Task) manifestHandle(ctx context.Context, name string) (string, error) {
-	md, err := checkpoint.ReadID(ctx, t.cfg.Store, t.cfg.RestoreFrom)
+	var md control.Metadata
+	var err error
+	if loc := t.cfg.RestoreMetadata; loc != "" {
+		md, err = checkpoint.ReadMetadata(ctx, t.cfg.Store, loc)
+		if err == nil && md.ID != t.cfg.RestoreFrom {
+			err = fmt.Errorf("%s is the metadata of checkpoint %d, not %d", loc, md.ID, t.cfg.RestoreFrom)
+		}
+	} else {
+		md, err = checkpoint.ReadID(ctx, t.cfg.Store, t.cfg.RestoreFrom)
+	}
 	if err != nil {
 		return "", err
 	}
