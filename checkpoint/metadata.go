@@ -86,6 +86,20 @@ func ReadID(ctx context.Context, store *objstore.Store, id ckpt.ID) (control.Met
 	return md, err
 }
 
+// ReadRestore reads the metadata of a generation's restore point,
+// checkpoint id: at key if the generation names it (a savepoint's,
+// control.Generation.RestoreMetadata), else at chk-<id>/_metadata.
+func ReadRestore(ctx context.Context, store *objstore.Store, id ckpt.ID, key string) (control.Metadata, error) {
+	if key == "" {
+		return ReadID(ctx, store, id)
+	}
+	md, err := ReadMetadata(ctx, store, key)
+	if err == nil && md.ID != id {
+		err = fmt.Errorf("%s is the metadata of checkpoint %d, not %d", key, md.ID, id)
+	}
+	return md, err
+}
+
 // ErrNone reports a job without any checkpoint in its object store.
 var ErrNone = errors.New("checkpoint: the job has no checkpoint in its object store")
 

@@ -307,13 +307,23 @@ func TestPoisonRecordStopsTheJob(t *testing.T) {
 		}
 
 		// A job that is not failed is not resumed; a skip must name an input.
-		resumeCmd := func(args ...string) (string, error) {
-			var out bytes.Buffer
-			root := newRootCmd(&out, nil)
-			root.SetErr(io.Discard)
-			root.SetArgs(append([]string{"resume"}, args...))
-			err := root.Execute()
-			return out.String(), err
+		command := func(name string) func(args ...string) (string, error) {
+			return func(args ...string) (string, error) {
+				var out bytes.Buffer
+				root := newRootCmd(&out, nil)
+				root.SetErr(io.Discard)
+				root.SetArgs(append([]string{name}, args...))
+				err := root.Execute()
+				return out.String(), err
+			}
+		}
+		resumeCmd, savepointCmd := command("resume"), command("savepoint")
+		// A failed job takes no savepoint; a name must be one path segment.
+		if _, err := savepointCmd("-c", failFile, "--target", "sp"); err == nil || !strings.Contains(err.Error(), "is failed") {
+			t.Fatalf("savepoint of a failed job: %v", err)
+		}
+		if _, err := savepointCmd("-c", failFile, "--target", "a/b"); err == nil || !strings.Contains(err.Error(), "--target") {
+			t.Fatalf("savepoint --target a/b: %v", err)
 		}
 		if _, err := resumeCmd("-c", failFile, "--skip", "other/0/1"); err == nil || !strings.Contains(err.Error(), "not an input topic") {
 			t.Fatalf("resume --skip of another topic: %v", err)
@@ -325,6 +335,11 @@ func TestPoisonRecordStopsTheJob(t *testing.T) {
 			t.Fatalf("resume --skip: %v\n%s", err, out)
 		}
 		waitFor(t, "every replica ready after resume --skip", 2*time.Minute, ready(a, b, later))
+		// The running job takes a savepoint; the command prints where.
+		if out, err := savepointCmd("-c", failFile, "--target", "after-resume", "--timeout", "1m"); err != nil ||
+			!strings.HasSuffix(strings.TrimSpace(out), "/savepoints/after-resume/_metadata") {
+			t.Fatalf("savepoint of the running job: %v\n%s", err, out)
+		}
 		if _, err := resumeCmd("-c", failFile); err == nil || !strings.Contains(err.Error(), "is not failed") {
 			t.Fatalf("resume of a running job: %v", err)
 		}

@@ -51,7 +51,10 @@ const (
 	TypeFailure    Type = "failure"
 	TypeFailed     Type = "failed"
 	TypeResumed    Type = "resumed"
-	TypeMetadata   Type = "metadata"
+	// TypeSavepointRequest is a person's request for a savepoint (processor
+	// savepoint), on the ack topic, which the coordinator reads.
+	TypeSavepointRequest Type = "savepoint_request"
+	TypeMetadata         Type = "metadata"
 )
 
 // Topic names one of a job's three control topics.
@@ -193,7 +196,7 @@ func TopicOf(m Message) (Topic, bool) {
 	switch m.Type() {
 	case TypeTrigger, TypeAbort:
 		return TopicTrigger, true
-	case TypeAck, TypeDecline, TypeRunning, TypeFailure:
+	case TypeAck, TypeDecline, TypeRunning, TypeFailure, TypeSavepointRequest:
 		return TopicAck, true
 	case TypeGeneration, TypeComplete, TypeFailed, TypeResumed:
 		return TopicCommit, true
@@ -213,6 +216,28 @@ type Trigger struct {
 	// Target is where a savepoint goes (a name or URL the person chose);
 	// empty for periodic checkpoints.
 	Target string `json:"target,omitempty"`
+	// Request is the ID of the SavepointRequest that started a savepoint,
+	// so that the person waiting for it knows its checkpoint ID; empty for
+	// periodic checkpoints and savepoints started otherwise.
+	Request string `json:"request,omitempty"`
+}
+
+// SavepointRequest asks the coordinator for a savepoint (Kind
+// ckpt.KindSavepoint) written to Target, or a stop-with-savepoint
+// (ckpt.KindStop). Written by `processor savepoint` to the ack topic, the
+// one the coordinator reads; the trigger that starts it carries Request.
+// (An addition to DESIGN.md section 4, which leaves the request's path to
+// the runtime.)
+type SavepointRequest struct {
+	// Request identifies the request: unique, chosen by the requester.
+	Request string    `json:"request"`
+	Kind    ckpt.Kind `json:"kind"`
+	// Target is the savepoint's name: its objects go under
+	// savepoints/<target>/ in the job's object store.
+	Target string `json:"target"`
+	// TS is when the request was made, in Unix milliseconds: a coordinator
+	// ignores requests older than it can still serve.
+	TS int64 `json:"ts"`
 }
 
 // Barrier returns the barrier the trigger starts: what every task of the
@@ -338,6 +363,10 @@ type Generation struct {
 	// with that file (a generation never runs two job files). Absent in
 	// records of versions before it, and when the coordinator has none.
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// RestoreMetadata is where RestoreFrom's _metadata is when it is not
+	// chk-<n>/_metadata: a savepoint's savepoints/<target>/_metadata.
+	// Absent otherwise, and in records of versions before it.
+	RestoreMetadata string `json:"restore_metadata,omitempty"`
 }
 
 // Position names one input record. Its text form, used by the command
@@ -554,6 +583,25 @@ func (Trigger) Type() Type { return TypeTrigger }
 func (Abort) Type() Type { return TypeAbort }
 
 // Type implements Message.
+func (SavepointRequest) Type() Type { return TypeSavepointRequest }
+
+func (m SavepointRequest) validate() error {
+	if m.Request == "" {
+		return fmt.Errorf("%w: empty request", ErrInvalid)
+	}
+	if !m.Kind.IsSavepoint() {
+		return fmt.Errorf("%w: a savepoint request of kind %q", ErrInvalid, m.Kind)
+	}
+	if m.Target == "" {
+		return fmt.Errorf("%w: a savepoint request without a target", ErrInvalid)
+	}
+	if m.TS < 0 {
+		return fmt.Errorf("%w: negative ts", ErrInvalid)
+	}
+	return nil
+}
+
+// Type implements Message.
 func (Ack) Type() Type { return TypeAck }
 
 // Type implements Message.
@@ -606,6 +654,9 @@ func (m Trigger) validate() error {
 	}
 	if m.TS < 0 {
 		return fmt.Errorf("%w: negative ts", ErrInvalid)
+	}
+	if m.Request != "" && !m.Kind.IsSavepoint() {
+		return fmt.Errorf("%w: a periodic checkpoint has no request", ErrInvalid)
 	}
 	return checkKind(m.Kind, m.Target)
 }
@@ -869,6 +920,8 @@ func Decode(b []byte) (Message, error) {
 		return decodeAs[Resumed](t, body)
 	case TypeMetadata:
 		return decodeAs[Metadata](t, body)
+	case TypeSavepointRequest:
+		return decodeAs[SavepointRequest](t, body)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownType, string(t))
 }

@@ -39,6 +39,10 @@ func examples() []Message {
 		Failed{Gen: 3, TS: 5, Cause: CauseKafka, Reason: "topic authorization failed"},
 		Resumed{Gen: 3, TS: 1_700_000_003_000, Skip: []Position{{Topic: "clicks", Partition: 2, Offset: 41}}},
 		Resumed{Gen: 3, TS: 6},
+		SavepointRequest{Request: "7f3a", Kind: ckpt.KindSavepoint, Target: "before-v2", TS: 5},
+		SavepointRequest{Request: "7f3b", Kind: ckpt.KindStop, Target: "final", TS: 6},
+		Trigger{ID: 12, Gen: 3, TS: 7, Kind: ckpt.KindSavepoint, Target: "before-v2", Request: "7f3a"},
+		Generation{Gen: 5, RestoreFrom: 12, RestoreMetadata: "savepoints/before-v2/_metadata", Assignment: Assignment{"p-0": {task("main", 0)}}},
 		Metadata{ID: 6, Gen: 2, Kind: ckpt.KindSavepoint, Target: "sp", TS: 5, Tasks: []TaskState{
 			{Task: task("a", 0), Handle: "h0"}, {Task: task("a", 1), Handle: "h1", Metrics: AckMetrics{StateBytes: 3}},
 		}},
@@ -101,6 +105,12 @@ func TestGoldenEncoding(t *testing.T) {
 			`{"v":1,"type":"generation","gen":4,"assignment":{"r1":["map/0"]},"restore_from":0,"skip":[{"topic":"in","partition":0,"offset":5}]}`},
 		{Generation{Gen: 5, Assignment: Assignment{"r1": {task("map", 0)}}, RestoreFrom: 3, Fingerprint: "9c1e"},
 			`{"v":1,"type":"generation","gen":5,"assignment":{"r1":["map/0"]},"restore_from":3,"fingerprint":"9c1e"}`},
+		{Generation{Gen: 6, Assignment: Assignment{"r1": {task("map", 0)}}, RestoreFrom: 4, RestoreMetadata: "savepoints/sp/_metadata"},
+			`{"v":1,"type":"generation","gen":6,"assignment":{"r1":["map/0"]},"restore_from":4,"restore_metadata":"savepoints/sp/_metadata"}`},
+		{SavepointRequest{Request: "r1", Kind: ckpt.KindSavepoint, Target: "sp", TS: 3},
+			`{"v":1,"type":"savepoint_request","request":"r1","kind":"savepoint","target":"sp","ts":3}`},
+		{Trigger{ID: 4, Gen: 2, TS: 3, Kind: ckpt.KindSavepoint, Target: "sp", Request: "r1"},
+			`{"v":1,"type":"trigger","id":4,"ts":3,"kind":"savepoint","gen":2,"target":"sp","request":"r1"}`},
 	} {
 		b, err := Encode(tc.m)
 		if err != nil {
@@ -136,6 +146,11 @@ func TestDecodeErrors(t *testing.T) {
 		{`{"v":1,"type":"trigger","id":1,"ts":1,"kind":"checkpoint"}`, ErrInvalid},
 		{`{"v":1,"type":"trigger","id":1,"ts":1,"kind":"snapshot","gen":1}`, ErrInvalid},
 		{`{"v":1,"type":"trigger","id":1,"ts":1,"kind":"checkpoint","gen":1,"target":"x"}`, ErrInvalid},
+		{`{"v":1,"type":"trigger","id":1,"ts":1,"kind":"checkpoint","gen":1,"request":"r"}`, ErrInvalid},
+		{`{"v":1,"type":"savepoint_request","request":"","kind":"savepoint","target":"t","ts":1}`, ErrInvalid},
+		{`{"v":1,"type":"savepoint_request","request":"r","kind":"checkpoint","target":"t","ts":1}`, ErrInvalid},
+		{`{"v":1,"type":"savepoint_request","request":"r","kind":"savepoint","target":"","ts":1}`, ErrInvalid},
+		{`{"v":1,"type":"savepoint_request","request":"r","kind":"savepoint","target":"t","ts":-1}`, ErrInvalid},
 		{`{"v":1,"type":"abort","id":3,"gen":1,"reason":"expired","last":2}`, ErrInvalid},
 		{`{"v":1,"type":"abort","id":3,"gen":1,"reason":"bored","last":3}`, ErrInvalid},
 		{`{"v":1,"type":"ack","id":1,"gen":1,"task":"map","handle":"h"}`, ErrInvalid},
@@ -213,7 +228,7 @@ func TestTaskID(t *testing.T) {
 func TestTopicOf(t *testing.T) {
 	want := map[Type]Topic{TypeTrigger: TopicTrigger, TypeAbort: TopicTrigger, TypeAck: TopicAck,
 		TypeDecline: TopicAck, TypeRunning: TopicAck, TypeGeneration: TopicCommit, TypeComplete: TopicCommit,
-		TypeFailure: TopicAck, TypeFailed: TopicCommit, TypeResumed: TopicCommit}
+		TypeFailure: TopicAck, TypeFailed: TopicCommit, TypeResumed: TopicCommit, TypeSavepointRequest: TopicAck}
 	for _, m := range examples() {
 		got, ok := TopicOf(m)
 		if w, isRecord := want[m.Type()]; got != w || ok != isRecord {

@@ -234,7 +234,7 @@ func (c *Core) Tick(now time.Time) {
 			c.gcHeld = true
 			return
 		}
-		c.trigger(ckpt.KindCheckpoint, "")
+		c.trigger(ckpt.KindCheckpoint, "", "")
 	}
 }
 
@@ -653,6 +653,13 @@ func (c *Core) maybeRestart() {
 func (c *Core) newGeneration(a control.Assignment) {
 	rec := control.Generation{Gen: c.gen + 1, Assignment: a, RestoreFrom: c.lastCompleted, Skip: slices.Clone(c.skip),
 		Fingerprint: c.fingerprint}
+	// A savepoint as the restore point: its _metadata is not at
+	// chk-<n>/_metadata, so the record says where.
+	for _, k := range c.completed {
+		if k.id == c.lastCompleted && k.kind.IsSavepoint() {
+			rec.RestoreMetadata = k.metadata
+		}
+	}
 	c.applyGeneration(rec)
 	c.out.Records = append(c.out.Records, rec)
 }
@@ -765,12 +772,12 @@ func (c *Core) requestSavepoint(ev RequestSavepoint) error {
 			}
 		}
 	}
-	c.trigger(ev.Kind, ev.Target)
+	c.trigger(ev.Kind, ev.Target, ev.Request)
 	return nil
 }
 
-func (c *Core) trigger(kind ckpt.Kind, target string) {
-	rec := control.Trigger{ID: c.lastID + 1, TS: c.now.UnixMilli(), Kind: kind, Gen: c.gen, Target: target}
+func (c *Core) trigger(kind ckpt.Kind, target, request string) {
+	rec := control.Trigger{ID: c.lastID + 1, TS: c.now.UnixMilli(), Kind: kind, Gen: c.gen, Target: target, Request: request}
 	c.applyTrigger(rec)
 	c.out.Records = append(c.out.Records, rec)
 	c.out.Metrics.Triggered++

@@ -49,6 +49,9 @@ type TaskRunning struct {
 type RequestSavepoint struct {
 	Kind   ckpt.Kind
 	Target string
+	// Request identifies the request (control.SavepointRequest); the
+	// trigger carries it. Empty for a request made otherwise.
+	Request string
 }
 
 // MetadataWritten reports that the _metadata object of checkpoint ID, asked

@@ -102,6 +102,9 @@ func fmtRecord(r control.Message) string {
 		if r.Target != "" {
 			s += " target=" + r.Target
 		}
+		if r.Request != "" {
+			s += " request=" + r.Request
+		}
 		return s
 	case control.Abort:
 		return fmt.Sprintf("publish abort %d gen=%d %s last=%d (%s)", r.ID, r.Gen, r.Reason, r.Last, r.Detail)
@@ -119,6 +122,9 @@ func fmtRecord(r control.Message) string {
 		}
 		if r.Fingerprint != "" {
 			s += " file=" + r.Fingerprint
+		}
+		if r.RestoreMetadata != "" {
+			s += " restore_metadata=" + r.RestoreMetadata
 		}
 		return s
 	case control.Failed:
@@ -466,7 +472,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if d.Cmd == "stop" {
 			kind = ckpt.KindStop
 		}
-		err := h.step(RequestSavepoint{Kind: kind, Target: argString(d, "target", "")})
+		err := h.step(RequestSavepoint{Kind: kind, Target: argString(d, "target", ""), Request: argString(d, "request", "")})
 		return errOut(err) + h.delta()
 
 	case "metadata":

@@ -797,7 +797,10 @@ func (b *Backend) dropSnapshot(ctx context.Context, s *Snapshot) {
 // NotifyComplete tells the backend that checkpoint id is complete
 // (notifyCheckpointComplete): its files become the base that later snapshots
 // reuse, older pending snapshots are subsumed (aborted, their private
-// uploads deleted) and older local snapshot copies are removed.
+// uploads deleted) and older local snapshot copies are removed. Only a
+// periodic checkpoint subsumes, and only periodic checkpoints, as the
+// coordinator does: a savepoint neither subsumes an older checkpoint still
+// pending nor is subsumed by a newer one (either may still complete).
 func (b *Backend) NotifyComplete(ctx context.Context, id ckpt.ID) error {
 	b.mu.Lock()
 	s := b.mu.pending[id]
@@ -810,8 +813,8 @@ func (b *Backend) NotifyComplete(ctx context.Context, id ckpt.ID) error {
 		b.cfg.Logger.Warn("completed checkpoint has no successful local snapshot", "checkpoint", id)
 	}
 	var older []ckpt.ID
-	for pid := range b.mu.pending {
-		if pid < id {
+	for pid, p := range b.mu.pending {
+		if s != nil && s.savepoint == "" && pid < id && p.savepoint == "" {
 			older = append(older, pid)
 		}
 	}

@@ -631,3 +631,62 @@ func TestOperatorStateFuncAfterUploads(t *testing.T) {
 		t.Fatalf("restored %v", got)
 	}
 }
+
+// A savepoint neither subsumes a checkpoint still pending nor is subsumed by
+// a newer one, as in the coordinator: either may still complete, and its
+// files must be there. A periodic checkpoint still subsumes older ones.
+func TestSavepointsNeitherSubsumeNorAreSubsumed(t *testing.T) {
+	ctx := context.Background()
+	store, _ := newStore(t)
+	b := openTest(t, testConfig(t, store, t.TempDir()))
+	kv, err := NewValueState(b, "kv", StringCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	want := model{}
+	savepoint := func(id ckpt.ID, name string) *SnapshotResult {
+		s, err := b.Savepoint(id, name, []byte("sp"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	restorable := func(what string, res *SnapshotResult, want model) {
+		t.Helper()
+		r, err := Restore(ctx, testConfig(t, store, t.TempDir()), res.Handle)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		defer func() { _ = r.Close(ctx) }()
+		if got := dump(t, r); !maps.Equal(got, want) {
+			t.Fatalf("%s: restored %d keys, want %d", what, len(got), len(want))
+		}
+	}
+	mutate(t, rng, kv, want, 500)
+	c1, w1 := snapshotNow(t, b, 1, "c1"), want.clone()
+	mutate(t, rng, kv, want, 500)
+	s2, w2 := savepoint(2, "sp2"), want.clone()
+	if err := b.NotifyComplete(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	restorable("checkpoint 1 after savepoint 2 completed", c1, w1)
+	mutate(t, rng, kv, want, 500)
+	_ = flushDB(b)
+	s3, w3 := savepoint(3, "sp3"), want.clone()
+	mutate(t, rng, kv, want, 500)
+	c4, w4 := snapshotNow(t, b, 4, "c4"), want.clone()
+	if err := b.NotifyComplete(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	restorable("savepoint 3 after checkpoint 4 completed", s3, w3)
+	restorable("savepoint 2", s2, w2)
+	restorable("checkpoint 4", c4, w4)
+	if _, err := Restore(ctx, testConfig(t, store, t.TempDir()), c1.Handle); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("checkpoint 1, subsumed by checkpoint 4: restore error %v, want not found", err)
+	}
+}

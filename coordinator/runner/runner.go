@@ -411,6 +411,14 @@ func (r *Runner) stepAck(core *coordinator.Core, m control.Message) {
 		err = core.Step(coordinator.TaskRunning{Gen: a.Gen, Task: a.Task})
 	case control.Failure:
 		err = core.Step(coordinator.TaskFailed{Failure: a})
+	case control.SavepointRequest:
+		r.opts.Logger.Info("savepoint requested", "component", "coordinator", "request", a.Request, "kind", a.Kind, "target", a.Target)
+		if err := core.Step(coordinator.RequestSavepoint{Kind: a.Kind, Target: a.Target, Request: a.Request}); err != nil {
+			// The requester sees no trigger for its request and says why
+			// from the commit topic; the reason is logged here.
+			r.opts.Logger.Warn("savepoint request refused", "component", "coordinator", "request", a.Request, "target", a.Target, "err", err)
+		}
+		return
 	default:
 		return // another record type on the ack topic is no business of ours
 	}

@@ -126,7 +126,7 @@ func (r *Replica) stateNames(ctx context.Context, g control.Generation) (map[str
 	if r.check.checked == g.RestoreFrom {
 		return r.check.result.StateNames, nil
 	}
-	md, err := checkpoint.ReadID(ctx, r.store, g.RestoreFrom)
+	md, err := checkpoint.ReadRestore(ctx, r.store, g.RestoreFrom, g.RestoreMetadata)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %d: %w", g.RestoreFrom, err)
 	}

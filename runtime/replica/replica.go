@@ -1208,7 +1208,7 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	// version before fingerprints, which cannot tell files apart.
 	r.waiting.Store(nil)
 	r.met.waiting.Set(0)
-	r.log.Info("generation", "generation", g.Gen, "restore_from", g.RestoreFrom, "tasks", len(mine))
+	r.log.Info("generation", "generation", g.Gen, "restore_from", g.RestoreFrom, "restore_metadata", g.RestoreMetadata, "tasks", len(mine))
 	start := time.Now()
 	// Every replica runs the generation's plan, made from the tasks its
 	// record lists, not from its own reading of the input's partitions:
@@ -1407,7 +1407,7 @@ func shuffleProducers(writers, procs int) int {
 
 func (r *Replica) taskConfig(id control.TaskID, g control.Generation) task.Config {
 	return task.Config{
-		Job: r.opts.Job, ID: id, Gen: g.Gen, RestoreFrom: g.RestoreFrom, Skip: g.Skip,
+		Job: r.opts.Job, ID: id, Gen: g.Gen, RestoreFrom: g.RestoreFrom, RestoreMetadata: g.RestoreMetadata, Skip: g.Skip,
 		Kafka: r.kopts, Shuffle: r.shuffleFor[id], Prefix: r.cfg.Kafka.TopicPrefix, Store: r.store,
 		StateDir: filepath.Join(r.cfg.State.Dir, r.cfg.Job.Name, task.StateName(id)),
 		Cache:    r.cache, Acks: r.acks,

@@ -77,8 +77,10 @@ type checkpointerConfig struct {
 
 // snapshotter is the state backend as the checkpointer uses it.
 type snapshotter interface {
-	// Snapshot takes the synchronous part of snapshot id.
-	Snapshot(id ckpt.ID) (stateSnapshot, error)
+	// Snapshot takes the synchronous part of barrier b's snapshot: a
+	// savepoint's with a target is self-contained, under
+	// savepoints/<target>/ (state.Backend.Savepoint).
+	Snapshot(b ckpt.Barrier) (stateSnapshot, error)
 	NotifyComplete(ctx context.Context, id ckpt.ID) error
 	NotifyAborted(ctx context.Context, id ckpt.ID) error
 }
@@ -99,8 +101,14 @@ type acker interface {
 // backendSnapshotter is a state.Backend as a snapshotter.
 type backendSnapshotter struct{ b *state.Backend }
 
-func (s backendSnapshotter) Snapshot(id ckpt.ID) (stateSnapshot, error) {
-	snap, err := s.b.Snapshot(id, nil)
+func (s backendSnapshotter) Snapshot(b ckpt.Barrier) (stateSnapshot, error) {
+	var snap *state.Snapshot
+	var err error
+	if b.Kind.IsSavepoint() && b.Target != "" {
+		snap, err = s.b.Savepoint(b.ID, b.Target, nil)
+	} else {
+		snap, err = s.b.Snapshot(b.ID, nil)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +164,7 @@ func (c *checkpointer) onBarrier(m *mark) error {
 		c.log.Debug("barrier of an aborted checkpoint: no snapshot", "checkpoint_id", b.ID)
 		return nil
 	}
-	snap, err := c.cfg.State.Snapshot(b.ID)
+	snap, err := c.cfg.State.Snapshot(b)
 	if err != nil {
 		c.decline(b.ID, fmt.Sprintf("snapshot: %v", err))
 		return fmt.Errorf("snapshot %d: %w", b.ID, err)

@@ -276,12 +276,16 @@ type fakeState struct {
 	failSnapshot, failUpload bool
 }
 
-func (s *fakeState) Snapshot(id ckpt.ID) (stateSnapshot, error) {
+func (s *fakeState) Snapshot(b ckpt.Barrier) (stateSnapshot, error) {
 	if s.failSnapshot {
 		return nil, errors.New("disk full")
 	}
-	s.h.log("state: snapshot %d", id)
-	return &fakeSnap{s: s, id: id}, nil
+	if b.Kind.IsSavepoint() {
+		s.h.log("state: snapshot of %s", b)
+	} else {
+		s.h.log("state: snapshot %d", b.ID)
+	}
+	return &fakeSnap{s: s, id: b.ID}, nil
 }
 
 func (s *fakeState) NotifyComplete(_ context.Context, id ckpt.ID) error {

@@ -55,6 +55,9 @@ type Config struct {
 	// job compared with that checkpoint): the task stores their state and
 	// timers under those names (stream.TaskContext.StateNames).
 	StateNames map[string]string
+	// RestoreMetadata is where RestoreFrom's _metadata is when it is not at
+	// chk-<n>/_metadata (a savepoint's; control.Generation.RestoreMetadata).
+	RestoreMetadata string
 	// Skip lists input records the source drops unread (the generation's
 	// control.Generation.Skip).
 	Skip []control.Position
@@ -411,7 +414,7 @@ func (t *Task) openWatermarks(st *plan.Stage, restored *watermarkState) error {
 // or for another number of tasks of a downstream stage, is a permanent
 // failure of cause job: no restart fixes it, and nothing is written.
 func (t *Task) manifestHandle(ctx context.Context, name string) (string, error) {
-	md, err := checkpoint.ReadID(ctx, t.cfg.Store, t.cfg.RestoreFrom)
+	md, err := checkpoint.ReadRestore(ctx, t.cfg.Store, t.cfg.RestoreFrom, t.cfg.RestoreMetadata)
 	if err != nil {
 		return "", err
 	}

@@ -2,6 +2,8 @@ package objstore
 
 import (
 	"fmt"
+	neturl "net/url"
+	"path"
 	"strconv"
 	"strings"
 
@@ -79,4 +81,17 @@ func CheckID(id ckpt.ID) error {
 		return fmt.Errorf("state/objstore: checkpoint id %d is not positive", id)
 	}
 	return nil
+}
+
+// URL returns the location of key, relative to job's root, in the object
+// store at storage (checkpoint.storage): the storage URL with <job>/<key>
+// appended to its path, its query kept. It is the form `processor validate
+// --against` reads (a savepoint's folder or _metadata).
+func URL(storage, job, key string) string {
+	u, err := neturl.Parse(storage)
+	if err != nil || u.Scheme == "" {
+		return strings.TrimSuffix(storage, "/") + "/" + job + "/" + key
+	}
+	u.Path = path.Join("/", u.Path, job, key)
+	return u.String()
 }

@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weir-stream/weir/checkpoint/ckpt"
+	"github.com/weir-stream/weir/config"
+	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/kafkaio/controltopic"
+	"github.com/weir-stream/weir/runtime/replica"
+	"github.com/weir-stream/weir/state/objstore"
+	"github.com/weir-stream/weir/stream"
+)
+
+func newSavepointCmd(goJob *stream.Job) *cobra.Command {
+	var file, target string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "savepoint -c FILE [--target NAME] [--timeout DURATION]",
+		Short: "Take a savepoint of the running job and print where it is",
+		Long: `savepoint asks the job's coordinator, through the job's ack topic (no RPC),
+for a savepoint: a checkpoint of kind savepoint, triggered at once beside the
+periodic ones, whose state is copied whole under savepoints/<NAME>/ in the
+job's object store. It is self-contained (it shares no file with checkpoints
+or other savepoints), is never released by retention, and its _metadata is
+savepoints/<NAME>/_metadata.
+
+savepoint waits until the savepoint completes and prints its _metadata's
+location, or says why it failed and exits 1: the job is not running or is
+failed, the name is taken, a task declined, or --timeout passed. Sinks
+commit the savepoint's transactions like a checkpoint's.
+
+NAME defaults to savepoint-<UTC time> (savepoint-20261207-171500); it must
+be one path segment of letters, digits, '.', '_' and '-'.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withKafka(cmd, file, goJob, func(ctx context.Context, cfg *config.Config, opts []kgo.Opt) error {
+				return takeSavepoint(ctx, cmd, cfg, opts, target, timeout)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&target, "target", "", "the savepoint's name: its objects go under savepoints/NAME/ (default savepoint-<UTC time>)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the savepoint to complete")
+	addConfigFlags(cmd.Flags(), &file)
+	return cmd
+}
+
+func takeSavepoint(ctx context.Context, cmd *cobra.Command, cfg *config.Config, opts []kgo.Opt, target string, timeout time.Duration) error {
+	if target == "" {
+		target = "savepoint-" + time.Now().UTC().Format("20060102-150405")
+	}
+	if err := objstore.ValidName("savepoint", target); err != nil {
+		return fmt.Errorf("--target: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	store, err := objstore.Open(ctx, cfg.Checkpoint.Storage, cfg.Job.Name, objstore.Options{})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	// Its tasks would write over the objects of a savepoint of that name
+	// before its _metadata's conditional put failed.
+	if objs, err := store.List(ctx, objstore.SavepointPrefix(target)); err != nil {
+		return err
+	} else if len(objs) > 0 {
+		return fmt.Errorf("savepoint %s exists already (%d objects under %s): choose another --target, or delete it first",
+			target, len(objs), objstore.SavepointPrefix(target))
+	}
+
+	topics := controltopic.NewTopics(cfg.Kafka.TopicPrefix)
+	hist, err := controltopic.ReadHistory(ctx, opts, topics, control.TopicCommit)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", topics.Commit, err)
+	}
+	if f, _ := replica.JobFailure(hist.Records); f != nil {
+		return fmt.Errorf("job %s is failed (generation %d, cause %s: %s): resume it before taking a savepoint", cfg.Job.Name, f.Gen, f.Cause, f.Reason)
+	}
+	if !hasGeneration(hist.Records) {
+		return fmt.Errorf("job %s has never run (%s has no generation): start it before taking a savepoint", cfg.Job.Name, topics.Commit)
+	}
+	// The tail starts where the topics end now, before the request is
+	// sent: the trigger it starts and the outcome come after.
+	from := map[control.Topic]kgo.Offset{control.TopicCommit: kgo.NewOffset().At(hist.End)}
+	end, err := controltopic.StableEnd(ctx, opts, topics, control.TopicTrigger)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", topics.Trigger, err)
+	}
+	from[control.TopicTrigger] = kgo.NewOffset().At(end)
+	tail, err := controltopic.NewTail(opts, topics, from, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer tail.Close()
+
+	req := control.SavepointRequest{Request: newRequestID(), Kind: ckpt.KindSavepoint, Target: target, TS: time.Now().UnixMilli()}
+	w, err := controltopic.NewAckWriter(opts, topics)
+	if err != nil {
+		return err
+	}
+	err = w.Send(ctx, req)
+	w.Close()
+	if err != nil {
+		return fmt.Errorf("send the savepoint request to %s: %w", topics.Ack, err)
+	}
+	out := cmd.ErrOrStderr()
+	fmt.Fprintf(out, "savepoint %s requested (request %s); waiting for the coordinator\n", target, req.Request)
+
+	var id ckpt.ID // the savepoint's checkpoint ID, once triggered
+	for {
+		rec, err := tail.Next(ctx)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				if id == 0 {
+					return fmt.Errorf("no coordinator took savepoint request %s within %v: the job's tasks are not all running (a generation is starting), or no replica runs; the coordinator logs \"savepoint request refused\" with the reason", req.Request, timeout)
+				}
+				return fmt.Errorf("savepoint %d (%s) did not complete within %v; it may still complete: see processor checkpoints list", id, target, timeout)
+			}
+			return err
+		}
+		switch m := rec.Msg.(type) {
+		case control.Trigger:
+			if m.Request == req.Request {
+				id = m.ID
+				fmt.Fprintf(out, "savepoint %s is checkpoint %d (generation %d); waiting for it to complete\n", target, id, m.Gen)
+			}
+		case control.Abort:
+			if id != 0 && m.ID == id {
+				msg := fmt.Sprintf("savepoint %d (%s) failed: %s", id, target, m.Reason)
+				if m.Detail != "" {
+					msg += ": " + m.Detail
+				}
+				return errors.New(msg)
+			}
+		case control.Complete:
+			if id != 0 && m.ID == id {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\n", savepointURL(cfg, m.Metadata))
+				return nil
+			}
+		case control.Failed:
+			return fmt.Errorf("job %s failed while the savepoint was taken (cause %s: %s)", cfg.Job.Name, m.Cause, m.Reason)
+		}
+	}
+}
+
+// hasGeneration reports whether a commit topic's records hold a generation.
+func hasGeneration(recs []controltopic.Record) bool {
+	for _, r := range recs {
+		if _, ok := r.Msg.(control.Generation); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// savepointURL is where key, relative to the job's root, is: under the
+// configured storage URL and the job's name.
+func savepointURL(cfg *config.Config, key string) string {
+	return objstore.URL(cfg.Checkpoint.Storage, cfg.Job.Name, key)
+}
+
+// newRequestID returns a random request ID.
+func newRequestID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}

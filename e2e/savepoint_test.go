@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weir-stream/weir/internal/e2etest"
+	"github.com/weir-stream/weir/internal/kafkatest"
+)
+
+// TestSavepointTakenAndRestored is issue 33's first step, through the binary
+// on the real broker: `processor savepoint` on a running job (two replicas,
+// the count job, no periodic checkpoint in the test's window, so that only
+// savepoints commit output) prints the savepoint's _metadata URL; the
+// savepoint is self-contained (every task manifest and every file it lists
+// is under savepoints/<name>/); a second savepoint of the same name is
+// refused before anything is written. Then both replicas are killed with
+// SIGKILL and started again: the new generation restores from the savepoint
+// (its record names the savepoint's _metadata), and further savepoints
+// commit the rest. The independent read_committed verifier sees every key's
+// counts exactly 1..N over the whole run.
+func TestSavepointTakenAndRestored(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+	c := kafkatest.NewReal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	bin, err := e2etest.BuildProcessor(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := kafkatest.Name(t, "savepoint")
+	input, output := job+"-clicks", job+"-counts"
+	c.CreateTopic(t, input, 4, nil)
+	c.CreateTopic(t, output, 4, nil)
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "job.yaml")
+	// The first periodic checkpoint is due 3m50s to 4m after each
+	// generation starts: within the test only savepoints complete.
+	if err := (e2etest.Job{Name: job, Input: input, Output: output, Brokers: c.Brokers,
+		Interval: 4 * time.Minute, TransactionTimeout: 10 * time.Minute}).Write(cfgFile); err != nil {
+		t.Fatal(err)
+	}
+	storage := "file://" + filepath.Join(dir, "checkpoints")
+	commits := e2etest.WatchCommits(t, c.Brokers, job)
+	verifier := e2etest.StartVerifier(t, c.Brokers, output)
+	in := e2etest.NewInput(t, c.Brokers, input, keys)
+	in.Good(ctx, 20000)
+	cl := e2etest.NewReplicas(t, bin, cfgFile, dir, e2etest.ReplicaOptions{HTTP: true, Storage: storage,
+		Flags: []string{"--checkpoint.min_pause=3m50s"}})
+	r0, r1 := cl.Start(), cl.Start()
+	waitReadyz(t, cl.Proc(r0))
+	waitReadyz(t, cl.Proc(r1))
+
+	savepoint := func(name string) (string, string, error) {
+		t.Helper()
+		cmd := cl.Command(ctx, "savepoint", "--checkpoint.storage="+storage, "--target", name, "--timeout", "2m")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return strings.TrimSpace(stdout.String()), stderr.String(), err
+	}
+	url, stderr, err := savepoint("sp-1")
+	if err != nil {
+		t.Fatalf("processor savepoint: %v\n%s", err, stderr)
+	}
+	root := filepath.Join(dir, "checkpoints", job)
+	if want := storage + "/" + job + "/savepoints/sp-1/_metadata"; !strings.HasPrefix(url, want) {
+		t.Fatalf("processor savepoint printed %q, want %s", url, want)
+	}
+	t.Logf("savepoint sp-1 at %s (%d output records committed)", url, verifier.Seen())
+	checkSelfContained(t, root, "sp-1")
+
+	// The name is taken: refused, nothing written.
+	before := countFiles(t, filepath.Join(root, "savepoints", "sp-1"))
+	if _, stderr, err := savepoint("sp-1"); err == nil || !strings.Contains(stderr, "exists already") {
+		t.Fatalf("a second savepoint sp-1: %v\n%s", err, stderr)
+	}
+	if after := countFiles(t, filepath.Join(root, "savepoints", "sp-1")); after != before {
+		t.Fatalf("the refused savepoint wrote: %d files under savepoints/sp-1, then %d", before, after)
+	}
+
+	// More input, then both replicas die: the restart restores from the
+	// savepoint, the only completed checkpoint.
+	in.Good(ctx, 20000)
+	time.Sleep(2 * time.Second)
+	cl.Kill(r0)
+	cl.Kill(r1)
+	t.Logf("kill -9 of both replicas (%d output records committed)", verifier.Seen())
+	waitReadyz(t, cl.Restart(r0))
+	waitReadyz(t, cl.Restart(r1))
+	restored := false
+	for _, g := range commits.Records("generation") {
+		if strings.Contains(g.Raw, `"restore_metadata":"savepoints/sp-1/_metadata"`) {
+			restored = true
+		}
+	}
+	if !restored {
+		t.Fatalf("no generation restored from savepoint sp-1; generations: %v", commits.Records("generation"))
+	}
+
+	// Savepoints commit the rest: everything read before each one's barrier.
+	if err := in.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	perKey, sum := in.Counts()
+	for i := 2; verifier.Seen() < sum; i++ {
+		if i > 10 {
+			t.Fatalf("after %d savepoints %d of %d output records are committed", i-1, verifier.Seen(), sum)
+		}
+		name := "sp-" + string(rune('0'+i))
+		if _, stderr, err := savepoint(name); err != nil {
+			t.Fatalf("processor savepoint %s: %v\n%s", name, err, stderr)
+		}
+		_ = verifier.WaitSeenWhile(sum, 3*time.Second, cl.Exited)
+	}
+	verifier.Check(perKey, sum, time.Minute)
+	cl.StopAll()
+	e2etest.CheckCheckpointIDs(t, commits)
+	e2etest.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
+}
+
+// checkSelfContained checks that savepoint name under the job's root refers
+// to nothing outside its folder: its _metadata's task manifests and every
+// file they list. Read with encoding/json from the documented layout.
+func checkSelfContained(t *testing.T, root, name string) {
+	t.Helper()
+	prefix := "savepoints/" + name + "/"
+	b, err := os.ReadFile(filepath.Join(root, "savepoints", name, "_metadata"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md struct {
+		Kind   string `json:"kind"`
+		Target string `json:"target"`
+		Tasks  []struct {
+			Handle string `json:"handle"`
+		} `json:"tasks"`
+	}
+	if err := json.Unmarshal(b, &md); err != nil {
+		t.Fatal(err)
+	}
+	if md.Kind != "savepoint" || md.Target != name || len(md.Tasks) == 0 {
+		t.Fatalf("_metadata of %s: kind %q target %q, %d tasks", name, md.Kind, md.Target, len(md.Tasks))
+	}
+	files := 0
+	for _, ts := range md.Tasks {
+		if !strings.HasPrefix(ts.Handle, prefix) {
+			t.Errorf("task manifest %s is outside %s", ts.Handle, prefix)
+			continue
+		}
+		mb, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(ts.Handle)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			Files []struct {
+				Key   string `json:"key"`
+				Parts []struct {
+					Key string `json:"key"`
+				} `json:"parts"`
+			} `json:"files"`
+		}
+		if err := json.Unmarshal(mb, &m); err != nil {
+			t.Fatalf("manifest %s: %v", ts.Handle, err)
+		}
+		for _, f := range m.Files {
+			if len(f.Parts) > 0 {
+				t.Errorf("manifest %s: file in parts (shared pieces of the job's WAL), not copied whole", ts.Handle)
+			}
+			if f.Key == "" {
+				continue // inline in the manifest
+			}
+			// A savepoint's file keys are relative to its folder (so that
+			// the folder can be moved), and the file is there.
+			files++
+			if _, err := os.Stat(filepath.Join(root, "savepoints", name, filepath.FromSlash(f.Key))); err != nil {
+				t.Errorf("manifest %s lists %s, not in the savepoint's folder: %v", ts.Handle, f.Key, err)
+			}
+		}
+	}
+	t.Logf("savepoint %s: %d task manifests, %d files, all under %s", name, len(md.Tasks), files, prefix)
+}
+
+// countFiles counts the regular files under dir.
+func countFiles(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			n++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
