@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the endpoint= parameter sets the deprecated EndpointResolverWithOptions, exactly as gocloud.dev does, so that URLs keep their meaning
+
 package objstore
 
 import (
@@ -78,7 +80,7 @@ func (o s3Opener) OpenBucketURL(ctx context.Context, u *neturl.URL) (*blob.Bucke
 			copts = append(copts, func(o *s3.Options) { o.UsePathStyle = v })
 		}
 	}
-	cfg, anonymous, err := awsConfig(ctx, q, sdkLogger{o.log})
+	cfg, anonymous, err := awsConfig(ctx, q, o.log)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %v: %w", u, err)
 	}
@@ -122,7 +124,8 @@ func boolParam(q neturl.Values, key string) (bool, error) {
 
 // awsConfig is gocloud.dev/aws.V2ConfigFromURLParams (v0.47.0) with the
 // SDK's logger set; anonymous reports anonymous=true.
-func awsConfig(ctx context.Context, q neturl.Values, logger logging.Logger) (cfg aws.Config, anonymous bool, err error) {
+func awsConfig(ctx context.Context, q neturl.Values, log *slog.Logger) (cfg aws.Config, anonymous bool, err error) {
+	logger := sdkLogger{log}
 	var endpoint, roleARN string
 	var hostnameImmutable bool
 	var rateLimitCapacity int64
@@ -215,7 +218,6 @@ func awsConfig(ctx context.Context, q neturl.Values, logger logging.Logger) (cfg
 		return aws.Config{}, false, err
 	}
 	if endpoint != "" {
-		//lint:ignore SA1019 as gocloud.dev does: the endpoint of an S3-compatible server
 		cfg.EndpointResolverWithOptions = aws.EndpointResolverWithOptionsFunc(
 			func(service, region string, options ...any) (aws.Endpoint, error) {
 				return aws.Endpoint{PartitionID: "aws", URL: endpoint, SigningRegion: region, HostnameImmutable: hostnameImmutable}, nil
