@@ -62,7 +62,7 @@ cloud-down: ## Stop the emulators
 	bash scripts/cloud.sh down
 
 .PHONY: helm-check
-helm-check: build ## Lint and render the Helm chart, validate the configuration it renders (installs helm into .cache)
+helm-check: build ## Lint and render the Helm chart, validate the configuration it renders (installs a pinned prebuilt helm into ~/.cache/weir on first use)
 	bash scripts/helm-check.sh
 
 .PHONY: schema

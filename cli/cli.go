@@ -21,6 +21,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -63,7 +64,9 @@ func Run(ctx context.Context, args []string, job *stream.Job, stdout, stderr io.
 	}
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(stderr, "error:", err)
+		if !errors.As(err, new(reported)) {
+			fmt.Fprintln(stderr, "error:", err)
+		}
 		return 1
 	}
 	return 0

@@ -54,7 +54,14 @@ transactions, leaves the group and exits 0 within process.grace_period.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return serve(ctx, cfg, job, cmd.ErrOrStderr(), nil)
+			err = serve(ctx, cfg, job, cmd.ErrOrStderr(), nil)
+			if err != nil && cfg.Log.Format == "json" {
+				// Every line on stderr is then a JSON log line, the
+				// reason the replica stopped included.
+				newLogger(cfg, cmd.ErrOrStderr()).Error("replica stopped", "err", err)
+				return reported{err}
+			}
+			return err
 		},
 	}
 	addConfigFlags(cmd.Flags(), &file)
@@ -81,28 +88,48 @@ func addConfigFlags(fs *pflag.FlagSet, file *string) {
 	}
 }
 
+// reported is an error the command has already logged; Run exits 1
+// without printing it again.
+type reported struct{ err error }
+
+func (r reported) Error() string { return r.err.Error() }
+func (r reported) Unwrap() error { return r.err }
+
 // newLogger builds the process logger from the log section. Every
 // time.Duration is written as Go's duration string ("1.5s", "250ms"), in
 // JSON as in text: slog's JSON handler would write integer nanoseconds,
-// which read as a count to a person and to a log pipeline.
+// which read as a count to a person and to a log pipeline. Every error is
+// written as its message (errorString).
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Log.Level))
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: replaceAttr}
 	if cfg.Log.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// durationString is the handlers' ReplaceAttr: a duration becomes its
-// string form.
-func durationString(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
+// replaceAttr is the handlers' ReplaceAttr: a duration becomes its string
+// form, an error its message.
+func replaceAttr(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindDuration:
 		return slog.String(a.Key, a.Value.Duration().String())
+	case slog.KindAny:
+		if err, ok := a.Value.Any().(error); ok {
+			return slog.String(a.Key, errorString(err))
+		}
 	}
 	return a
 }
+
+// errorString is the one place where an error becomes log text: its
+// message, never the verbose form. slog's text handler formats a value
+// with %+v, with which gocloud.dev's errors (and any using xerrors'
+// formatting) print their stack frames and Go file paths:
+// "gocloud.dev/blob.(*ListIterator).Next /root/go/pkg/mod/…/blob.go:609".
+func errorString(err error) string { return err.Error() }
 
 // serve runs one replica of job (nil: the configuration's YAML job) and its
 // HTTP endpoints until ctx ends. onCommitted, if set, is called for every

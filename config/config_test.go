@@ -338,6 +338,9 @@ func TestStorageURLChecked(t *testing.T) {
 		{"file://tmp/chk", `write file:///tmp/chk (three slashes)`},
 		{"file:///tmp/chk?create_dirs=true", `(did you mean create_dir?)`},
 		{"ftp://host/x", `scheme "ftp" is not one of azblob, file, gs, mem, s3`},
+		{"/tmp/x", `"/tmp/x" has no scheme: for a local directory write file:///tmp/x`},
+		{"bucket", `"bucket" has no scheme: for a local directory write file:///absolute/path (absolute, three slashes); for a bucket s3://bucket?region=…, gs://bucket or azblob://bucket`},
+		{"chk/run1", `for a bucket s3://chk?region=…`},
 	} {
 		yaml := clicksJob + "  storage: \"" + tc.url + "\"\n"
 		_, err := config.Load(config.Source{YAML: []byte(yaml), NoEnv: true})

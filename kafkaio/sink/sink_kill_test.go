@@ -70,6 +70,9 @@ func TestSinkProcessKilled(t *testing.T) {
 			_ = cmd.Wait()
 			t.Fatalf("the child ended before it was ready: %v", sc.Err())
 		}
+		// Epoch 2's records are on the broker, in their open transaction,
+		// before the kill.
+		sinkAwaitUncommitted(t, ctx, c, e.topic, sinkSeq("c2", sinkChildRecords))
 		if err := cmd.Process.Kill(); err != nil { // SIGKILL
 			t.Fatal(err)
 		}
@@ -129,7 +132,6 @@ func TestSinkChildProcess(t *testing.T) {
 	}
 	os.Stdout.WriteString("handles: " + string(b) + "\n")
 	sinkWrite(t, ctx, s, "c2", sinkChildRecords, 3)
-	time.Sleep(300 * time.Millisecond) // epoch 2's records reach the broker, in their open transaction
-	os.Stdout.WriteString("ready\n")
-	time.Sleep(time.Hour) // killed here
+	os.Stdout.WriteString("ready\n") // the parent waits until epoch 2's records are on the broker, then kills
+	time.Sleep(time.Hour)            // killed here
 }

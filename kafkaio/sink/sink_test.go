@@ -154,6 +154,32 @@ func sinkCommitted(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topi
 	return got
 }
 
+// sinkAwaitUncommitted reads the topic with read_uncommitted until it has
+// seen every value of want, written in a transaction still open: the
+// records are on the broker, so what a test does next (abandon the sink,
+// kill its process) cannot lose them in the client's buffer.
+func sinkAwaitUncommitted(t *testing.T, ctx context.Context, c *kafkatest.Cluster, topic string, want []string) {
+	t.Helper()
+	cl := c.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.FetchMaxWait(100*time.Millisecond))
+	missing := make(map[string]bool, len(want))
+	for _, v := range want {
+		missing[v] = true
+	}
+	for len(missing) > 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("read_uncommitted saw %d of %d records before the deadline", len(want)-len(missing), len(want))
+		}
+		fs := cl.PollFetches(ctx)
+		fs.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				t.Fatalf("fetch %s[%d]: %v", topic, p, err)
+			}
+		})
+		fs.EachRecord(func(r *kgo.Record) { delete(missing, string(r.Value)) })
+	}
+}
+
 func sinkWantValues(t *testing.T, what string, got, want []string) {
 	t.Helper()
 	want = slices.Clone(want)

@@ -46,8 +46,8 @@ func TestSinkV1NoReuseWhileRecorded(t *testing.T) {
 		sinkPreCommit(t, ctx, s, 2)
 		sinkWrite(t, ctx, s, "e3", 5, 1)
 		sinkPreCommit(t, ctx, s, 3)
-		sinkWrite(t, ctx, s, "e4", 5, 1)
-		time.Sleep(200 * time.Millisecond) // epoch 4's records reach the broker, in their open transaction
+		w4 := sinkWrite(t, ctx, s, "e4", 5, 1)
+		sinkAwaitUncommitted(t, ctx, c, e.topic, w4) // epoch 4's records are on the broker, in their open transaction
 
 		// The task dies (s is abandoned); its successor recovers from
 		// checkpoint 1, the newest completed.

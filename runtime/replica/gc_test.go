@@ -152,8 +152,33 @@ process: {replica_id: %s, grace_period: 10s}
 	}
 
 	// Object stores may keep modification times in whole seconds: the
-	// leftovers must be older than the failover's generation in them too.
-	time.Sleep(1100 * time.Millisecond)
+	// leftovers must be older than the failover's generation in them too,
+	// so the store's clock (state.StoreTime, what the collection compares
+	// with) must have moved past the newest of them.
+	var plantedAt time.Time
+	for _, k := range planted {
+		o, err := store.Stat(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.ModTime.After(plantedAt) {
+			plantedAt = o.ModTime
+		}
+	}
+	for {
+		now, err := state.StoreTime(ctx, store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.After(plantedAt) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the object store's clock stayed at %v, the leftovers' time", now)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 
 	coord, survivor := a, b
 	if isCoordinator(t, b) {

@@ -287,7 +287,10 @@ type Store struct {
 
 // Open opens the bucket named by url (file:///dir, mem://, s3://bucket?…,
 // any scheme registered with gocloud.dev/blob) and returns the Store of job.
-// The Store owns the bucket: Close closes it.
+// The Store owns the bucket: Close closes it. For s3:// the AWS SDK logs
+// through opts.Logger, and a credential chain that finds no credentials is a
+// permanent error (a *StorageError), as is a bucket that does not exist or
+// refuses access.
 func Open(ctx context.Context, url, job string, opts Options) (*Store, error) {
 	shown := url
 	url = fileURLDefaults(url)
@@ -296,8 +299,18 @@ func Open(ctx context.Context, url, job string, opts Options) (*Store, error) {
 		// replica tests model it (the root replaced by a regular file).
 		return nil, fmt.Errorf("state/objstore: open %s: %w", shown, err)
 	}
-	b, err := blob.OpenBucket(ctx, url)
-	if err != nil {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	b, err := openBucket(ctx, url, opts.Logger)
+	var se *StorageError
+	switch {
+	case errors.As(err, &se):
+		// No credentials (s3Opener).
+		return nil, fmt.Errorf("checkpoint.storage %s: %w", shown, se)
+	case err != nil && ctx.Err() != nil:
+		return nil, fmt.Errorf("state/objstore: open %s: %w", shown, err)
+	case err != nil:
 		// An unknown scheme or parameter: the URL is wrong.
 		return nil, &StorageError{Op: "open " + shown, Problem: "the URL cannot be opened", Err: err}
 	}

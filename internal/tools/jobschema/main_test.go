@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -152,3 +155,72 @@ kafka: {brokers: ["k:9092"]}
 checkpoint: {interval: 1s, mode: exactly-once}
 log: {level: info}
 `
+
+// TestYAMLReferenceCoversTheSchema keeps docs/yaml.md, the YAML language's
+// reference, in step with the job section of docs/job.schema.json: every
+// key the schema allows under job (steps, their options, format maps)
+// must be named in the reference, `in backquotes` (alone, as `key: …` or
+// at the end of a dotted path). It also checks that
+// every relative link of the reference leads to a file.
+func TestYAMLReferenceCoversTheSchema(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(root, jobSchemaFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	job, ok := schema["properties"].(map[string]any)["job"]
+	if !ok {
+		t.Fatal("the schema has no job property")
+	}
+	keys := map[string]string{} // key -> the path it was first met at
+	var walk func(v any, path string)
+	walk = func(v any, path string) {
+		switch v := v.(type) {
+		case map[string]any:
+			if props, ok := v["properties"].(map[string]any); ok {
+				for _, k := range slices.Sorted(maps.Keys(props)) {
+					if _, seen := keys[k]; !seen {
+						keys[k] = path + "." + k
+					}
+					walk(props[k], path+"."+k)
+				}
+			}
+			for k, sub := range v {
+				if k != "properties" {
+					walk(sub, path)
+				}
+			}
+		case []any:
+			for _, sub := range v {
+				walk(sub, path)
+			}
+		}
+	}
+	walk(job, "job")
+	if len(keys) < 50 {
+		t.Fatalf("only %d keys under job in the schema: the walk is broken", len(keys))
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs/yaml.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	for k, path := range keys {
+		// `k`, `k: …`, or a dotted path ending in it: `watermark.interval`.
+		if !regexp.MustCompile("`([a-z_]+\\.)*" + regexp.QuoteMeta(k) + "[`:]").MatchString(text) {
+			t.Errorf("docs/yaml.md does not describe %s (`%s`)", path, k)
+		}
+	}
+	for _, m := range regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`).FindAllStringSubmatch(text, -1) {
+		target := m[1]
+		if strings.Contains(target, "://") {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(root, "docs", target)); err != nil {
+			t.Errorf("docs/yaml.md links to %s, which does not exist", target)
+		}
+	}
+}
