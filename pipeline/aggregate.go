@@ -325,52 +325,57 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 	return stream.Transform(c.cur, name+"-args", func(e stream.Elem, r Rec, emit func(aggIn) error) error {
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
-		if plain != nil && r.raw != nil {
-			if len(t.texts) < len(plain) {
-				t.texts = make([][]byte, len(plain))
-			}
-			in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
-			if scalarArgs(r.raw, plain, t.texts[:len(plain)], in.args) {
-				for i := range args {
-					v, err := set.defs[i].checkArg(in.args[i])
-					if err != nil {
-						return err
-					}
-					in.args[i] = v
+		return poison(e, r, aggArgsOf(t, e, r, set, args, plain, rd, emit))
+	}, opts...)
+}
+
+// aggArgsOf evaluates the arguments of r (see aggArgs) and emits them.
+func aggArgsOf(t *evalTask, e stream.Elem, r Rec, set *aggSet, args []aggArg, plain []string, rd valueReads, emit func(aggIn) error) error {
+	if plain != nil && r.raw != nil {
+		if len(t.texts) < len(plain) {
+			t.texts = make([][]byte, len(plain))
+		}
+		in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
+		if scalarArgs(r.raw, plain, t.texts[:len(plain)], in.args) {
+			for i := range args {
+				v, err := set.defs[i].checkArg(in.args[i])
+				if err != nil {
+					return err
 				}
-				return emit(in)
+				in.args[i] = v
+			}
+			return emit(in)
+		}
+	}
+	r, value, err := t.view(r, rd)
+	if err != nil {
+		return err
+	}
+	in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
+	for i, a := range args {
+		if a.by != nil {
+			by, err := t.ev.Eval(a.by, elemVarsOf(&t.vars, e, r, value))
+			if err != nil {
+				return fmt.Errorf("aggregate %s: by: %w", set.defs[i].name, err)
+			}
+			if in.args[set.defs[i].byAt], err = set.defs[i].checkBy(by); err != nil {
+				return err
 			}
 		}
-		r, value, err := t.view(r, rd)
+		var v any
+		if a.prog != nil {
+			var err error
+			if v, err = t.ev.Eval(a.prog, elemVarsOf(&t.vars, e, r, value)); err != nil {
+				return fmt.Errorf("aggregate %s: %w", set.defs[i].name, err)
+			}
+		}
+		v, err := set.defs[i].checkArg(v)
 		if err != nil {
 			return err
 		}
-		in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
-		for i, a := range args {
-			if a.by != nil {
-				by, err := t.ev.Eval(a.by, elemVarsOf(&t.vars, e, r, value))
-				if err != nil {
-					return fmt.Errorf("aggregate %s: by: %w", set.defs[i].name, err)
-				}
-				if in.args[set.defs[i].byAt], err = set.defs[i].checkBy(by); err != nil {
-					return err
-				}
-			}
-			var v any
-			if a.prog != nil {
-				var err error
-				if v, err = t.ev.Eval(a.prog, elemVarsOf(&t.vars, e, r, value)); err != nil {
-					return fmt.Errorf("aggregate %s: %w", set.defs[i].name, err)
-				}
-			}
-			v, err := set.defs[i].checkArg(v)
-			if err != nil {
-				return err
-			}
-			in.args[i] = v
-		}
-		return emit(in)
-	}, opts...)
+		in.args[i] = v
+	}
+	return emit(in)
 }
 
 // runningAgg is an aggregate without a window, one per task: per key, an

@@ -45,7 +45,7 @@ func (c *compiler) dedupe(path string, d *config.DedupeStep) {
 		}
 		r, err := r.decoded() // the key expression reads the value
 		if err != nil {
-			return err
+			return poison(e, r, err)
 		}
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
@@ -53,7 +53,7 @@ func (c *compiler) dedupe(path string, d *config.DedupeStep) {
 		// is not given back before emit returns.
 		dk, err := t.ev.Key(p, elemVars(&t.vars, e, r), t.buf[:0])
 		if err != nil {
-			return err
+			return poison(e, r, err)
 		}
 		t.buf = dk
 		return emit(dedupeIn[Rec]{v: r, dk: dk})
