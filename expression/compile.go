@@ -48,13 +48,19 @@ var checkEnv = types.Map{
 
 // The functions the rewritten program calls, with the variables: in the
 // environment, expr-lang calls a func(any, any) any directly.
-var funcs = map[string]any{
-	getFunc:   get,
-	ogetFunc:  oget,
-	chainFunc: endChain,
-	divFunc:   div,
-	modFunc:   mod,
-}
+var funcs = func() map[string]any {
+	m := map[string]any{
+		getFunc:   get,
+		ogetFunc:  oget,
+		chainFunc: endChain,
+		divFunc:   div,
+		modFunc:   mod,
+	}
+	for k, f := range nullFuncs {
+		m[k] = f
+	}
+	return m
+}()
 
 // runEnv is checkEnv with funcs: the environment of the rewritten program.
 // Expressions are checked against checkEnv, so they cannot call funcs.
@@ -86,8 +92,9 @@ func Compile(src string, want Type) (*Program, error) {
 	// The first compilation type-checks the expression as written, so that
 	// `1 / "a"` is reported as the operator's error. The second rewrites it
 	// for speed and safety: / and % report a division by zero (expr-lang's /
-	// gives +Inf, which JSON cannot encode, and its % panics), and members of
-	// value are read without reflection (fetch.go).
+	// gives +Inf, which JSON cannot encode, and its % panics), members of
+	// value are read without reflection (fetch.go), and operations on null
+	// follow null.go.
 	checked, err := expr.Compile(src, opts...)
 	if err != nil {
 		return nil, compileError(src, err)
@@ -99,6 +106,7 @@ func Compile(src string, want Type) (*Program, error) {
 	if strings.ContainsAny(src, "/%") {
 		opts = append(opts, expr.Patch(divisionPatcher{}))
 	}
+	opts = append(opts, expr.Patch(&nullPatcher{}))
 	prog, err := expr.Compile(src, opts...)
 	if err != nil {
 		return nil, compileError(src, err)

@@ -27,6 +27,11 @@
 // (fetch.go): expr-lang would use reflection, which allocates. A filter
 // over value allocates nothing per record (TestFilterAllocs).
 //
+// Null: a missing field is null, and an operation on null gives null (or,
+// as a condition, false) instead of an error, as in SQL; == compares null
+// as a value; a member of null is an error. null.go states every rule and
+// implements them; docs/yaml.md, "Missing fields and null", is the table.
+//
 // Errors: Compile returns an *Error with the byte offset of the problem in
 // the source; the caller (config validation) turns it into file:line:column.
 // Eval returns plain errors for runtime failures (a type mismatch, a division
