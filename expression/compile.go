@@ -99,7 +99,7 @@ func Compile(src string, want Type) (*Program, error) {
 	if err != nil {
 		return nil, compileError(src, err)
 	}
-	if err := checkResult(checked.Node(), want); err != nil {
+	if err := checkResult(checked.Node().Type(), want); err != nil {
 		return nil, err
 	}
 	opts = append(opts, expr.Env(runEnv), expr.Patch(fetchPatcher{}))
@@ -113,19 +113,43 @@ func Compile(src string, want Type) (*Program, error) {
 	}
 	fields, ok := valueFields(checked.Node())
 	field, isField := valueField(checked.Node())
-	return &Program{src: src, want: want, uses: usedVars(prog.Node()), prog: prog, fields: fields, wholeValue: !ok,
+	return &Program{src: src, want: want, result: checked.Node().Type(), uses: usedVars(prog.Node()), prog: prog, fields: fields, wholeValue: !ok,
 		field: field, isField: isField}, nil
 }
 
-// checkResult rejects an expression whose result type is known and is not
-// want. A result of unknown type (a field of value) is checked per record.
-func checkResult(n ast.Node, want Type) error {
-	t := n.Type()
-	if t == nil || t.Kind() == reflect.Interface || want == Any || want == Bool {
-		return nil // Bool is checked by expr.AsBool
+// Check returns an *Error if p's result can never be of one of the types
+// wants: its type is known at compile time (a literal, a comparison, a
+// function's result) and is none of them. A result of unknown type (a
+// field of value) passes: the step checks it per record. It is for steps
+// that take more than one type (min and max: a number or a string) or
+// that check their values themselves (sum skips a null).
+func (p *Program) Check(wants ...Type) error {
+	var err error
+	for _, w := range wants {
+		if err = checkResult(p.result, w); err == nil {
+			return nil
+		}
+	}
+	if len(wants) > 1 {
+		names := make([]string, len(wants))
+		for i, w := range wants {
+			names[i] = "a " + w.String()
+		}
+		return &Error{Msg: fmt.Sprintf("expected %s, but the expression is a %s", strings.Join(names, " or "), typeName(p.result))}
+	}
+	return err
+}
+
+// checkResult rejects a result type t that is known and is not want. A
+// result of unknown type (a field of value) is checked per record.
+func checkResult(t reflect.Type, want Type) error {
+	if t == nil || t.Kind() == reflect.Interface || want == Any {
+		return nil
 	}
 	ok := true
 	switch want {
+	case Bool:
+		ok = t.Kind() == reflect.Bool
 	case Number:
 		switch t.Kind() {
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,

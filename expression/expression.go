@@ -39,6 +39,7 @@
 package expression
 
 import (
+	"reflect"
 	"time"
 
 	"github.com/expr-lang/expr/vm"
@@ -111,8 +112,11 @@ func (e *Error) Error() string { return e.Msg }
 type Program struct {
 	src  string
 	want Type
-	uses uses
-	prog *vm.Program
+	// result is the type of the result as the checker knows it: nil or an
+	// interface where it depends on the record.
+	result reflect.Type
+	uses   uses
+	prog   *vm.Program
 	// fields are the top-level fields of value the expression reads, if
 	// wholeValue is false (valueFields).
 	fields     []string

@@ -189,6 +189,16 @@ type aggArg struct {
 // reservedAggNames are the output fields an aggregate's name cannot take.
 var reservedAggNames = []string{"key", "window_start", "window_end", "early"}
 
+// aggArgTypes are the types an aggregate's expression may have, by
+// operation (and "by" for the by of max_by and min_by): one of another
+// type where the type is known at compile time (sum: "'x'") is refused;
+// otherwise each record's value is checked (aggDef.checkArg).
+var aggArgTypes = map[string][]expression.Type{
+	"sum": {expression.Number}, "avg": {expression.Number},
+	"min": {expression.Number, expression.String}, "max": {expression.Number, expression.String},
+	"by": {expression.Number, expression.String},
+}
+
 // compileAggs checks and compiles the aggregates of the step at path. args
 // is nil if no aggregate has an argument (counts only).
 func (c *compiler) compileAggs(path string, aggs []config.Agg, legacy bool) (*aggSet, []aggArg) {
@@ -236,10 +246,10 @@ func (c *compiler) compileAggs(path string, aggs []config.Agg, legacy bool) (*ag
 		}
 		var arg aggArg
 		if a.Arg != nil {
-			arg.prog = c.compileExpr(p+"."+a.Op, *a.Arg, expression.Any)
+			arg.prog = c.compileTyped(p+"."+a.Op, *a.Arg, aggArgTypes[a.Op]...)
 		}
 		if a.By != nil {
-			arg.by = c.compileExpr(p+".by", *a.By, expression.Any)
+			arg.by = c.compileTyped(p+".by", *a.By, aggArgTypes["by"]...)
 		}
 		set.defs = append(set.defs, d)
 		args = append(args, arg)
