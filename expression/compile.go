@@ -114,7 +114,7 @@ func Compile(src string, want Type) (*Program, error) {
 	fields, ok := valueFields(checked.Node())
 	field, isField := valueField(checked.Node())
 	return &Program{src: src, want: want, result: checked.Node().Type(), uses: usedVars(prog.Node()), prog: prog, fields: fields, wholeValue: !ok,
-		field: field, isField: isField}, nil
+		field: field, isField: isField, required: requiredFields(checked.Node())}, nil
 }
 
 // Check returns an *Error if p's result can never be of one of the types

@@ -125,6 +125,8 @@ type Program struct {
 	// (ValueField).
 	field   string
 	isField bool
+	// required are the fields RequiredFields returns.
+	required []string
 }
 
 // ValueFields returns the top-level fields of value that the expression
@@ -134,6 +136,14 @@ type Program struct {
 // value otherwise than by members with constant names (value itself,
 // len(value), value[k], $env). An expression without value reads no field.
 func (p *Program) ValueFields() (fields []string, ok bool) { return p.fields, !p.wholeValue }
+
+// RequiredFields returns the top-level fields of value that the
+// expression reads as if they were always there (sorted, shared: not to be
+// modified): by value.f or value["f"], not by value?.f nor as the left
+// side of ?? (value.f ?? 0), which say that the field may be missing. A
+// record without one of them is probably not what the expression's author
+// meant (a misspelt name reads null on every record).
+func (p *Program) RequiredFields() []string { return p.required }
 
 // ValueField returns the field f if the expression is nothing but a read
 // of it (value.f, value?.f, value["f"]): its result is then the value's

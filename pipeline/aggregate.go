@@ -311,6 +311,7 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 		progs = append(progs, a.by, a.prog)
 	}
 	rd := readsOf(progs...)
+	w := c.watchFields(c.site, progs...) // c.site: the aggregate step's key path
 	// Arguments that are plain field reads (value.f; a count has none)
 	// are read from an undecoded value's text (scalarArgs).
 	plain := make([]string, len(args))
@@ -335,18 +336,19 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 	return stream.Transform(c.cur, name+"-args", func(e stream.Elem, r Rec, emit func(aggIn) error) error {
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
-		return poison(e, r, aggArgsOf(t, e, r, set, args, plain, rd, emit))
+		return poison(e, r, aggArgsOf(t, e, r, set, args, plain, rd, w, emit))
 	}, opts...)
 }
 
 // aggArgsOf evaluates the arguments of r (see aggArgs) and emits them.
-func aggArgsOf(t *evalTask, e stream.Elem, r Rec, set *aggSet, args []aggArg, plain []string, rd valueReads, emit func(aggIn) error) error {
+func aggArgsOf(t *evalTask, e stream.Elem, r Rec, set *aggSet, args []aggArg, plain []string, rd valueReads, w *fieldWatch, emit func(aggIn) error) error {
 	if plain != nil && r.raw != nil {
 		if len(t.texts) < len(plain) {
 			t.texts = make([][]byte, len(plain))
 		}
 		in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
 		if scalarArgs(r.raw, plain, t.texts[:len(plain)], in.args) {
+			w.checkTexts(plain, t.texts[:len(plain)])
 			for i := range args {
 				v, err := set.defs[i].checkArg(in.args[i])
 				if err != nil {
@@ -361,6 +363,7 @@ func aggArgsOf(t *evalTask, e stream.Elem, r Rec, set *aggSet, args []aggArg, pl
 	if err != nil {
 		return err
 	}
+	w.check(value)
 	in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
 	for i, a := range args {
 		if a.by != nil {

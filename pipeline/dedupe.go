@@ -39,6 +39,7 @@ func (c *compiler) dedupe(path string, d *config.DedupeStep) {
 	}
 	name := c.stateName("dedupe")
 	pool := &sync.Pool{New: func() any { return &evalTask{ev: expression.NewEvaluator()} }}
+	w := c.watchFields(path, p)
 	in := stream.Transform(c.cur, name+"-key", func(e stream.Elem, r Rec, emit func(dedupeIn[Rec]) error) error {
 		if p == nil {
 			return emit(dedupeIn[Rec]{v: r, dk: e.Key()})
@@ -47,6 +48,7 @@ func (c *compiler) dedupe(path string, d *config.DedupeStep) {
 		if err != nil {
 			return poison(e, r, err)
 		}
+		w.check(r.V)
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
 		// The key is read before the element is done: t (and its buffer)

@@ -51,6 +51,15 @@ type Env struct {
 	// settings; the process shares one per URL, with its metrics. Nil:
 	// one client per format, without metrics.
 	Registry func(config.Format) (*format.Registry, error)
+	// Missing, if set, returns the function that counts a record whose
+	// value, an object, lacks the top-level field field that an
+	// expression of the step at key path step reads as if it were always
+	// there (a misspelt field is null on every record, and no error says
+	// so): the process's weir_field_missing_total{step,field}. It is
+	// called when the job is compiled; what it returns, for every such
+	// record, by any task: it must be safe for concurrent use and should
+	// not allocate.
+	Missing func(step, field string) func()
 }
 
 // CompileWith is Compile with env. Compiling makes no request: the sinks'
