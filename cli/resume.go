@@ -23,8 +23,9 @@ func newResumeCmd(goJob *stream.Job) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resume -c FILE [--skip TOPIC/PARTITION/OFFSET]...",
 		Short: "Resume a job stopped by a permanent failure, optionally skipping records",
-		Long: `A permanent failure (a record that does not decode under on_error: fail, an
-object store that refuses the job, ...) stops the job on every replica: the
+		Long: `A permanent failure (a record that does not decode, or on which an
+expression of a step fails, under on_error: fail; an object store that
+refuses the job, ...) stops the job on every replica: the
 coordinator appends a failed record to the job's commit topic, and every
 replica, including one started later, runs nothing and reports why on
 /readyz and in weir_replica_job_failed.
@@ -33,7 +34,8 @@ resume appends a resumed record to the commit topic, under the coordinator's
 transactional ID (which fences any coordinator still running). The replicas
 then start a new generation restored from the newest completed checkpoint,
 so the output stays exactly once. Fix the cause first (for a poison record:
-roll the replicas with source.on_error: skip or dead-letter), or name the
+roll the replicas with on_error: skip or dead-letter on the source or on
+the step that failed), or name the
 records to drop with --skip: every later generation's source skips them
 unread. The skip is durable: it is in every later generation record.
 

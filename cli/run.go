@@ -148,7 +148,11 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 	if err != nil {
 		return err
 	}
-	job, err := jobWith(cfg, goJob, pipeline.Env{Context: ctx, Registry: registries.get})
+	missing, err := newMissingFields(log, reg)
+	if err != nil {
+		return err
+	}
+	job, err := jobWith(cfg, goJob, pipeline.Env{Context: ctx, Registry: registries.get, Missing: missing.counter})
 	if err != nil {
 		return err
 	}

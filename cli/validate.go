@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weir-stream/weir/config"
-	"github.com/weir-stream/weir/expression"
 	"github.com/weir-stream/weir/pipeline"
 	"github.com/weir-stream/weir/stream"
 )
@@ -96,10 +95,9 @@ the input's partition count is taken from the checkpoint.`,
 	return cmd
 }
 
-// exprProblems compiles each expression of a job that has other problems
-// (so that pipeline.Compile cannot run) for its syntax alone, so that
-// validate reports every problem at once; with no other problem,
-// pipeline.Compile checks them, types included. An expression whose
+// exprProblems checks each expression of a job that has other problems
+// (so that pipeline.Compile cannot run), types included, so that validate
+// reports every problem at once (pipeline.CheckExprs). An expression whose
 // setting already has a problem is left out.
 func exprProblems(cfg *config.Config, have []error) []error {
 	reported := map[string]bool{}
@@ -109,18 +107,7 @@ func exprProblems(cfg *config.Config, have []error) []error {
 			reported[fe.Path] = true
 		}
 	}
-	var out []error
-	for _, pe := range cfg.Job.Exprs() {
-		if reported[pe.Path] {
-			continue
-		}
-		_, err := expression.Compile(pe.Expr.Src, expression.Any)
-		var xe *expression.Error
-		if errors.As(err, &xe) {
-			out = append(out, &config.FieldError{Path: pe.Path, Msg: xe.Msg, Origin: pe.Expr.Pos(xe.Offset)})
-		}
-	}
-	return out
+	return pipeline.CheckExprs(cfg.Job, reported)
 }
 
 // unjoin flattens errors.Join trees into their leaves.

@@ -71,3 +71,58 @@ kafka: {brokers: ["127.0.0.1:9092"]}
 		t.Logf("output:\n%s", got)
 	}
 }
+
+// TestValidateReportsEveryExpressionProblem: `processor validate` reports
+// every expression's problem, types included, whether the job has other
+// problems (the compiler cannot run) or not (the compiler stops at the
+// first step with a problem): a filter whose where is a string is not
+// hidden by another expression's error, and an aggregate of a string
+// literal is refused.
+func TestValidateReportsEveryExpressionProblem(t *testing.T) {
+	clearConfigEnv(t)
+	dir := t.TempDir()
+	for _, other := range []string{"", "    - filtr: {where: value.a > 1}\n"} {
+		bad := filepath.Join(dir, "orders.yaml")
+		job := `job:
+  name: orders
+  pipeline:
+    - source: {topics: [orders]}
+    - filter: {where: "upper(value.name)"}
+    - map: {value: {x: "value.a +* 2"}}
+    - aggregate: {total: {sum: "'x'"}, top: {max: "value.a > 1"}, n: {avg: value.n}}
+` + other + `    - sink: {topic: out}
+kafka: {brokers: ["127.0.0.1:9092"]}
+`
+		if err := os.WriteFile(bad, []byte(job), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		root := newRootCmd(&out, nil)
+		root.SetErr(&out)
+		root.SetArgs([]string{"validate", "-c", bad})
+		if err := root.Execute(); err == nil {
+			t.Fatalf("bad job validated:\n%s", out.String())
+		}
+		want := []string{
+			bad + ":5:24: job.pipeline[1].filter.where: expected bool, but got string",
+			bad + `:6:34: job.pipeline[2].map.value.x: unexpected token Operator("*")`,
+			bad + ":7:33: job.pipeline[3].aggregate.total.sum: expected a number, but the expression is a string",
+			bad + ":7:52: job.pipeline[3].aggregate.top.max: expected a number or a string, but the expression is a bool",
+		}
+		if other != "" {
+			want = append(want, bad+":8:7: job.pipeline[4].filtr: unknown key (did you mean filter?)")
+		}
+		got := out.String()
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("validate output lacks %q", w)
+			}
+		}
+		if n := strings.Count(got, bad+":"); n != len(want) {
+			t.Errorf("%d problems, want %d", n, len(want))
+		}
+		if t.Failed() {
+			t.Fatalf("output:\n%s", got)
+		}
+	}
+}

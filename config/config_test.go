@@ -494,3 +494,27 @@ func TestMetadataMaxAge(t *testing.T) {
 		}
 	}
 }
+
+// TestYAMLSyntaxErrorInFlowCollection: a YAML syntax error inside a flow
+// mapping or sequence ({…}, […]) is reported at the line and column of the
+// token that breaks it (yaml.v3 gives only the line where the collection
+// starts, counted from 0), with what usually causes it: an unquoted
+// expression with a flow indicator.
+func TestYAMLSyntaxErrorInFlowCollection(t *testing.T) {
+	for _, tc := range []struct{ yaml, at string }{
+		{"job:\n  name: v\n  pipeline:\n    - source: {topics: [orders]}\n    - map: {value: {tier: value.customer?.tier}}\n", ":5:41: "},
+		{"job:\n  name: v\n  pipeline:\n    - map: {value: {tier: \"value.a?.b\", x: value.a b: 1}}\n", ":4:53: "},
+		{"job:\n  name: v\n  pipeline: [\n   {source: {topics: [orders]}},\n   {map: {value: {tier: 'it''s', t: value.c?.t}}}]\n", ":5:44: "},
+		{"job:\n  name: v\n  pipeline:\n    - source: {topics: [orders}\n", ":4:31: "},
+	} {
+		path := filepath.Join(t.TempDir(), "job.yaml")
+		if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := config.Load(config.Source{File: path, NoEnv: true})
+		if err == nil || !strings.HasPrefix(err.Error(), path+tc.at+"YAML syntax: did not find expected ',' or ") ||
+			!strings.Contains(err.Error(), "must be quoted") {
+			t.Errorf("%q: %v, want a YAML syntax error at %s", tc.yaml, err, tc.at)
+		}
+	}
+}

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,7 +77,7 @@ func Check(src Source) (*Config, error) {
 	readYAML := func(name string, b []byte) error {
 		var doc yaml.Node
 		if err := yaml.Unmarshal(b, &doc); err != nil {
-			return yamlSyntaxError(name, err)
+			return yamlSyntaxError(name, b, err)
 		}
 		if len(doc.Content) == 0 {
 			return nil // empty, or only comments
@@ -161,18 +161,6 @@ func (c *Config) Origin(path string) string {
 	return ""
 }
 
-// yamlLineRE finds the line number yaml.v3 puts into its errors.
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): `)
-
-// yamlSyntaxError turns a YAML parser error into a problem at name:line.
-func yamlSyntaxError(name string, err error) error {
-	msg := err.Error()
-	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
-		return fmt.Errorf("%s:%s: YAML syntax: %s (nothing else was checked)", name, m[1], msg[len(m[0]):])
-	}
-	return fmt.Errorf("%s: YAML syntax: %s (nothing else was checked)", name, strings.TrimPrefix(msg, "yaml: "))
-}
-
 // decoder decodes YAML nodes and strings into a Config, recording problems
 // and where each setting came from.
 type decoder struct {
@@ -201,7 +189,10 @@ func (d *decoder) covers(path string) bool {
 
 func (d *decoder) at(n *yaml.Node) string { return fmt.Sprintf("%s:%d:%d", d.file, n.Line, n.Column) }
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType = reflect.TypeFor[time.Duration]()
+	stepType     = reflect.TypeFor[Step]()
+)
 
 // node decodes n into v, the setting at path.
 func (d *decoder) node(v reflect.Value, n *yaml.Node, path string) {
@@ -285,6 +276,11 @@ func (d *decoder) mapping(v reflect.Value, n *yaml.Node, path string) {
 			if s != "" {
 				// The key meant is missing only because of the typo.
 				d.bad[join(path, s)] = true
+				if t == stepType && slices.Contains(stepKinds, s) {
+					// So is the step's kind: "must have one of source,
+					// filter, ..." would only repeat the problem.
+					d.bad[path] = true
+				}
 			}
 			continue
 		}

@@ -370,8 +370,10 @@ type PathExpr struct {
 }
 
 // Exprs returns every expression written in the job, in the order
-// written: for tools that check expressions without compiling the job
-// (processor validate, on a job with other problems).
+// written, each with the key path under which the pipeline's compiler
+// reports its problems ("job.pipeline[2].aggregate.total.sum"): for
+// checking expressions without compiling the job (processor validate, on a
+// job with other problems; the compiler, past the first step with one).
 func (j *Job) Exprs() []PathExpr {
 	var out []PathExpr
 	add := func(path string, e *Expr) {
@@ -401,7 +403,8 @@ func (j *Job) Exprs() []PathExpr {
 			case s.Aggregate != nil:
 				if s.Aggregate.Op == "" { // the one-aggregate form writes none
 					for _, a := range s.Aggregate.Aggs {
-						add(p+".aggregate."+a.Name, a.Arg)
+						add(p+".aggregate."+a.Name+"."+a.Op, a.Arg)
+						add(p+".aggregate."+a.Name+".by", a.By)
 					}
 				}
 			case s.Dedupe != nil:

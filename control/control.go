@@ -474,8 +474,9 @@ type FailureCause string
 
 // The failure causes.
 const (
-	// CauseRecord: an input record that does not decode under on_error:
-	// fail. Fix the job (on_error: skip or dead-letter) or skip the record.
+	// CauseRecord: an input record that does not decode, or that a step
+	// cannot process (an expression fails on it), under on_error: fail.
+	// Fix the job (on_error: skip or dead-letter) or skip the record.
 	CauseRecord FailureCause = "record"
 	// CauseStorage: the object store refuses the job's requests in a way no
 	// retry fixes (no such bucket, access denied, invalid parameters).

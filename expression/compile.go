@@ -48,13 +48,19 @@ var checkEnv = types.Map{
 
 // The functions the rewritten program calls, with the variables: in the
 // environment, expr-lang calls a func(any, any) any directly.
-var funcs = map[string]any{
-	getFunc:   get,
-	ogetFunc:  oget,
-	chainFunc: endChain,
-	divFunc:   div,
-	modFunc:   mod,
-}
+var funcs = func() map[string]any {
+	m := map[string]any{
+		getFunc:   get,
+		ogetFunc:  oget,
+		chainFunc: endChain,
+		divFunc:   div,
+		modFunc:   mod,
+	}
+	for k, f := range nullFuncs {
+		m[k] = f
+	}
+	return m
+}()
 
 // runEnv is checkEnv with funcs: the environment of the rewritten program.
 // Expressions are checked against checkEnv, so they cannot call funcs.
@@ -86,38 +92,64 @@ func Compile(src string, want Type) (*Program, error) {
 	// The first compilation type-checks the expression as written, so that
 	// `1 / "a"` is reported as the operator's error. The second rewrites it
 	// for speed and safety: / and % report a division by zero (expr-lang's /
-	// gives +Inf, which JSON cannot encode, and its % panics), and members of
-	// value are read without reflection (fetch.go).
+	// gives +Inf, which JSON cannot encode, and its % panics), members of
+	// value are read without reflection (fetch.go), and operations on null
+	// follow null.go.
 	checked, err := expr.Compile(src, opts...)
 	if err != nil {
 		return nil, compileError(src, err)
 	}
-	if err := checkResult(checked.Node(), want); err != nil {
+	if err := checkResult(checked.Node().Type(), want); err != nil {
 		return nil, err
 	}
 	opts = append(opts, expr.Env(runEnv), expr.Patch(fetchPatcher{}))
 	if strings.ContainsAny(src, "/%") {
 		opts = append(opts, expr.Patch(divisionPatcher{}))
 	}
+	opts = append(opts, expr.Patch(&nullPatcher{}))
 	prog, err := expr.Compile(src, opts...)
 	if err != nil {
 		return nil, compileError(src, err)
 	}
 	fields, ok := valueFields(checked.Node())
 	field, isField := valueField(checked.Node())
-	return &Program{src: src, want: want, uses: usedVars(prog.Node()), prog: prog, fields: fields, wholeValue: !ok,
-		field: field, isField: isField}, nil
+	return &Program{src: src, want: want, result: checked.Node().Type(), uses: usedVars(prog.Node()), prog: prog, fields: fields, wholeValue: !ok,
+		field: field, isField: isField, required: requiredFields(checked.Node())}, nil
 }
 
-// checkResult rejects an expression whose result type is known and is not
-// want. A result of unknown type (a field of value) is checked per record.
-func checkResult(n ast.Node, want Type) error {
-	t := n.Type()
-	if t == nil || t.Kind() == reflect.Interface || want == Any || want == Bool {
-		return nil // Bool is checked by expr.AsBool
+// Check returns an *Error if p's result can never be of one of the types
+// wants: its type is known at compile time (a literal, a comparison, a
+// function's result) and is none of them. A result of unknown type (a
+// field of value) passes: the step checks it per record. It is for steps
+// that take more than one type (min and max: a number or a string) or
+// that check their values themselves (sum skips a null).
+func (p *Program) Check(wants ...Type) error {
+	var err error
+	for _, w := range wants {
+		if err = checkResult(p.result, w); err == nil {
+			return nil
+		}
+	}
+	if len(wants) > 1 {
+		names := make([]string, len(wants))
+		for i, w := range wants {
+			names[i] = "a " + w.String()
+		}
+		return &Error{Msg: fmt.Sprintf("expected %s, but the expression is a %s", strings.Join(names, " or "), typeName(p.result))}
+	}
+	return err
+}
+
+// checkResult rejects a result type t that is known and is not want. A
+// result of unknown type (a field of value) is checked per record.
+func checkResult(t reflect.Type, want Type) error {
+	if t == nil || t.Kind() == reflect.Interface || want == Any {
+		return nil
 	}
 	ok := true
 	switch want {
+	case Bool:
+		ok = t.Kind() == reflect.Bool
 	case Number:
 		switch t.Kind() {
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,

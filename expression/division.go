@@ -18,8 +18,11 @@ const (
 )
 
 // div and mod panic, as expr-lang's operators do; the VM turns the panic
-// into the evaluation's error.
+// into the evaluation's error. A null operand gives null (null.go).
 func div(a, b any) any {
+	if a == nil || b == nil {
+		return nil
+	}
 	if isZero(b) {
 		panic(errDivisionByZero)
 	}
@@ -27,6 +30,9 @@ func div(a, b any) any {
 }
 
 func mod(a, b any) any {
+	if a == nil || b == nil {
+		return nil
+	}
 	if isZero(b) {
 		panic(errDivisionByZero)
 	}

@@ -27,6 +27,11 @@
 // (fetch.go): expr-lang would use reflection, which allocates. A filter
 // over value allocates nothing per record (TestFilterAllocs).
 //
+// Null: a missing field is null, and an operation on null gives null (or,
+// as a condition, false) instead of an error, as in SQL; == compares null
+// as a value; a member of null is an error. null.go states every rule and
+// implements them; docs/yaml.md, "Missing fields and null", is the table.
+//
 // Errors: Compile returns an *Error with the byte offset of the problem in
 // the source; the caller (config validation) turns it into file:line:column.
 // Eval returns plain errors for runtime failures (a type mismatch, a division
@@ -34,6 +39,7 @@
 package expression
 
 import (
+	"reflect"
 	"time"
 
 	"github.com/expr-lang/expr/vm"
@@ -106,8 +112,11 @@ func (e *Error) Error() string { return e.Msg }
 type Program struct {
 	src  string
 	want Type
-	uses uses
-	prog *vm.Program
+	// result is the type of the result as the checker knows it: nil or an
+	// interface where it depends on the record.
+	result reflect.Type
+	uses   uses
+	prog   *vm.Program
 	// fields are the top-level fields of value the expression reads, if
 	// wholeValue is false (valueFields).
 	fields     []string
@@ -116,6 +125,8 @@ type Program struct {
 	// (ValueField).
 	field   string
 	isField bool
+	// required are the fields RequiredFields returns.
+	required []string
 }
 
 // ValueFields returns the top-level fields of value that the expression
@@ -125,6 +136,14 @@ type Program struct {
 // value otherwise than by members with constant names (value itself,
 // len(value), value[k], $env). An expression without value reads no field.
 func (p *Program) ValueFields() (fields []string, ok bool) { return p.fields, !p.wholeValue }
+
+// RequiredFields returns the top-level fields of value that the
+// expression reads as if they were always there (sorted, shared: not to be
+// modified): by value.f or value["f"], not by value?.f nor as the left
+// side of ?? (value.f ?? 0), which say that the field may be missing. A
+// record without one of them is probably not what the expression's author
+// meant (a misspelt name reads null on every record).
+func (p *Program) RequiredFields() []string { return p.required }
 
 // ValueField returns the field f if the expression is nothing but a read
 // of it (value.f, value?.f, value["f"]): its result is then the value's

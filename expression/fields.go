@@ -73,3 +73,53 @@ func valueField(n ast.Node) (string, bool) {
 	}
 	return name.Value, true
 }
+
+// requiredFields returns the top-level fields of value that the expression
+// n (as written) reads as if they were always there, sorted: by value.f or
+// value["f"], but not by value?.f nor as the left side of ?? (value.f ??
+// 0), which say that the field may be missing.
+func requiredFields(n ast.Node) []string {
+	var opt optionalReads
+	ast.Walk(&n, &opt)
+	v := requiredVisitor{optional: opt.members}
+	ast.Walk(&n, &v)
+	slices.Sort(v.fields)
+	return slices.Compact(v.fields)
+}
+
+// optionalReads finds the members that are the left side of ??.
+type optionalReads struct{ members map[*ast.MemberNode]bool }
+
+func (v *optionalReads) Visit(n *ast.Node) {
+	b, ok := (*n).(*ast.BinaryNode)
+	if !ok || b.Operator != "??" {
+		return
+	}
+	left := b.Left
+	if c, ok := left.(*ast.ChainNode); ok {
+		left = c.Node
+	}
+	if m, ok := left.(*ast.MemberNode); ok {
+		if v.members == nil {
+			v.members = map[*ast.MemberNode]bool{}
+		}
+		v.members[m] = true
+	}
+}
+
+type requiredVisitor struct {
+	optional map[*ast.MemberNode]bool
+	fields   []string
+}
+
+func (v *requiredVisitor) Visit(n *ast.Node) {
+	m, ok := (*n).(*ast.MemberNode)
+	if !ok || m.Optional || v.optional[m] {
+		return
+	}
+	id, isID := m.Node.(*ast.IdentifierNode)
+	name, isName := m.Property.(*ast.StringNode)
+	if isID && isName && id.Value == "value" {
+		v.fields = append(v.fields, name.Value)
+	}
+}

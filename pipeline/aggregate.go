@@ -189,6 +189,16 @@ type aggArg struct {
 // reservedAggNames are the output fields an aggregate's name cannot take.
 var reservedAggNames = []string{"key", "window_start", "window_end", "early"}
 
+// aggArgTypes are the types an aggregate's expression may have, by
+// operation (and "by" for the by of max_by and min_by): one of another
+// type where the type is known at compile time (sum: "'x'") is refused;
+// otherwise each record's value is checked (aggDef.checkArg).
+var aggArgTypes = map[string][]expression.Type{
+	"sum": {expression.Number}, "avg": {expression.Number},
+	"min": {expression.Number, expression.String}, "max": {expression.Number, expression.String},
+	"by": {expression.Number, expression.String},
+}
+
 // compileAggs checks and compiles the aggregates of the step at path. args
 // is nil if no aggregate has an argument (counts only).
 func (c *compiler) compileAggs(path string, aggs []config.Agg, legacy bool) (*aggSet, []aggArg) {
@@ -236,10 +246,10 @@ func (c *compiler) compileAggs(path string, aggs []config.Agg, legacy bool) (*ag
 		}
 		var arg aggArg
 		if a.Arg != nil {
-			arg.prog = c.compileExpr(p+"."+a.Op, *a.Arg, expression.Any)
+			arg.prog = c.compileTyped(p+"."+a.Op, *a.Arg, aggArgTypes[a.Op]...)
 		}
 		if a.By != nil {
-			arg.by = c.compileExpr(p+".by", *a.By, expression.Any)
+			arg.by = c.compileTyped(p+".by", *a.By, aggArgTypes["by"]...)
 		}
 		set.defs = append(set.defs, d)
 		args = append(args, arg)
@@ -301,6 +311,7 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 		progs = append(progs, a.by, a.prog)
 	}
 	rd := readsOf(progs...)
+	w := c.watchFields(c.site, progs...) // c.site: the aggregate step's key path
 	// Arguments that are plain field reads (value.f; a count has none)
 	// are read from an undecoded value's text (scalarArgs).
 	plain := make([]string, len(args))
@@ -325,52 +336,59 @@ func (c *compiler) aggArgs(name string, set *aggSet, args []aggArg, opts []strea
 	return stream.Transform(c.cur, name+"-args", func(e stream.Elem, r Rec, emit func(aggIn) error) error {
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
-		if plain != nil && r.raw != nil {
-			if len(t.texts) < len(plain) {
-				t.texts = make([][]byte, len(plain))
-			}
-			in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
-			if scalarArgs(r.raw, plain, t.texts[:len(plain)], in.args) {
-				for i := range args {
-					v, err := set.defs[i].checkArg(in.args[i])
-					if err != nil {
-						return err
-					}
-					in.args[i] = v
+		return poison(e, r, aggArgsOf(t, e, r, set, args, plain, rd, w, emit))
+	}, opts...)
+}
+
+// aggArgsOf evaluates the arguments of r (see aggArgs) and emits them.
+func aggArgsOf(t *evalTask, e stream.Elem, r Rec, set *aggSet, args []aggArg, plain []string, rd valueReads, w *fieldWatch, emit func(aggIn) error) error {
+	if plain != nil && r.raw != nil {
+		if len(t.texts) < len(plain) {
+			t.texts = make([][]byte, len(plain))
+		}
+		in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
+		if scalarArgs(r.raw, plain, t.texts[:len(plain)], in.args) {
+			w.checkTexts(plain, t.texts[:len(plain)])
+			for i := range args {
+				v, err := set.defs[i].checkArg(in.args[i])
+				if err != nil {
+					return err
 				}
-				return emit(in)
+				in.args[i] = v
+			}
+			return emit(in)
+		}
+	}
+	r, value, err := t.view(r, rd)
+	if err != nil {
+		return err
+	}
+	w.check(value)
+	in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
+	for i, a := range args {
+		if a.by != nil {
+			by, err := t.ev.Eval(a.by, elemVarsOf(&t.vars, e, r, value))
+			if err != nil {
+				return fmt.Errorf("aggregate %s: by: %w", set.defs[i].name, err)
+			}
+			if in.args[set.defs[i].byAt], err = set.defs[i].checkBy(by); err != nil {
+				return err
 			}
 		}
-		r, value, err := t.view(r, rd)
+		var v any
+		if a.prog != nil {
+			var err error
+			if v, err = t.ev.Eval(a.prog, elemVarsOf(&t.vars, e, r, value)); err != nil {
+				return fmt.Errorf("aggregate %s: %w", set.defs[i].name, err)
+			}
+		}
+		v, err := set.defs[i].checkArg(v)
 		if err != nil {
 			return err
 		}
-		in := aggIn{rec: withOrigin(e, r), args: make([]any, set.width)}
-		for i, a := range args {
-			if a.by != nil {
-				by, err := t.ev.Eval(a.by, elemVarsOf(&t.vars, e, r, value))
-				if err != nil {
-					return fmt.Errorf("aggregate %s: by: %w", set.defs[i].name, err)
-				}
-				if in.args[set.defs[i].byAt], err = set.defs[i].checkBy(by); err != nil {
-					return err
-				}
-			}
-			var v any
-			if a.prog != nil {
-				var err error
-				if v, err = t.ev.Eval(a.prog, elemVarsOf(&t.vars, e, r, value)); err != nil {
-					return fmt.Errorf("aggregate %s: %w", set.defs[i].name, err)
-				}
-			}
-			v, err := set.defs[i].checkArg(v)
-			if err != nil {
-				return err
-			}
-			in.args[i] = v
-		}
-		return emit(in)
-	}, opts...)
+		in.args[i] = v
+	}
+	return emit(in)
 }
 
 // runningAgg is an aggregate without a window, one per task: per key, an

@@ -40,21 +40,23 @@ func (c *compiler) dedupe(path string, d *config.DedupeStep) {
 	}
 	name := c.stateName("dedupe")
 	pool := &sync.Pool{New: func() any { return &evalTask{ev: expression.NewEvaluator()} }}
+	w := c.watchFields(path, p)
 	in := stream.Transform(c.cur, name+"-key", func(e stream.Elem, r Rec, emit func(dedupeIn[Rec]) error) error {
 		if p == nil {
 			return emit(dedupeIn[Rec]{v: r, dk: e.Key()})
 		}
 		r, err := r.decoded() // the key expression reads the value
 		if err != nil {
-			return err
+			return poison(e, r, err)
 		}
+		w.check(r.V)
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
 		// The key is read before the element is done: t (and its buffer)
 		// is not given back before emit returns.
 		dk, err := t.ev.Key(p, elemVars(&t.vars, e, r), t.buf[:0])
 		if err != nil {
-			return err
+			return poison(e, r, err)
 		}
 		t.buf = dk
 		return emit(dedupeIn[Rec]{v: r, dk: dk})

@@ -99,16 +99,32 @@ func (c *compiler) transformStep(path, kind, onError, deadLetterTopic string, de
 		if decode {
 			var err error
 			if r, err = r.decoded(); err != nil {
-				return err
+				return poison(e, r, err)
 			}
 		}
 		t := pool.Get().(*evalTask)
 		defer pool.Put(t)
-		return fn(t, e, r, emit)
+		return poison(e, r, fn(t, e, r, emit))
 	}, opts...)
 	if err := c.job.Err(); err != nil {
 		c.addJob(path, err)
 	}
+}
+
+// poison returns err, the error of a step's own function for r (the
+// element e), as a poison record's (stream.PoisonError) naming the input
+// record r came from; nil if err is nil. What a step computes from a
+// record (an expression, a decoding) fails the same way on every attempt:
+// under on_error: fail the job stops at the record, which `processor
+// resume --skip` can skip, instead of restarting the task over and over.
+// An error of emit (a downstream operator's) may pass through poison:
+// stream.Transform returns emit's error as it is, whatever fn returned.
+func poison(e stream.Elem, r Rec, err error) error {
+	if err == nil {
+		return nil
+	}
+	r = withOrigin(e, r)
+	return &stream.PoisonError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: err}
 }
 
 // onError returns the Transform options of a step's on_error and

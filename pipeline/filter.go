@@ -17,11 +17,13 @@ func (c *compiler) filter(path string, f *config.FilterStep) {
 	// A record the filter keeps goes on as it came: a value read only by
 	// its fields stays undecoded (evalTask.view).
 	rd := readsOf(p)
+	w := c.watchFields(path, p)
 	c.transformStep(path, "filter", f.OnError, f.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
 		r, v, err := t.view(r, rd)
 		if err != nil {
 			return err
 		}
+		w.check(v)
 		ok, err := t.ev.Bool(p, elemVarsOf(&t.vars, e, r, v))
 		if err != nil || !ok {
 			return err

@@ -20,7 +20,9 @@ func (c *compiler) flatMap(path string, f *config.FlatMapStep) {
 		return
 	}
 	c.fields, c.numbers, c.raw = nil, nil, false
+	w := c.watchFields(path, p)
 	c.transform(path, "flat_map", f.OnError, f.DeadLetterTopic, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
+		w.check(r.V)
 		v, err := t.ev.Eval(p, elemVars(&t.vars, e, r))
 		if err != nil {
 			return err

@@ -292,7 +292,8 @@ func (j *tableJoin) ProcessElement(ctx *stream.Context[Rec], in sided) error {
 	}
 	out, err := withField(in.r, j.as, tv)
 	if err != nil {
-		return err
+		// in.r keeps its origin (tag): the failure names the record.
+		return &stream.PoisonError{Topic: in.r.Topic, Partition: in.r.Partition, Offset: in.r.Offset, Err: err}
 	}
 	return ctx.Emit(out)
 }

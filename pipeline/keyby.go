@@ -76,6 +76,9 @@ func (c *compiler) keyBy(path string, k *config.KeyByStep, rest []config.Step) {
 		// undecoded value by the field's text where that is the key
 		// (fieldTextKey), and runs otherwise.
 		plain, isPlain := p.ValueField()
+		// A record without the field is counted where the expression is
+		// evaluated, not on the fast path (a null key shows anyway).
+		w := c.watchFields(path, p)
 		c.transformStep(path, "key_by", k.OnError, k.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
 			if isPlain && r.raw != nil {
 				if key, ok := fieldTextKey(t.buf[:0], r.raw, plain); ok {
@@ -89,6 +92,7 @@ func (c *compiler) keyBy(path string, k *config.KeyByStep, rest []config.Step) {
 			if err != nil {
 				return err
 			}
+			w.check(v)
 			key, err := t.ev.Key(p, elemVarsOf(&t.vars, e, r, v), t.buf[:0])
 			if err != nil {
 				return err

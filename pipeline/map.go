@@ -62,12 +62,14 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 			copies = append(copies, f)
 		}
 	}
+	w := c.watchFields(path, append([]*expression.Program{value, key}, fields...)...)
 	c.transformStep(path, "map", m.OnError, m.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
 		if copies != nil && r.raw != nil {
 			if len(t.texts) < len(copies) {
 				t.texts = make([][]byte, len(copies))
 			}
 			if raw, ok := copyFields(r.raw, names, copies, t.texts[:len(copies)]); ok {
+				w.checkTexts(copies, t.texts[:len(copies)])
 				r.raw = raw
 				return emit(r)
 			}
@@ -76,6 +78,7 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 		if err != nil {
 			return err
 		}
+		w.check(in)
 		vars := elemVarsOf(&t.vars, e, r, in)
 		out := r
 		switch {

@@ -51,6 +51,15 @@ type Env struct {
 	// settings; the process shares one per URL, with its metrics. Nil:
 	// one client per format, without metrics.
 	Registry func(config.Format) (*format.Registry, error)
+	// Missing, if set, returns the function that counts a record whose
+	// value, an object, lacks the top-level field field that an
+	// expression of the step at key path step reads as if it were always
+	// there (a misspelt field is null on every record, and no error says
+	// so): the process's weir_field_missing_total{step,field}. It is
+	// called when the job is compiled; what it returns, for every such
+	// record, by any task: it must be safe for concurrent use and should
+	// not allocate.
+	Missing func(step, field string) func()
 }
 
 // CompileWith is Compile with env. Compiling makes no request: the sinks'
@@ -76,6 +85,9 @@ func CompileWith(job config.Job, env Env) (*stream.Job, error) {
 	c.site = ""
 	c.job.At("")
 	if len(c.problems) > 0 {
+		// Compiling stopped at the first step with a problem: report the
+		// expressions of the others too, so that one run shows them all.
+		c.problems = append(c.problems, CheckExprs(job, c.problemPaths())...)
 		return nil, c.err()
 	}
 	if err := c.job.Build(); err != nil {
@@ -279,6 +291,76 @@ func (c *compiler) compileExpr(path string, e config.Expr, want expression.Type)
 		} else {
 			c.addAt(e, 0, path, "%v", err)
 		}
+		return nil
+	}
+	return p
+}
+
+// problemPaths returns the key paths that have a problem.
+func (c *compiler) problemPaths() map[string]bool {
+	paths := make(map[string]bool, len(c.problems))
+	for _, p := range c.problems {
+		var fe *config.FieldError
+		if errors.As(p, &fe) {
+			paths[fe.Path] = true
+		}
+	}
+	return paths
+}
+
+// CheckExprs compiles every expression of job (config.Job.Exprs) but those
+// at the key paths of skip, each for the type its step wants, and returns
+// their problems as *config.FieldErrors, with their position in the job
+// file: syntax, names, and types known at compile time (a filter's where
+// that is a string, sum: "'x'"). It needs no valid job: processor validate
+// runs it on a job with other problems, Compile past the first step with
+// one.
+func CheckExprs(job config.Job, skip map[string]bool) []error {
+	c := &compiler{cfg: job}
+	for _, pe := range job.Exprs() {
+		if skip[pe.Path] {
+			continue
+		}
+		wants := exprWants(pe.Path)
+		if len(wants) == 1 && wants[0] == expression.Bool {
+			c.compileExpr(pe.Path, pe.Expr, expression.Bool) // as filter and route do
+			continue
+		}
+		c.compileTyped(pe.Path, pe.Expr, wants...)
+	}
+	return c.problems
+}
+
+// exprWants returns the types the expression at path may have, as the
+// steps compile it: a filter's where and a route's when a bool, an
+// aggregate's argument by its operation (aggArgTypes), anything else any.
+func exprWants(path string) []expression.Type {
+	switch {
+	case strings.HasSuffix(path, ".filter.where") || routeWhenRE.MatchString(path):
+		return []expression.Type{expression.Bool}
+	}
+	if m := aggArgRE.FindStringSubmatch(path); m != nil {
+		return aggArgTypes[m[1]]
+	}
+	return nil
+}
+
+var (
+	routeWhenRE = regexp.MustCompile(`\.route\[\d+\]\.when$`)
+	aggArgRE    = regexp.MustCompile(`\.aggregate\.[^.]+\.([a-z_]+)$`)
+)
+
+// compileTyped is compileExpr for a setting whose expression may be of
+// one of the types wants (all, if none is given), checked where the type
+// is known at compile time (expression.Program.Check); the program
+// returns any type.
+func (c *compiler) compileTyped(path string, e config.Expr, wants ...expression.Type) *expression.Program {
+	p := c.compileExpr(path, e, expression.Any)
+	if p == nil || len(wants) == 0 {
+		return p
+	}
+	if err := p.Check(wants...); err != nil {
+		c.addAt(e, 0, path, "%v", err)
 		return nil
 	}
 	return p

@@ -36,7 +36,9 @@ func (c *compiler) route(path string, r *config.RouteStep) {
 			if p == nil {
 				continue
 			}
+			w := c.watchFields(bp, p)
 			c.transform(bp, "route", "", "", func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
+				w.check(r.V)
 				ok, err := t.ev.Bool(p, elemVars(&t.vars, e, r))
 				if err != nil || !ok {
 					return err

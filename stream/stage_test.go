@@ -311,3 +311,41 @@ func TestOperatorRejectsRecord(t *testing.T) {
 		t.Fatalf("dead letter %+v", d)
 	}
 }
+
+// TestPoisonErrorNamesItsRecord: a Transform's *PoisonError is ErrPoison
+// in ProcessBatch's *RecordError, which names the input record the
+// PoisonError names (past a shuffle, the job's input record), or else the
+// record the task was processing; the skip policy still applies to it, and
+// a plain error is no ErrPoison.
+func TestPoisonErrorNamesItsRecord(t *testing.T) {
+	run := func(policy kafkaio.OnError, fail error) error {
+		j := stream.NewJob("poison")
+		s := stream.From(j, stream.KafkaSource{Topics: []string{"in"}}, stream.RawCodec{})
+		m := stream.Transform(s, "m", func(_ stream.Elem, v []byte, emit func([]byte) error) error {
+			if string(v) == "bad" {
+				return fail
+			}
+			return emit(v)
+		}, stream.OnErrorPolicy[[]byte](policy, "", nil))
+		stream.To(m, stream.KafkaSink{Topic: "out"}, stream.RawCodec{})
+		var c collector
+		return newTask(t, j, nil, nil).ProcessBatch(recs("in", "a=x", "b=bad"), &c)
+	}
+	origin := &stream.PoisonError{Topic: "orders", Partition: 3, Offset: 17, Err: errors.New("int(abc)")}
+	err := run(kafkaio.OnErrorFail, origin)
+	var re *stream.RecordError
+	if !errors.As(err, &re) || re.Topic != "orders" || re.Partition != 3 || re.Offset != 17 || !errors.Is(err, stream.ErrPoison) ||
+		!strings.Contains(err.Error(), "record orders/3@17: ") || !strings.HasSuffix(err.Error(), ": int(abc)") {
+		t.Fatalf("poison with an origin: %v", err)
+	}
+	err = run(kafkaio.OnErrorFail, &stream.PoisonError{Err: errors.New("int(abc)")})
+	if !errors.As(err, &re) || re.Topic != "in" || re.Offset != 1 || !errors.Is(err, stream.ErrPoison) {
+		t.Fatalf("poison without an origin: %v", err)
+	}
+	if err := run(kafkaio.OnErrorSkip, origin); err != nil {
+		t.Fatalf("poison under skip: %v", err)
+	}
+	if err := run(kafkaio.OnErrorFail, errors.New("int(abc)")); !errors.As(err, &re) || errors.Is(err, stream.ErrPoison) {
+		t.Fatalf("a plain error: %v", err)
+	}
+}

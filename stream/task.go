@@ -81,7 +81,8 @@ type Task interface {
 }
 
 // RecordError is the error of ProcessBatch: the record whose processing
-// failed, and why.
+// failed (for a *PoisonError that names the input record its element came
+// from, that record), and why.
 type RecordError struct {
 	Topic     string
 	Partition int32
@@ -107,6 +108,43 @@ func (e *RecordError) Unwrap() error { return e.Err }
 // record (skip it, or write it to the dead-letter topic). Outputs that
 // other branches of the job already emitted for that record stay.
 var ErrDecode = errors.New("stream: record does not decode")
+
+// ErrPoison reports a poison record (DESIGN.md section 11): an input record
+// that an operator function cannot process and never will, because the
+// function fails the same way on every attempt (an expression of a YAML job
+// that fails on the record's value). An operator function returns a
+// *PoisonError, which is ErrPoison for errors.Is. Under
+// kafkaio.OnErrorFail, ProcessBatch returns it wrapped in a *RecordError
+// naming the record, which the runtime treats as a permanent failure, as
+// it does ErrDecode: restarting the task would only fail on the record
+// again. Any other error of an operator function fails the task, which the
+// runtime restores from a checkpoint and runs again.
+var ErrPoison = errors.New("stream: poison record")
+
+// PoisonError is the error of an operator function that fails on its
+// element and would fail the same way on every attempt (see ErrPoison).
+// Topic, Partition and Offset, if Topic is set, name the job's input
+// record the element came from: a job that keeps its elements' origin
+// across shuffles sets them, so that in a downstream stage the failure
+// names the input record (which `processor resume --skip` can skip) rather
+// than the shuffle record. With Topic empty, the record is the one the
+// task was processing.
+type PoisonError struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Err       error
+}
+
+// Error returns Err's text: marking an error as poison does not change
+// what it says (a dead-letter record's DeadLetterHeaderError shows it).
+func (e *PoisonError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the function's error.
+func (e *PoisonError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrPoison.
+func (e *PoisonError) Is(target error) bool { return target == ErrPoison }
 
 // task runs a job's chain; the operators' closures share it to read the
 // current element's record context.
@@ -265,10 +303,21 @@ func (t *task) ProcessBatch(recs []Record, out Emitter) error {
 		t.key, t.ts, t.headers = r.Key, r.Timestamp, r.Headers
 		t.origin = origin{topic: r.Topic, partition: r.Partition, offset: r.Offset}
 		if err := f(r); err != nil {
-			return &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: err}
+			return recordError(r, err)
 		}
 	}
 	return nil
+}
+
+// recordError is ProcessBatch's error for r, whose processing failed with
+// err: it names r, or, for a poison element that names the input record it
+// came from, that record.
+func recordError(r *Record, err error) *RecordError {
+	var pe *PoisonError
+	if errors.As(err, &pe) && pe.Topic != "" {
+		return &RecordError{Topic: pe.Topic, Partition: pe.Partition, Offset: pe.Offset, Err: err}
+	}
+	return &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: err}
 }
 
 // reset drops the references to the last element and the emitter.

@@ -125,7 +125,8 @@ func (e Elem) SetKey(k []byte) {
 // before it returned its error have gone downstream already and stay.
 // Under kafkaio.OnErrorFail, an error of fn wrapping ErrDecode in the
 // source stage lets the source's OnError apply to the record instead (see
-// ErrDecode).
+// ErrDecode), and a *PoisonError stops the job at the record (see
+// ErrPoison) instead of failing the task.
 //
 // The name must be unique among the job's operator names (Process's too):
 // it names the operator in the job's graph and in metrics.

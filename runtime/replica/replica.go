@@ -138,7 +138,7 @@ type Failure struct {
 // Resume is the command that resumes the job, for people.
 func (f *Failure) Resume() string {
 	if !f.Record.IsZero() {
-		return "fix the job (for example source.on_error: skip) and restart its replicas, then run `processor resume -c FILE`; " +
+		return "fix the job (for example on_error: skip on the source or on the step that failed) and restart its replicas, then run `processor resume -c FILE`; " +
 			"or skip the record with `processor resume -c FILE --skip " + f.Record.String() + "`"
 	}
 	return "fix the cause, then run `processor resume -c FILE`"

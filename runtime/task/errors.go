@@ -18,8 +18,9 @@ import (
 var ErrFewerPartitions = errors.New("task: input topics have fewer partitions than the checkpoint")
 
 // PermanentError is a task failure that no retry or restart can fix: a
-// record that does not decode under on_error: fail, an object store that
-// refuses the job. The replica reports it to the coordinator (a
+// record that does not decode under on_error: fail, or that an operator
+// cannot process (a poison record: an expression that fails on it), an
+// object store that refuses the job. The replica reports it to the coordinator (a
 // control.Failure), which stops the job (DESIGN.md section 11).
 type PermanentError struct {
 	Cause control.FailureCause
@@ -56,7 +57,7 @@ func Permanent(err error) *PermanentError {
 	case errors.As(err, &dec):
 		return &PermanentError{Cause: control.CauseRecord, Err: err,
 			Record: control.Position{Topic: dec.Topic, Partition: dec.Partition, Offset: dec.Offset}}
-	case errors.As(err, &rec) && errors.Is(err, stream.ErrDecode):
+	case errors.As(err, &rec) && (errors.Is(err, stream.ErrDecode) || errors.Is(err, stream.ErrPoison)):
 		return &PermanentError{Cause: control.CauseRecord, Err: err,
 			Record: control.Position{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}}
 	case errors.Is(err, state.ErrKeyGroups):
