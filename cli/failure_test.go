@@ -340,7 +340,7 @@ func TestPoisonRecordStopsTheJob(t *testing.T) {
 			!strings.HasSuffix(strings.TrimSpace(out), "/savepoints/after-resume/_metadata") {
 			t.Fatalf("savepoint of the running job: %v\n%s", err, out)
 		}
-		if _, err := resumeCmd("-c", failFile); err == nil || !strings.Contains(err.Error(), "is not failed") {
+		if _, err := resumeCmd("-c", failFile); err == nil || !strings.Contains(err.Error(), "is neither failed nor stopped") {
 			t.Fatalf("resume of a running job: %v", err)
 		}
 		j.produce(ctx, prod, 60, 80, nil)

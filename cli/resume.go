@@ -22,7 +22,7 @@ func newResumeCmd(goJob *stream.Job) *cobra.Command {
 	var skips []string
 	cmd := &cobra.Command{
 		Use:   "resume -c FILE [--skip TOPIC/PARTITION/OFFSET]...",
-		Short: "Resume a job stopped by a permanent failure, optionally skipping records",
+		Short: "Resume a job stopped by a permanent failure or by processor stop, optionally skipping records",
 		Long: `A permanent failure (a record that does not decode, or on which an
 expression of a step fails, under on_error: fail; an object store that
 refuses the job, ...) stops the job on every replica: the
@@ -39,7 +39,12 @@ the step that failed), or name the
 records to drop with --skip: every later generation's source skips them
 unread. The skip is durable: it is in every later generation record.
 
-resume refuses a job that is not failed, and changes nothing then.`,
+A job stopped on purpose (processor stop) is resumed the same way: the
+replicas restore from the newest completed checkpoint, which, after
+processor stop --savepoint, is the final savepoint.
+
+resume refuses a job that is neither failed nor stopped, and changes
+nothing then.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withKafka(cmd, file, goJob, func(ctx context.Context, cfg *config.Config, opts []kgo.Opt) error {
@@ -83,6 +88,13 @@ func resume(ctx context.Context, cmd *cobra.Command, cfg *config.Config, goJob *
 			return nil, 0, fmt.Errorf("read %s: %w", topics.Commit, err)
 		}
 		f, at := replica.JobFailure(hist.Records)
+		if f == nil {
+			// A job stopped on purpose resumes the same way: as a
+			// failure without a cause.
+			if s, sat := replica.JobStop(hist.Records); s != nil {
+				return &control.Failed{Gen: s.Gen, TS: s.TS, Reason: stopReason(s)}, sat, nil
+			}
+		}
 		return f, at, nil
 	}
 	// Read first without fencing: a job that runs keeps its coordinator.
@@ -91,7 +103,7 @@ func resume(ctx context.Context, cmd *cobra.Command, cfg *config.Config, goJob *
 		return err
 	}
 	if f == nil {
-		return fmt.Errorf("job %s is not failed (%s has no failed record after its newest generation): nothing to resume", cfg.Job.Name, topics.Commit)
+		return fmt.Errorf("job %s is neither failed nor stopped (%s has no failed or stopped record after its newest generation): nothing to resume", cfg.Job.Name, topics.Commit)
 	}
 	w, err := controltopic.NewWriter(ctx, opts, topics, controltopic.CoordinatorTransactionalID(cfg.Kafka.TopicPrefix))
 	if err != nil {
@@ -115,6 +127,11 @@ func resume(ctx context.Context, cmd *cobra.Command, cfg *config.Config, goJob *
 		return fmt.Errorf("append resumed to %s: %w", topics.Commit, err)
 	}
 	out := cmd.OutOrStdout()
+	if f.Cause == "" {
+		fmt.Fprintf(out, "job %s resumed: the stop of generation %d (%s offset %d: %s) is cleared.\n", cfg.Job.Name, f.Gen, topics.Commit, at, f.Reason)
+		fmt.Fprintln(out, "the replicas start a new generation from the newest completed checkpoint now")
+		return nil
+	}
 	fmt.Fprintf(out, "job %s resumed: the failure of generation %d (%s offset %d, cause %s", cfg.Job.Name, f.Gen, topics.Commit, at, f.Cause)
 	if !f.Record.IsZero() {
 		fmt.Fprintf(out, ", record %s", f.Record)
@@ -128,4 +145,12 @@ func resume(ctx context.Context, cmd *cobra.Command, cfg *config.Config, goJob *
 	}
 	fmt.Fprintln(out, "the replicas start a new generation from the newest completed checkpoint now")
 	return nil
+}
+
+// stopReason says how the job was stopped, for resume's message.
+func stopReason(s *control.Stopped) string {
+	if s.Savepoint > 0 {
+		return fmt.Sprintf("stopped with savepoint %d, %s", s.Savepoint, s.Metadata)
+	}
+	return "stopped without a savepoint"
 }

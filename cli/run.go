@@ -191,6 +191,10 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 				http.Error(w, "not ready: "+f.String()+"; to resume: "+f.Resume(), http.StatusServiceUnavailable)
 				return
 			}
+			if s := rep.Stopped(); s != nil {
+				http.Error(w, "not ready: "+s.String(), http.StatusServiceUnavailable)
+				return
+			}
 			if e := rep.Refused(); e != nil {
 				http.Error(w, "not ready: "+e.Error(), http.StatusServiceUnavailable)
 				return

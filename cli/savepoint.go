@@ -44,7 +44,7 @@ be one path segment of letters, digits, '.', '_' and '-'.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withKafka(cmd, file, goJob, func(ctx context.Context, cfg *config.Config, opts []kgo.Opt) error {
-				return takeSavepoint(ctx, cmd, cfg, opts, target, timeout)
+				return takeSavepoint(ctx, cmd, cfg, opts, ckpt.KindSavepoint, target, timeout)
 			})
 		},
 	}
@@ -54,7 +54,10 @@ be one path segment of letters, digits, '.', '_' and '-'.`,
 	return cmd
 }
 
-func takeSavepoint(ctx context.Context, cmd *cobra.Command, cfg *config.Config, opts []kgo.Opt, target string, timeout time.Duration) error {
+// takeSavepoint requests a savepoint (kind savepoint) or a
+// stop-with-savepoint (kind stop) and waits for it: for a stop, until the
+// job's stopped record too.
+func takeSavepoint(ctx context.Context, cmd *cobra.Command, cfg *config.Config, opts []kgo.Opt, kind ckpt.Kind, target string, timeout time.Duration) error {
 	if target == "" {
 		target = "savepoint-" + time.Now().UTC().Format("20060102-150405")
 	}
@@ -85,6 +88,9 @@ func takeSavepoint(ctx context.Context, cmd *cobra.Command, cfg *config.Config, 
 	if f, _ := replica.JobFailure(hist.Records); f != nil {
 		return fmt.Errorf("job %s is failed (generation %d, cause %s: %s): resume it before taking a savepoint", cfg.Job.Name, f.Gen, f.Cause, f.Reason)
 	}
+	if s, _ := replica.JobStop(hist.Records); s != nil {
+		return fmt.Errorf("job %s is stopped (generation %d): it runs nothing to take a savepoint of; processor resume starts it again", cfg.Job.Name, s.Gen)
+	}
 	if !hasGeneration(hist.Records) {
 		return fmt.Errorf("job %s has never run (%s has no generation): start it before taking a savepoint", cfg.Job.Name, topics.Commit)
 	}
@@ -102,7 +108,7 @@ func takeSavepoint(ctx context.Context, cmd *cobra.Command, cfg *config.Config, 
 	}
 	defer tail.Close()
 
-	req := control.SavepointRequest{Request: newRequestID(), Kind: ckpt.KindSavepoint, Target: target, TS: time.Now().UnixMilli()}
+	req := control.SavepointRequest{Request: newRequestID(), Kind: kind, Target: target, TS: time.Now().UnixMilli()}
 	w, err := controltopic.NewAckWriter(opts, topics)
 	if err != nil {
 		return err
@@ -143,6 +149,16 @@ func takeSavepoint(ctx context.Context, cmd *cobra.Command, cfg *config.Config, 
 			}
 		case control.Complete:
 			if id != 0 && m.ID == id {
+				if kind == ckpt.KindStop {
+					fmt.Fprintf(out, "savepoint %d completed; waiting for the job to stop\n", id)
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\n", savepointURL(cfg, m.Metadata))
+				return nil
+			}
+		case control.Stopped:
+			if id != 0 && m.Savepoint == id {
+				fmt.Fprintf(out, "job %s stopped; start it again with processor resume -c FILE\n", cfg.Job.Name)
 				fmt.Fprintf(cmd.OutOrStdout(), "%s\n", savepointURL(cfg, m.Metadata))
 				return nil
 			}
@@ -173,4 +189,96 @@ func newRequestID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	return hex.EncodeToString(b)
+}
+
+func newStopCmd(goJob *stream.Job) *cobra.Command {
+	var file, target string
+	var withSavepoint bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "stop -c FILE [--savepoint [--target NAME]] [--timeout DURATION]",
+		Short: "Stop the job on every replica, with or without a final savepoint",
+		Long: `stop stops the job on purpose: a stopped record on the job's commit topic
+makes every replica stop its tasks and run none, also a replica started
+later, and not ready (/readyz 503, weir_replica_job_stopped 1), until
+processor resume -c FILE starts it again. The replicas stay up.
+
+With --savepoint, the coordinator first takes a stop-with-savepoint: a
+savepoint under savepoints/NAME/ (see processor savepoint) whose completion
+commits every sink's output up to it and writes the stopped record. The
+command prints the savepoint's _metadata URL, and resume restores from it.
+
+Without --savepoint, stop appends the stopped record itself, under the
+coordinator's transactional ID (which fences the running coordinator): what
+the newest completed checkpoint committed stays, and resume restores from
+that checkpoint; records processed since are processed again then, exactly
+once.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if target != "" && !withSavepoint {
+				return errors.New("--target names a savepoint: give --savepoint too")
+			}
+			return withKafka(cmd, file, goJob, func(ctx context.Context, cfg *config.Config, opts []kgo.Opt) error {
+				if withSavepoint {
+					return takeSavepoint(ctx, cmd, cfg, opts, ckpt.KindStop, target, timeout)
+				}
+				return stopJob(ctx, cmd, cfg, opts)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&withSavepoint, "savepoint", false, "take a final savepoint, and stop once it completes")
+	cmd.Flags().StringVar(&target, "target", "", "the final savepoint's name (default savepoint-<UTC time>)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the final savepoint")
+	addConfigFlags(cmd.Flags(), &file)
+	return cmd
+}
+
+// stopJob appends a stopped record without a savepoint, under the
+// coordinator's transactional ID, after checking that the job runs.
+func stopJob(ctx context.Context, cmd *cobra.Command, cfg *config.Config, opts []kgo.Opt) error {
+	topics := controltopic.NewTopics(cfg.Kafka.TopicPrefix)
+	state := func() (gen uint64, end int64, err error) {
+		hist, err := controltopic.ReadHistory(ctx, opts, topics, control.TopicCommit)
+		if err != nil {
+			return 0, 0, fmt.Errorf("read %s: %w", topics.Commit, err)
+		}
+		if f, _ := replica.JobFailure(hist.Records); f != nil {
+			return 0, 0, fmt.Errorf("job %s is failed (generation %d, cause %s): it runs nothing already; processor resume starts it again", cfg.Job.Name, f.Gen, f.Cause)
+		}
+		if s, _ := replica.JobStop(hist.Records); s != nil {
+			return 0, 0, fmt.Errorf("job %s is stopped already (generation %d)", cfg.Job.Name, s.Gen)
+		}
+		for _, r := range hist.Records {
+			if g, ok := r.Msg.(control.Generation); ok {
+				gen = g.Gen
+			}
+		}
+		if gen == 0 {
+			return 0, 0, fmt.Errorf("job %s has never run (%s has no generation): nothing to stop", cfg.Job.Name, topics.Commit)
+		}
+		return gen, hist.End, nil
+	}
+	gen, end, err := state()
+	if err != nil {
+		return err
+	}
+	w, err := controltopic.NewWriter(ctx, opts, topics, controltopic.CoordinatorTransactionalID(cfg.Kafka.TopicPrefix))
+	if err != nil {
+		return fmt.Errorf("take the coordinator's transactional ID: %w", err)
+	}
+	defer w.Close()
+	// Fenced now: nothing else appends to the commit topic until we are
+	// done. Check again that nothing changed meanwhile.
+	gen2, end2, err := state()
+	if err != nil {
+		return err
+	}
+	if gen2 != gen || end2 != end {
+		return fmt.Errorf("job %s: the commit topic changed while stopping; run stop again", cfg.Job.Name)
+	}
+	if err := w.Append(ctx, control.Stopped{Gen: gen, TS: time.Now().UnixMilli()}); err != nil {
+		return fmt.Errorf("append stopped to %s: %w", topics.Commit, err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "job %s stopped (generation %d): every replica stops its tasks; start it again with processor resume -c FILE\n", cfg.Job.Name, gen)
+	return nil
 }

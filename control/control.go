@@ -54,7 +54,9 @@ const (
 	// TypeSavepointRequest is a person's request for a savepoint (processor
 	// savepoint), on the ack topic, which the coordinator reads.
 	TypeSavepointRequest Type = "savepoint_request"
-	TypeMetadata         Type = "metadata"
+	// TypeStopped marks a job stopped on purpose (processor stop).
+	TypeStopped  Type = "stopped"
+	TypeMetadata Type = "metadata"
 )
 
 // Topic names one of a job's three control topics.
@@ -198,7 +200,7 @@ func TopicOf(m Message) (Topic, bool) {
 		return TopicTrigger, true
 	case TypeAck, TypeDecline, TypeRunning, TypeFailure, TypeSavepointRequest:
 		return TopicAck, true
-	case TypeGeneration, TypeComplete, TypeFailed, TypeResumed:
+	case TypeGeneration, TypeComplete, TypeFailed, TypeResumed, TypeStopped:
 		return TopicCommit, true
 	}
 	return "", false
@@ -586,6 +588,36 @@ func (Abort) Type() Type { return TypeAbort }
 // Type implements Message.
 func (SavepointRequest) Type() Type { return TypeSavepointRequest }
 
+// Stopped says the job was stopped on purpose: every replica stops its
+// tasks and runs none, also one started later, until a Resumed record of
+// generation Gen. Written to the commit topic by the coordinator right
+// after the Complete record of a stop-with-savepoint (Savepoint is its ID,
+// Metadata its _metadata), or by `processor stop` without a savepoint
+// (Savepoint 0), under the coordinator's transactional ID. (An addition to
+// DESIGN.md section 4.)
+type Stopped struct {
+	Gen       uint64  `json:"gen"`
+	TS        int64   `json:"ts"`
+	Savepoint ckpt.ID `json:"savepoint,omitempty"`
+	Metadata  string  `json:"metadata,omitempty"`
+}
+
+// Type implements Message.
+func (Stopped) Type() Type { return TypeStopped }
+
+func (m Stopped) validate() error {
+	if m.Gen == 0 {
+		return fmt.Errorf("%w: gen must be positive", ErrInvalid)
+	}
+	if m.TS < 0 {
+		return fmt.Errorf("%w: negative ts", ErrInvalid)
+	}
+	if (m.Savepoint == 0) != (m.Metadata == "") {
+		return fmt.Errorf("%w: a stop's savepoint and its metadata go together", ErrInvalid)
+	}
+	return nil
+}
+
 func (m SavepointRequest) validate() error {
 	if m.Request == "" {
 		return fmt.Errorf("%w: empty request", ErrInvalid)
@@ -923,6 +955,8 @@ func Decode(b []byte) (Message, error) {
 		return decodeAs[Metadata](t, body)
 	case TypeSavepointRequest:
 		return decodeAs[SavepointRequest](t, body)
+	case TypeStopped:
+		return decodeAs[Stopped](t, body)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownType, string(t))
 }

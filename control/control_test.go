@@ -40,6 +40,8 @@ func examples() []Message {
 		Resumed{Gen: 3, TS: 1_700_000_003_000, Skip: []Position{{Topic: "clicks", Partition: 2, Offset: 41}}},
 		Resumed{Gen: 3, TS: 6},
 		SavepointRequest{Request: "7f3a", Kind: ckpt.KindSavepoint, Target: "before-v2", TS: 5},
+		Stopped{Gen: 3, TS: 8, Savepoint: 12, Metadata: "savepoints/final/_metadata"},
+		Stopped{Gen: 3, TS: 9},
 		SavepointRequest{Request: "7f3b", Kind: ckpt.KindStop, Target: "final", TS: 6},
 		Trigger{ID: 12, Gen: 3, TS: 7, Kind: ckpt.KindSavepoint, Target: "before-v2", Request: "7f3a"},
 		Generation{Gen: 5, RestoreFrom: 12, RestoreMetadata: "savepoints/before-v2/_metadata", Assignment: Assignment{"p-0": {task("main", 0)}}},
@@ -107,6 +109,9 @@ func TestGoldenEncoding(t *testing.T) {
 			`{"v":1,"type":"generation","gen":5,"assignment":{"r1":["map/0"]},"restore_from":3,"fingerprint":"9c1e"}`},
 		{Generation{Gen: 6, Assignment: Assignment{"r1": {task("map", 0)}}, RestoreFrom: 4, RestoreMetadata: "savepoints/sp/_metadata"},
 			`{"v":1,"type":"generation","gen":6,"assignment":{"r1":["map/0"]},"restore_from":4,"restore_metadata":"savepoints/sp/_metadata"}`},
+		{Stopped{Gen: 2, TS: 5, Savepoint: 4, Metadata: "savepoints/final/_metadata"},
+			`{"v":1,"type":"stopped","gen":2,"ts":5,"savepoint":4,"metadata":"savepoints/final/_metadata"}`},
+		{Stopped{Gen: 2, TS: 6}, `{"v":1,"type":"stopped","gen":2,"ts":6}`},
 		{SavepointRequest{Request: "r1", Kind: ckpt.KindSavepoint, Target: "sp", TS: 3},
 			`{"v":1,"type":"savepoint_request","request":"r1","kind":"savepoint","target":"sp","ts":3}`},
 		{Trigger{ID: 4, Gen: 2, TS: 3, Kind: ckpt.KindSavepoint, Target: "sp", Request: "r1"},
@@ -148,6 +153,9 @@ func TestDecodeErrors(t *testing.T) {
 		{`{"v":1,"type":"trigger","id":1,"ts":1,"kind":"checkpoint","gen":1,"target":"x"}`, ErrInvalid},
 		{`{"v":1,"type":"trigger","id":1,"ts":1,"kind":"checkpoint","gen":1,"request":"r"}`, ErrInvalid},
 		{`{"v":1,"type":"savepoint_request","request":"","kind":"savepoint","target":"t","ts":1}`, ErrInvalid},
+		{`{"v":1,"type":"stopped","gen":0,"ts":1}`, ErrInvalid},
+		{`{"v":1,"type":"stopped","gen":1,"ts":1,"savepoint":3}`, ErrInvalid},
+		{`{"v":1,"type":"stopped","gen":1,"ts":1,"metadata":"m"}`, ErrInvalid},
 		{`{"v":1,"type":"savepoint_request","request":"r","kind":"checkpoint","target":"t","ts":1}`, ErrInvalid},
 		{`{"v":1,"type":"savepoint_request","request":"r","kind":"savepoint","target":"","ts":1}`, ErrInvalid},
 		{`{"v":1,"type":"savepoint_request","request":"r","kind":"savepoint","target":"t","ts":-1}`, ErrInvalid},
@@ -228,7 +236,7 @@ func TestTaskID(t *testing.T) {
 func TestTopicOf(t *testing.T) {
 	want := map[Type]Topic{TypeTrigger: TopicTrigger, TypeAbort: TopicTrigger, TypeAck: TopicAck,
 		TypeDecline: TopicAck, TypeRunning: TopicAck, TypeGeneration: TopicCommit, TypeComplete: TopicCommit,
-		TypeFailure: TopicAck, TypeFailed: TopicCommit, TypeResumed: TopicCommit, TypeSavepointRequest: TopicAck}
+		TypeFailure: TopicAck, TypeFailed: TopicCommit, TypeResumed: TopicCommit, TypeSavepointRequest: TopicAck, TypeStopped: TopicCommit}
 	for _, m := range examples() {
 		got, ok := TopicOf(m)
 		if w, isRecord := want[m.Type()]; got != w || ok != isRecord {

@@ -138,6 +138,7 @@ type Core struct {
 	failures       int       // consecutive counted failures
 	lastCompletion time.Time
 	failed         *control.Failed    // the job's permanent failure, until resumed
+	stopped        *control.Stopped   // the job stopped on purpose, until resumed
 	skip           []control.Position // records every generation skips, sorted
 
 	// Volatile state.
@@ -576,8 +577,11 @@ func (c *Core) complete(p *pending, location string) {
 		for _, q := range slices.Clone(c.pending) {
 			c.abort(q, control.AbortStopped, fmt.Sprintf("job stopped with savepoint %d", p.id))
 		}
-		c.phase = phaseStopped
-		c.scheduled = false
+		// Durable, so that every replica stops, also one started later,
+		// and a new coordinator triggers nothing, until a resume.
+		st := control.Stopped{Gen: p.gen, TS: rec.TS, Savepoint: p.id, Metadata: location}
+		c.applyStopped(st)
+		c.out.Records = append(c.out.Records, st)
 		return
 	}
 	c.out.Notifications = append(c.out.Notifications, n)

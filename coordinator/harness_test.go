@@ -127,6 +127,12 @@ func fmtRecord(r control.Message) string {
 			s += " restore_metadata=" + r.RestoreMetadata
 		}
 		return s
+	case control.Stopped:
+		s := fmt.Sprintf("append stopped gen=%d at=%s", r.Gen, relMS(r.TS))
+		if r.Savepoint > 0 {
+			s += fmt.Sprintf(" savepoint=%d metadata=%s", r.Savepoint, r.Metadata)
+		}
+		return s
 	case control.Failed:
 		s := fmt.Sprintf("append failed gen=%d task=%s cause=%s at=%s (%s)", r.Gen, r.Task, r.Cause, relMS(r.TS), r.Reason)
 		if !r.Record.IsZero() {
@@ -581,13 +587,14 @@ type durableState struct {
 	Failures       int
 	LastCompletion time.Time
 	Failed         *control.Failed
+	Stopped        *control.Stopped
 	Skip           []control.Position
 }
 
 func durable(c *Core) durableState {
 	s := durableState{Gen: c.gen, Assignment: c.assignment, Fingerprint: c.fingerprint, Tasks: c.tasks, LastID: c.lastID,
 		LastCompleted: c.lastCompleted, Completed: c.completed, Recent: c.recent, Savepoints: c.savepoints,
-		Failures: c.failures, LastCompletion: c.lastCompletion, Failed: c.failed, Skip: c.skip}
+		Failures: c.failures, LastCompletion: c.lastCompletion, Failed: c.failed, Stopped: c.stopped, Skip: c.skip}
 	for _, p := range c.pending {
 		s.Pending = append(s.Pending, *p)
 	}

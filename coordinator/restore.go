@@ -61,9 +61,14 @@ func Restore(cfg Config, now time.Time, history []control.Message) (*Core, error
 				return nil, fmt.Errorf("%w: record %d: failure of generation %d in generation %d", ErrHistory, i, r.Gen, c.gen)
 			}
 			c.applyFailed(r)
+		case control.Stopped:
+			if r.Gen != c.gen {
+				return nil, fmt.Errorf("%w: record %d: stop of generation %d in generation %d", ErrHistory, i, r.Gen, c.gen)
+			}
+			c.applyStopped(r)
 		case control.Resumed:
-			if c.failed == nil || c.failed.Gen != r.Gen {
-				return nil, fmt.Errorf("%w: record %d: resume of generation %d, which did not fail", ErrHistory, i, r.Gen)
+			if (c.failed == nil || c.failed.Gen != r.Gen) && (c.stopped == nil || c.stopped.Gen != r.Gen) {
+				return nil, fmt.Errorf("%w: record %d: resume of generation %d, which neither failed nor stopped", ErrHistory, i, r.Gen)
 			}
 			c.applyResumed(r)
 		case control.Ack:
@@ -212,10 +217,21 @@ func (c *Core) applyFailed(r control.Failed) {
 	c.notRunning, c.waitingFor = nil, 0
 }
 
-// applyResumed clears the failure and adds the records to skip: the next
-// Assign starts a new generation.
+// applyStopped stops the job on purpose: a Stopped record. Nothing is
+// triggered or assigned until a Resumed record.
+func (c *Core) applyStopped(r control.Stopped) {
+	c.stopped = &r
+	c.phase = phaseStopped
+	c.scheduled = false
+	c.pending = nil
+	c.notRunning, c.waitingFor = nil, 0
+}
+
+// applyResumed clears the failure or the stop and adds the records to
+// skip: the next Assign starts a new generation.
 func (c *Core) applyResumed(r control.Resumed) {
 	c.failed = nil
+	c.stopped = nil
 	c.phase = phaseWaiting
 	for _, p := range r.Skip {
 		if i, found := slices.BinarySearchFunc(c.skip, p, control.Position.Compare); !found {
@@ -242,6 +258,7 @@ func (c *Core) applyGeneration(r control.Generation) {
 	c.bumpID(r.RestoreFrom)
 	c.skip = slices.Clone(r.Skip)
 	c.failed = nil
+	c.stopped = nil
 	c.phase = phaseStarting
 	c.notRunning = make([]bool, len(tasks))
 	for i := range c.notRunning {

@@ -204,3 +204,143 @@ func countFiles(t *testing.T, dir string) int {
 	}
 	return n
 }
+
+// TestStopAndResume is issue 33's stop, through the binary on the real
+// broker: `processor stop --savepoint` on a running job (two replicas)
+// prints the final savepoint, after which every replica is stopped and not
+// ready, a replica started later too, and no output is committed however
+// much input arrives; `processor resume` starts the job from the savepoint.
+// Then `processor stop` without a savepoint and `resume` again. The
+// independent read_committed verifier sees every key's counts exactly
+// 1..N over the whole run.
+func TestStopAndResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+	c := kafkatest.NewReal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	bin, err := e2etest.BuildProcessor(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := kafkatest.Name(t, "stop")
+	input, output := job+"-clicks", job+"-counts"
+	c.CreateTopic(t, input, 4, nil)
+	c.CreateTopic(t, output, 4, nil)
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "job.yaml")
+	if err := (e2etest.Job{Name: job, Input: input, Output: output, Brokers: c.Brokers}).Write(cfgFile); err != nil {
+		t.Fatal(err)
+	}
+	commits := e2etest.WatchCommits(t, c.Brokers, job)
+	verifier := e2etest.StartVerifier(t, c.Brokers, output)
+	in := e2etest.NewInput(t, c.Brokers, input, keys)
+	in.Good(ctx, 20000)
+	cl := e2etest.NewReplicas(t, bin, cfgFile, dir, e2etest.ReplicaOptions{HTTP: true})
+	r0, r1 := cl.Start(), cl.Start()
+	waitReadyz(t, cl.Proc(r0))
+	waitReadyz(t, cl.Proc(r1))
+	if err := verifier.WaitSeenWhile(5000, 2*time.Minute, cl.Exited); err != nil {
+		t.Fatal(err)
+	}
+	run := func(command string, args ...string) (string, string, error) {
+		t.Helper()
+		cmd := cl.Command(ctx, command, append([]string{"--checkpoint.storage=file://" + filepath.Join(dir, "checkpoints")}, args...)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return strings.TrimSpace(stdout.String()), stderr.String(), err
+	}
+	stopped := func(want string, ps ...*e2etest.Proc) {
+		t.Helper()
+		for _, p := range ps {
+			deadline := time.Now().Add(time.Minute)
+			for {
+				code, body, err := p.Get("/readyz")
+				if err == nil && code == 503 && strings.Contains(body, want) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("replica %s: /readyz %d %q, want 503 saying %q", p.ID, code, body, want)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	}
+	// While stopped, no output is committed, whatever arrives.
+	quiet := func(what string) {
+		t.Helper()
+		time.Sleep(2 * time.Second) // what was committed before the stop arrives
+		before := verifier.Seen()
+		in.Good(ctx, 5000)
+		time.Sleep(5 * time.Second)
+		if after := verifier.Seen(); after != before {
+			t.Fatalf("%s: %d output records committed while the job was stopped", what, after-before)
+		}
+	}
+
+	url, stderr, err := run("stop", "--savepoint", "--target", "final")
+	if err != nil || !strings.HasSuffix(url, "/savepoints/final/_metadata") {
+		t.Fatalf("processor stop --savepoint: %v, printed %q\n%s", err, url, stderr)
+	}
+	t.Logf("stopped with savepoint %s (%d output records committed)", url, verifier.Seen())
+	stopped("job stopped with savepoint", cl.Proc(r0), cl.Proc(r1))
+	r2 := cl.Start() // a replica started later stays stopped
+	stopped("job stopped with savepoint", cl.Proc(r2))
+	quiet("after stop --savepoint")
+	if _, stderr, err := run("savepoint", "--target", "while-stopped"); err == nil || !strings.Contains(stderr+err.Error(), "stopped") {
+		t.Fatalf("a savepoint of a stopped job: %v\n%s", err, stderr)
+	}
+
+	out, stderr, err := run("resume")
+	if err != nil || !strings.Contains(out, "the stop of generation") {
+		t.Fatalf("processor resume: %v, printed %q\n%s", err, out, stderr)
+	}
+	for _, id := range []string{r0, r1, r2} {
+		waitReadyz(t, cl.Proc(id))
+	}
+	restored := false
+	for _, g := range commits.Records("generation") {
+		restored = restored || strings.Contains(g.Raw, `"restore_metadata":"savepoints/final/_metadata"`)
+	}
+	if !restored {
+		t.Fatalf("no generation restored from the final savepoint; generations: %v", commits.Records("generation"))
+	}
+	_, sum := in.Counts()
+	if err := verifier.WaitSeenWhile(sum, 2*time.Minute, cl.Exited); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("resumed: %d output records committed", verifier.Seen())
+
+	// Stop without a savepoint, then resume from the newest checkpoint.
+	out, stderr, err = run("stop")
+	if err != nil || !strings.Contains(out, "stopped") {
+		t.Fatalf("processor stop: %v, printed %q\n%s", err, out, stderr)
+	}
+	stopped("job stopped (generation", cl.Proc(r0), cl.Proc(r1), cl.Proc(r2))
+	quiet("after stop")
+	if _, stderr, err := run("stop"); err == nil || !strings.Contains(stderr+err.Error(), "stopped already") {
+		t.Fatalf("a second stop: %v\n%s", err, stderr)
+	}
+	if _, _, err := run("resume"); err != nil {
+		t.Fatalf("processor resume: %v", err)
+	}
+	for _, id := range []string{r0, r1, r2} {
+		waitReadyz(t, cl.Proc(id))
+	}
+	in.Good(ctx, 5000)
+	if err := in.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	perKey, sum := in.Counts()
+	if err := verifier.WaitSeenWhile(sum, 2*time.Minute, cl.Exited); err != nil {
+		t.Error(err)
+		verifier.Check(perKey, sum, 0)
+		t.FailNow()
+	}
+	verifier.Check(perKey, sum, time.Minute)
+	cl.StopAll()
+	e2etest.CheckCheckpointIDs(t, commits)
+	e2etest.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
+}

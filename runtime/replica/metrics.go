@@ -16,6 +16,7 @@ type metrics struct {
 	sessions                                   prometheus.Counter
 	jobFailed                                  *prometheus.GaugeVec
 	refused                                    prometheus.Gauge
+	stopped                                    prometheus.Gauge
 }
 
 // failureCauses are the values of weir_replica_job_failed's cause label.
@@ -42,6 +43,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		coordinator:   g("is_coordinator", "1 while this replica holds the coordinator role."),
 		tasks:         g("tasks", "Tasks running on this replica."),
 		lastCompleted: g("last_completed_checkpoint_id", "ID of the newest checkpoint this replica saw complete."),
+		stopped:       g("job_stopped", "1 while the job is stopped on purpose (processor stop: a stopped record on the commit topic): this replica runs none of its tasks until processor resume."),
 		refused:       g("job_refused", "1 while this replica refuses to run its job file: it cannot restore the job's newest checkpoint (compatibility check); it takes no task."),
 		waiting: g("waiting_for_job_file", "1 while this replica takes no task because the running generation runs another job file "+
 			"(a rolling update: it takes its share once a generation of its file starts)."),
@@ -58,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"cause"}),
 	}
 	m.setFailed("")
-	for _, c := range []prometheus.Collector{m.members, m.coordinator, m.tasks, m.lastCompleted, m.waiting, m.restoreSeconds, m.retries, m.sessions, m.jobFailed, m.refused} {
+	for _, c := range []prometheus.Collector{m.members, m.coordinator, m.tasks, m.lastCompleted, m.waiting, m.restoreSeconds, m.retries, m.sessions, m.jobFailed, m.refused, m.stopped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

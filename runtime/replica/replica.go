@@ -124,6 +124,10 @@ type Replica struct {
 	running atomic.Pointer[running] // the newest generation read, for the membership's join metadata
 	heart   *Heartbeat              // Run's loop beats it: the /livez answer
 	failure atomic.Pointer[Failure] // read by Failure, for /readyz
+	// stopped is the job's stop (processor stop) this replica read, until
+	// a resumed or generation record; stop is it for /readyz.
+	stopped *control.Stopped
+	stop    atomic.Pointer[Stop]
 }
 
 // Failure is a job's permanent failure, as this replica read it from the
@@ -153,6 +157,22 @@ func (f *Failure) String() string {
 		s += ", record " + f.Record.String()
 	}
 	return s + fmt.Sprintf(", generation %d; %s offset %d): %s", f.Gen, f.CommitTopic, f.Offset, f.Reason)
+}
+
+// Stop is a job stopped on purpose, as a replica reports it.
+type Stop struct {
+	control.Stopped
+	// CommitTopic and Offset locate the stopped record.
+	CommitTopic string
+	Offset      int64
+}
+
+func (s *Stop) String() string {
+	if s.Savepoint > 0 {
+		return fmt.Sprintf("job stopped with savepoint %d (%s; generation %d, %s offset %d): start it again with `processor resume -c FILE`",
+			s.Savepoint, s.Metadata, s.Gen, s.CommitTopic, s.Offset)
+	}
+	return fmt.Sprintf("job stopped (generation %d, %s offset %d): start it again with `processor resume -c FILE`", s.Gen, s.CommitTopic, s.Offset)
 }
 
 // running is the newest generation this replica read from the commit
@@ -781,6 +801,11 @@ func (r *Replica) session(ctx context.Context) error {
 	if failed != nil {
 		r.enterFailed(ctx, *failed, failedAt)
 	}
+	stopped, stoppedAt := JobStop(hist.Records)
+	r.clearStopped()
+	if stopped != nil {
+		r.enterStopped(ctx, *stopped, stoppedAt)
+	}
 	for _, rec := range hist.Records {
 		if c, ok := rec.Msg.(control.Complete); ok {
 			r.noteComplete(c)
@@ -923,9 +948,10 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 		return nil
 	}
 	r.met.members.Set(float64(len(v.Members)))
-	if !v.IsCoordinator() || r.failed != nil {
-		// A failed job has nothing to coordinate until it is resumed;
-		// processor resume takes the coordinator's transactional ID.
+	if !v.IsCoordinator() || r.failed != nil || r.stopped != nil {
+		// A failed or stopped job has nothing to coordinate until it is
+		// resumed; processor resume takes the coordinator's transactional
+		// ID.
 		r.stopCoordinator()
 		return nil
 	}
@@ -1040,7 +1066,7 @@ func (r *Replica) readInputPartitions(ctx context.Context) (int, bool) {
 // added get tasks; fewer partitions fail the restore, with cause job).
 func (r *Replica) onInputPartitions(ctx context.Context, n int) {
 	r.inputParts = n
-	if r.coord == nil || r.failed != nil || r.lastGen == nil || !r.lastView.IsCoordinator() {
+	if r.coord == nil || r.failed != nil || r.stopped != nil || r.lastGen == nil || !r.lastView.IsCoordinator() {
 		return
 	}
 	running := r.sourceTasks(r.lastGen)
@@ -1136,14 +1162,18 @@ func (r *Replica) onRecord(ctx context.Context, rec controltopic.Record) error {
 	case control.Generation:
 		r.setLastGen(m)
 		r.clearFailed()
+		r.clearStopped()
 		return r.startGeneration(ctx, m)
 	case control.Failed:
 		r.enterFailed(ctx, m, rec.Offset)
+	case control.Stopped:
+		r.enterStopped(ctx, m, rec.Offset)
 	case control.Resumed:
-		if r.failed == nil || r.failed.Gen != m.Gen {
+		if (r.failed == nil || r.failed.Gen != m.Gen) && (r.stopped == nil || r.stopped.Gen != m.Gen) {
 			return nil
 		}
 		r.clearFailed()
+		r.clearStopped()
 		skip := make([]string, len(m.Skip))
 		for i, p := range m.Skip {
 			skip[i] = p.String()
@@ -1517,6 +1547,54 @@ func (r *Replica) enterFailed(ctx context.Context, f control.Failed, offset int6
 		"record_offset", f.Record.Offset, "reason", f.Reason, "generation", f.Gen,
 		"commit_topic", r.topics.Commit, "commit_offset", offset, "resume", fl.Resume())
 }
+
+// JobStop returns the job's stop and its offset, given the records of its
+// commit topic: the newest stopped record after the newest generation that
+// no resumed record cleared, or nil.
+func JobStop(commit []controltopic.Record) (*control.Stopped, int64) {
+	var stopped *control.Stopped
+	var at int64 = -1
+	for _, rec := range commit {
+		switch m := rec.Msg.(type) {
+		case control.Generation, control.Resumed:
+			stopped, at = nil, -1
+		case control.Stopped:
+			s := m
+			stopped, at = &s, rec.Offset
+		}
+	}
+	return stopped, at
+}
+
+// enterStopped stops the job on this replica: the stopped record at offset
+// of the commit topic says it was stopped on purpose. Its tasks stop (their
+// open transactions are aborted; a stop-with-savepoint committed
+// everything before it), the coordinator role is given up, and the replica
+// stays in the group, not ready, until the job is resumed.
+func (r *Replica) enterStopped(ctx context.Context, s control.Stopped, offset int64) {
+	r.stopped = &s
+	r.ready.Store(false)
+	r.gen = 0
+	r.stopTasks(ctx)
+	r.stopCoordinator()
+	st := &Stop{Stopped: s, CommitTopic: r.topics.Commit, Offset: offset}
+	r.stop.Store(st)
+	r.met.stopped.Set(1)
+	r.log.Info("job stopped; this replica runs none of its tasks until the job is resumed",
+		"generation", s.Gen, "savepoint", s.Savepoint, "metadata", s.Metadata,
+		"commit_topic", r.topics.Commit, "commit_offset", offset, "resume", "processor resume -c FILE")
+}
+
+// clearStopped forgets the job's stop (a resumed or generation record).
+func (r *Replica) clearStopped() {
+	r.stopped = nil
+	r.stop.Store(nil)
+	r.met.stopped.Set(0)
+}
+
+// Stopped returns the job's stop this replica read, or nil while the job
+// is not stopped. Safe from any goroutine.
+func (r *Replica) Stopped() *Stop { return r.stop.Load() }
 
 // clearFailed forgets the job's failure (a resumed or generation record).
 func (r *Replica) clearFailed() {
