@@ -122,6 +122,43 @@ func TestSavepointTakenAndRestored(t *testing.T) {
 		_ = verifier.WaitSeenWhile(sum, 3*time.Second, cl.Exited)
 	}
 	verifier.Check(perKey, sum, time.Minute)
+
+	// savepoints list shows them all, the newest as the restore point;
+	// delete refuses the restore point and removes another whole.
+	run := func(args ...string) (string, string, error) {
+		// Command gives `savepoints -c FILE`; -c belongs after the
+		// subcommand's name (savepoints list -c FILE).
+		cmd := cl.Command(ctx, "savepoints")
+		cmd.Args = append([]string{cmd.Args[0], "savepoints", args[0], "-c", cfgFile, "--checkpoint.storage=" + storage}, args[1:]...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return stdout.String(), stderr.String(), err
+	}
+	out, stderr, err := run("list")
+	if err != nil {
+		t.Fatalf("savepoints list: %v\n%s", err, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	newest := strings.Fields(lines[len(lines)-1])
+	if len(lines) < 3 || !strings.HasPrefix(lines[1], "sp-1 ") || newest[len(newest)-1] != "yes" {
+		t.Fatalf("savepoints list:\n%s", out)
+	}
+	t.Logf("savepoints list:\n%s", out)
+	if _, stderr, err := run("delete", newest[0]); err == nil || !strings.Contains(stderr, "restore point") {
+		t.Fatalf("savepoints delete of the restore point %s: %v\n%s", newest[0], err, stderr)
+	}
+	if out, stderr, err := run("delete", "sp-1"); err != nil || !strings.Contains(out, "deleted") {
+		t.Fatalf("savepoints delete sp-1: %v\n%s%s", err, out, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(root, "savepoints", "sp-1")); err == nil {
+		if n := countFiles(t, filepath.Join(root, "savepoints", "sp-1")); n > 0 {
+			t.Fatalf("%d files left under savepoints/sp-1 after its delete", n)
+		}
+	}
+	if out, _, _ := run("list"); strings.Contains(out, "sp-1 ") {
+		t.Fatalf("savepoints list after deleting sp-1:\n%s", out)
+	}
 	cl.StopAll()
 	e2etest.CheckCheckpointIDs(t, commits)
 	e2etest.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
