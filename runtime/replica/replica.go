@@ -1513,18 +1513,31 @@ func (r *Replica) reportFailure(ctx context.Context, gen uint64, f control.Failu
 // commit topic's records in order: the newest failed record, unless a
 // generation or resumed record follows it; nil if the job is not failed.
 func JobFailure(commit []controltopic.Record) (*control.Failed, int64) {
-	var failed *control.Failed
+	return newestUncleared[control.Failed](commit)
+}
+
+// JobStop returns the job's stop (processor stop) and its offset, given the
+// commit topic's records in order: the newest stopped record, unless a
+// generation or resumed record follows it; nil if the job is not stopped.
+func JobStop(commit []controltopic.Record) (*control.Stopped, int64) {
+	return newestUncleared[control.Stopped](commit)
+}
+
+// newestUncleared returns the newest record of type T among commit and its
+// offset, unless a generation or resumed record follows it.
+func newestUncleared[T control.Message](commit []controltopic.Record) (*T, int64) {
+	var found *T
 	var at int64 = -1
 	for _, rec := range commit {
-		switch m := rec.Msg.(type) {
+		switch rec.Msg.(type) {
 		case control.Generation, control.Resumed:
-			failed, at = nil, -1
-		case control.Failed:
-			f := m
-			failed, at = &f, rec.Offset
+			found, at = nil, -1
+		}
+		if m, ok := rec.Msg.(T); ok {
+			found, at = &m, rec.Offset
 		}
 	}
-	return failed, at
+	return found, at
 }
 
 // enterFailed stops the job on this replica: the failed record at offset
@@ -1546,24 +1559,6 @@ func (r *Replica) enterFailed(ctx context.Context, f control.Failed, offset int6
 		"cause", f.Cause, "task", f.Task.String(), "record_topic", f.Record.Topic, "record_partition", f.Record.Partition,
 		"record_offset", f.Record.Offset, "reason", f.Reason, "generation", f.Gen,
 		"commit_topic", r.topics.Commit, "commit_offset", offset, "resume", fl.Resume())
-}
-
-// JobStop returns the job's stop and its offset, given the records of its
-// commit topic: the newest stopped record after the newest generation that
-// no resumed record cleared, or nil.
-func JobStop(commit []controltopic.Record) (*control.Stopped, int64) {
-	var stopped *control.Stopped
-	var at int64 = -1
-	for _, rec := range commit {
-		switch m := rec.Msg.(type) {
-		case control.Generation, control.Resumed:
-			stopped, at = nil, -1
-		case control.Stopped:
-			s := m
-			stopped, at = &s, rec.Offset
-		}
-	}
-	return stopped, at
 }
 
 // enterStopped stops the job on this replica: the stopped record at offset
