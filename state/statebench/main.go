@@ -309,6 +309,12 @@ func run(c config) error {
 	}
 	_ = big.b.NotifyAborted(context.Background(), spRes.Checkpoint)
 	benchutil.Result("full_upload_ratio", "%.4g", float64(spRes.UploadedBytes)/float64(spRes.StateBytes), "ratio")
+	// A savepoint (processor savepoint) copies the whole state into its own
+	// folder: its cost against the first, full checkpoint of the same run.
+	spDur := spRes.SyncDuration + spRes.AsyncDuration
+	benchutil.Result("savepoint_duration_"+sizeLabel(c.size), "%.4g", spDur.Seconds(), "s")
+	benchutil.Result("savepoint_size_"+sizeLabel(c.size), "%.4g", float64(spRes.UploadedBytes)/(1<<20), "MiB")
+	benchutil.Result("savepoint_vs_first_checkpoint_duration", "%.3g", spDur.Seconds()/(first.SyncDuration+first.AsyncDuration).Seconds(), "ratio")
 	benchutil.Result("state_size", "%.4g", float64(last.StateBytes)/(1<<20), "MiB")
 	// What the task's directory occupies on disk (the live database and
 	// its local snapshot, each file once): before issue 32 a preallocated
