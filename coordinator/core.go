@@ -24,6 +24,9 @@ var (
 	ErrStopped = errors.New("coordinator: job stopped")
 	// ErrStopPending: a stop-with-savepoint is already in progress.
 	ErrStopPending = errors.New("coordinator: stop-with-savepoint in progress")
+	// ErrTargetTaken: a savepoint pending or retained has the requested
+	// target; a second one would write its files over the first's.
+	ErrTargetTaken = errors.New("coordinator: savepoint target taken")
 	// ErrInvalidEvent: an event's values are unusable (an empty assignment,
 	// a savepoint of kind checkpoint, metadata for a checkpoint that is not
 	// fully acknowledged, ...). It reports a bug of the caller.
@@ -773,6 +776,18 @@ func (c *Core) requestSavepoint(ev RequestSavepoint) error {
 		for _, p := range c.pending {
 			if p.kind == ckpt.KindStop {
 				return fmt.Errorf("%w: checkpoint %d", ErrStopPending, p.id)
+			}
+		}
+	}
+	if ev.Target != "" {
+		for _, p := range c.pending {
+			if p.target == ev.Target {
+				return fmt.Errorf("%w: %s is the target of pending checkpoint %d", ErrTargetTaken, ev.Target, p.id)
+			}
+		}
+		for _, k := range c.completed {
+			if k.target == ev.Target {
+				return fmt.Errorf("%w: %s is the target of completed checkpoint %d", ErrTargetTaken, ev.Target, k.id)
 			}
 		}
 	}
