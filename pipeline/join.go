@@ -357,6 +357,14 @@ func (j *intervalJoin) ProcessElement(ctx *stream.Context[Rec], in sided) error 
 	if in.r, err = in.r.decoded(); err != nil { // both sides' values are read
 		return err
 	}
+	if _, ok := in.r.V.(map[string]any); !ok && !in.right {
+		// The left side's value gets the joined field: one that is not an
+		// object can never join. It fails here, named as the record it is,
+		// before it is buffered: a buffered one would fail every later
+		// match, whichever record brought it.
+		return &stream.PoisonError{Topic: in.r.Topic, Partition: in.r.Partition, Offset: in.r.Offset,
+			Err: fmt.Errorf("join: the record's value is %s, not an object: only an object can get the field %q", describe(in.r.V), j.as)}
+	}
 	ts := ctx.Timestamp().UnixMilli()
 	if wm := ctx.CurrentWatermark(); !wm.IsZero() && ts < wm.UnixMilli() {
 		return nil // late: the other side's records it could join may be gone
