@@ -19,7 +19,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/checkpoint/ckpt"
@@ -400,12 +399,16 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DataDir(filepath.Join(dir, "kafka")))
+	kafka, err := startDevKafka(ctx, dir)
 	if err != nil {
-		return fmt.Errorf("start the embedded Kafka: %w", err)
+		return err
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	defer func() {
+		if err := kafka.close(); err != nil {
+			fmt.Fprintf(logOut, "weir dev: stop the embedded Kafka: %v\n", err)
+		}
+	}()
+	brokers := kafka.brokers
 
 	settings := fmt.Sprintf(devSettings, brokers[0], "file://"+filepath.ToSlash(filepath.Join(dir, "checkpoints")),
 		filepath.Join(dir, "state"), o.http)
@@ -439,7 +442,17 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 	if err := devTopics(ctx, brokers, o.partitions, o.example.inputs(), append([]string{o.example.output}, o.example.topics...)...); err != nil {
 		return err
 	}
+	// The printer starts where the output is committed now, before the
+	// job runs: it prints what this run commits (and what it commits of
+	// the last run's checkpoint), not what earlier runs printed.
+	printFrom, err := devCommittedEnds(ctx, brokers, append([]string{o.example.output}, o.example.topics...))
+	if err != nil {
+		return fmt.Errorf("read the output's committed end: %w", err)
+	}
 	fmt.Fprintf(out, "weir dev: Kafka (embedded) at %s, state and checkpoints in %s\n", brokers[0], dir)
+	if kafka.recovered > 0 {
+		fmt.Fprintf(out, "weir dev: the last run did not stop cleanly (killed?): its %d open transactions are aborted, as Kafka aborts them after their timeout; the job resumes from its last completed checkpoint\n", kafka.recovered)
+	}
 	fmt.Fprintf(out, "weir dev: job %s: %s (exactly once, checkpoint every %v)\n", o.example.name, o.example.what, cfg.Checkpoint.Interval)
 	if o.http != "" {
 		fmt.Fprintf(out, "weir dev: metrics on http://%s/metrics; Ctrl-C stops, running again resumes\n", o.http)
@@ -463,11 +476,7 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 	} else {
 		go func() {
 			defer close(printed)
-			if o.example.file != "" {
-				devPrintAll(gctx, out, brokers, append([]string{o.example.output}, o.example.topics...))
-				return
-			}
-			devPrint(gctx, out, brokers, o.example.output)
+			devPrint(gctx, out, brokers, printFrom, o.example.file != "")
 		}()
 	}
 	cfg.Process.AllowNonRestoredState = o.allowNonRestored
@@ -693,39 +702,39 @@ func (g *devGenerator) run(ctx context.Context, logOut io.Writer, brokers []stri
 	}
 }
 
-// devPrintAll prints the committed records of topics, with their topic
-// and key.
-func devPrintAll(ctx context.Context, out io.Writer, brokers []string, topics []string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-		kgo.ConsumeTopics(topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)
+// devCommittedEnds returns, for each partition of topics, the offset up
+// to which read_committed consumers see its records (its last stable
+// offset): where the printer starts, so that each start of dev prints only
+// the output committed after it.
+func devCommittedEnds(ctx context.Context, brokers []string, topics []string) (map[string]map[int32]kgo.Offset, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
-		return
+		return nil, err
 	}
 	defer cl.Close()
-	for {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if len(r.Key) > 0 {
-				fmt.Fprintf(out, "%s  %s  %s  %s\n", r.Timestamp.Format("15:04:05"), r.Topic, r.Key, r.Value)
-				return
-			}
-			fmt.Fprintf(out, "%s  %s  %s\n", r.Timestamp.Format("15:04:05"), r.Topic, r.Value)
-		})
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topics...)
+	if err != nil {
+		return nil, err
 	}
+	if err := ends.Error(); err != nil {
+		return nil, err
+	}
+	from := map[string]map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if from[o.Topic] == nil {
+			from[o.Topic] = map[int32]kgo.Offset{}
+		}
+		from[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset)
+	})
+	return from, nil
 }
 
-// devPrint prints the job's output, topic, as read_committed consumers see
-// it.
-func devPrint(ctx context.Context, out io.Writer, brokers []string, topic string) {
+// devPrint prints the records of the partitions of from, from its
+// offsets on, as read_committed consumers see them: "<time>  <value>", or
+// with withTopic "<time>  <topic>  [<key>  ]<value>".
+func devPrint(ctx context.Context, out io.Writer, brokers []string, from map[string]map[int32]kgo.Offset, withTopic bool) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumerGroup("weir-dev-printer"),
+		kgo.ConsumePartitions(from),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 	)
 	if err != nil {
@@ -738,7 +747,14 @@ func devPrint(ctx context.Context, out io.Writer, brokers []string, topic string
 			return
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			fmt.Fprintf(out, "%s  %s\n", r.Timestamp.Format("15:04:05"), r.Value)
+			switch {
+			case !withTopic:
+				fmt.Fprintf(out, "%s  %s\n", r.Timestamp.Format("15:04:05"), r.Value)
+			case len(r.Key) > 0:
+				fmt.Fprintf(out, "%s  %s  %s  %s\n", r.Timestamp.Format("15:04:05"), r.Topic, r.Key, r.Value)
+			default:
+				fmt.Fprintf(out, "%s  %s  %s\n", r.Timestamp.Format("15:04:05"), r.Topic, r.Value)
+			}
 		})
 	}
 }
