@@ -145,12 +145,25 @@ func configSource(file string, flags *pflag.FlagSet, job *stream.Job) config.Sou
 // loadConfig loads a command's configuration (configSource). A Go job that
 // does not build is reported first: no configuration can fix it.
 func loadConfig(file string, flags *pflag.FlagSet, job *stream.Job) (*config.Config, error) {
+	return loadSource(configSource(file, flags, job), flags, job)
+}
+
+// loadOfflineConfig is loadConfig for a command that connects to nothing
+// (config.Source.Offline): connection settings are not required.
+func loadOfflineConfig(file string, flags *pflag.FlagSet, job *stream.Job) (*config.Config, error) {
+	src := configSource(file, flags, job)
+	src.Offline = true
+	return loadSource(src, flags, job)
+}
+
+// loadSource is loadConfig from src.
+func loadSource(src config.Source, flags *pflag.FlagSet, job *stream.Job) (*config.Config, error) {
 	if job != nil {
 		if err := job.Build(); err != nil {
 			return nil, goJobError(job, err)
 		}
 	}
-	cfg, err := config.Load(configSource(file, flags, job))
+	cfg, err := config.Load(src)
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
