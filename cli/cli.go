@@ -1,8 +1,9 @@
 // Package cli is Weir's command line: the program of the stock processor
 // binary and of any binary built around a job defined in Go. It owns the
-// sub-commands (run, dev, validate, plan, checkpoints, transactions, resume,
-// nexmark, version), the process lifecycle (signals, the exit status), the HTTP
-// endpoints and the process logger; everything else lives in the packages
+// sub-commands (run, dev, validate, plan, checkpoints, transactions,
+// resume, produce, nexmark, version), the embedded Kafka of dev, the
+// process lifecycle (signals, the exit status), the HTTP endpoints and the
+// process logger; everything else lives in the packages
 // it wires together. It keeps no state between calls of Run.
 //
 // The stock binary runs the YAML job of its configuration:
@@ -84,7 +85,8 @@ func newRootCmd(out io.Writer, job *stream.Job) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.AddCommand(newVersionCmd(job), newValidateCmd(job), newRunCmd(job), newDevCmd(job),
-		newPlanCmd(job), newCheckpointsCmd(job), newTransactionsCmd(job), newResumeCmd(job), newNexmarkCmd(job))
+		newPlanCmd(job), newCheckpointsCmd(job), newTransactionsCmd(job), newResumeCmd(job), newNexmarkCmd(job),
+		newProduceCmd(job))
 	return root
 }
 

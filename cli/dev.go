@@ -85,33 +85,51 @@ func devJob(cfg *config.Config) (devExample, error) {
 	return ex, nil
 }
 
-// devWriteInput writes the records of file (one a line: a value, or
-// key<TAB>value; empty lines skipped) to topic, and waits until Kafka has
-// them all.
-func devWriteInput(ctx context.Context, brokers []string, topic, file string) error {
-	b, err := os.ReadFile(file)
+// devInput is one --input: a file of records for one of the job's source
+// topics.
+type devInput struct{ topic, file string }
+
+// parseDevInputs reads the --input flags: topic=FILE, or FILE for the
+// first of sources (the job's source topics, tables included).
+func parseDevInputs(flags []string, sources []string) ([]devInput, error) {
+	var out []devInput
+	for _, f := range flags {
+		in := devInput{topic: sources[0], file: f}
+		if t, file, ok := strings.Cut(f, "="); ok && slices.Contains(sources, t) {
+			in = devInput{topic: t, file: file}
+		} else if ok && !fileExists(f) {
+			return nil, fmt.Errorf("--input %s: %s is not a topic the job reads (%s)", f, t, strings.Join(sources, ", "))
+		}
+		if slices.ContainsFunc(out, func(o devInput) bool { return o.topic == in.topic }) {
+			return nil, fmt.Errorf("--input %s: a second file for %s", f, in.topic)
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// fileExists reports whether name is a file (an --input FILE whose name
+// holds '=').
+func fileExists(name string) bool {
+	_, err := os.Stat(name)
+	return err == nil
+}
+
+// devWriteInput writes the records of in.file (one a line: a value, or
+// key<TAB>value; empty lines skipped) to in.topic, and waits until Kafka
+// has them all.
+func devWriteInput(ctx context.Context, brokers []string, in devInput) error {
+	f, err := os.Open(in.file)
 	if err != nil {
 		return fmt.Errorf("--input: %w", err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	defer f.Close()
+	recs, err := readRecords(f, in.file, func(b []byte) ([]byte, error) { return b, nil })
 	if err != nil {
-		return err
+		return fmt.Errorf("--input: %w", err)
 	}
-	defer cl.Close()
-	var recs []*kgo.Record
-	for line := range strings.SplitSeq(string(b), "\n") {
-		line = strings.TrimSuffix(line, "\r")
-		if line == "" {
-			continue
-		}
-		r := &kgo.Record{Value: []byte(line)}
-		if k, v, ok := strings.Cut(line, "\t"); ok {
-			r.Key, r.Value = []byte(k), []byte(v)
-		}
-		recs = append(recs, r)
-	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("--input: write to %s: %w", topic, err)
+	if _, err := produceRecords(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, in.topic, recs); err != nil {
+		return fmt.Errorf("--input: %w", err)
 	}
 	return nil
 }
@@ -204,7 +222,7 @@ func newDevCmd(job *stream.Job) *cobra.Command {
 		quiet      bool
 		example    string
 		jobFile    string
-		inputFile  string
+		inputs     []string
 		genValue   string
 		genKey     string
 		inFormat   string
@@ -263,11 +281,11 @@ key, with value the generated value. For example:
 			switch {
 			case jobFile != "" && cmd.Flags().Changed("example"):
 				return errors.New("--job and --example: run one job")
-			case jobFile == "" && inputFile != "":
+			case jobFile == "" && len(inputs) > 0:
 				return errors.New("--input needs --job: the examples read the sample clicks")
 			case jobFile == "" && (genValue != "" || genKey != ""):
 				return errors.New("--generate needs --job: the examples read the sample clicks")
-			case inputFile != "" && (genValue != "" || genKey != ""):
+			case len(inputs) > 0 && (genValue != "" || genKey != ""):
 				return errors.New("--input and --generate: give the job one input")
 			case genKey != "" && genValue == "":
 				return errors.New("--generate-key needs --generate")
@@ -295,7 +313,7 @@ key, with value the generated value. For example:
 				}
 			}
 			return runDev(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), devOptions{
-				example: ex, dir: dir, rate: rate, users: users, partitions: partitions, http: httpAddr, quiet: quiet, input: inputFile, generate: gen,
+				example: ex, dir: dir, rate: rate, users: users, partitions: partitions, http: httpAddr, quiet: quiet, inputs: inputs, generate: gen,
 				format:           config.Format{Type: inFormat, Registry: registry},
 				allowNonRestored: cmd.Flags().Lookup(allowNonRestoredFlag).Value.String() == "true",
 			})
@@ -310,7 +328,7 @@ key, with value the generated value. For example:
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "do not print the output records")
 	cmd.Flags().StringVar(&example, "example", devExamples()[0].name, "the example job: "+devExampleNames())
 	cmd.Flags().StringVar(&jobFile, "job", "", "run the YAML job of this file instead of an example")
-	cmd.Flags().StringVar(&inputFile, "input", "", "with --job: write these records (one a line: a JSON value, or key<TAB>value) to the job's first source topic instead of sample clicks")
+	cmd.Flags().StringArrayVar(&inputs, "input", nil, "with --job: write the records of a file (one a line: a JSON value, or key<TAB>value) to a topic the job reads, as TOPIC=FILE, or FILE for its first source topic, instead of sample records (repeatable: one file per topic)")
 	cmd.Flags().StringVar(&genValue, "generate", "", "with --job: generate sample records whose value is this expression (offset: the sample's number, timestamp: now) instead of clicks, --rate a second")
 	cmd.Flags().StringVar(&inFormat, "format", config.FormatJSON, "the sample clicks' format: json, or avro or protobuf (in the Confluent wire format, with --registry)")
 	cmd.Flags().StringVar(&registry, "registry", "", "with --format avro or protobuf: the URL of a schema registry's Confluent-compatible API")
@@ -326,7 +344,7 @@ type devOptions struct {
 	partitions int32
 	http       string
 	quiet      bool
-	input      string        // a file of input records, with example.file
+	inputs     []string      // the --input flags: files of input records, with example.file
 	generate   *devGenerator // sample records for example.file, or nil: clicks
 	format     config.Format // the sample clicks' format and registry
 	// allowNonRestored is --allow-non-restored-state.
@@ -427,6 +445,10 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 		return fmt.Errorf("embedded job: %w", err)
 	}
 
+	inputs, err := parseDevInputs(o.inputs, o.example.inputs())
+	if err != nil {
+		return err
+	}
 	encode := func(v map[string]any) ([]byte, error) { return json.Marshal(v) }
 	if o.format.UsesRegistry() {
 		// The example reads the clicks in their format; its steps and its
@@ -461,9 +483,11 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	switch {
-	case o.input != "":
-		if err := devWriteInput(ctx, brokers, o.example.inputs()[0], o.input); err != nil {
-			return err
+	case len(inputs) > 0:
+		for _, in := range inputs {
+			if err := devWriteInput(ctx, brokers, in); err != nil {
+				return err
+			}
 		}
 	case o.generate != nil && o.rate > 0:
 		go o.generate.run(gctx, logOut, brokers, o.example.inputs()[0], o.rate)
