@@ -271,6 +271,9 @@ key, with value the generated value. For example:
     --generate '{"id": "o-" + string(offset), "amount": offset * 37 % 500, "country": ["DE", "FR", "US"][offset % 3]}' \
     --generate-key 'value.id'`,
 		Args: cobra.NoArgs,
+		// A program built around a Go job lists no dev: dev runs Weir's
+		// examples or a YAML job, not the program's job.
+		Hidden: job != nil,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if job != nil {
 				return fmt.Errorf("dev runs Weir's example job, not the job %s defined in this program: run it with `%s run -c FILE`", job.Name(), cmd.Root().Name())
@@ -313,7 +316,7 @@ key, with value the generated value. For example:
 				}
 			}
 			return runDev(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), devOptions{
-				example: ex, dir: dir, rate: rate, users: users, partitions: partitions, http: httpAddr, quiet: quiet, inputs: inputs, generate: gen,
+				program: os.Args[0], example: ex, dir: dir, rate: rate, users: users, partitions: partitions, http: httpAddr, quiet: quiet, inputs: inputs, generate: gen,
 				format:           config.Format{Type: inFormat, Registry: registry},
 				allowNonRestored: cmd.Flags().Lookup(allowNonRestoredFlag).Value.String() == "true",
 			})
@@ -337,6 +340,7 @@ key, with value the generated value. For example:
 }
 
 type devOptions struct {
+	program    string // the program as it was started (os.Args[0]), to say how to start it again
 	example    devExample
 	dir        string
 	rate       int
@@ -479,6 +483,8 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 	if o.http != "" {
 		fmt.Fprintf(out, "weir dev: metrics on http://%s/metrics; Ctrl-C stops, running again resumes\n", o.http)
 	}
+	fmt.Fprintf(out, "weir dev: while dev runs, other commands reach its Kafka with --kafka.brokers %s: `%s resume -c %s --kafka.brokers %s` after the job failed\n",
+		brokers[0], o.program, devJobFile(o.example), brokers[0])
 
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -509,14 +515,15 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 	}
 	cancel()
 	<-printed
-	devSummary(out, cfg, brokers, o.dir, o.example)
+	devSummary(out, cfg, brokers, o)
 	return nil
 }
 
 // devSummary says, after Ctrl-C, what is committed and how to resume: the
 // newest completed checkpoint (from the commit topic) and the records
 // read_committed consumers see in the output topic.
-func devSummary(out io.Writer, cfg *config.Config, brokers []string, dir string, ex devExample) {
+func devSummary(out io.Writer, cfg *config.Config, brokers []string, o devOptions) {
+	ex := o.example
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
@@ -531,19 +538,10 @@ func devSummary(out io.Writer, cfg *config.Config, brokers []string, dir string,
 			last = max(last, c.ID)
 		}
 	}
-	again := "make run"
-	if dir != ".weir-dev" || ex.name != devExamples()[0].name || ex.file != "" {
-		again = "processor dev --dir " + dir
-	}
-	switch {
-	case ex.file != "":
-		again += " --job " + ex.file
-	case ex.name != devExamples()[0].name:
-		again += " --example " + ex.name
-	}
+	again := devAgain(o)
 	if last == 0 {
 		fmt.Fprintf(out, "weir dev: stopped before the first checkpoint completed: nothing is committed yet.\n")
-		fmt.Fprintf(out, "weir dev: run `%s` again to start over from the clicks already in the input.\n", again)
+		fmt.Fprintf(out, "weir dev: run `%s` again to start over from the records already in %s.\n", again, strings.Join(ex.inputs(), ", "))
 		return
 	}
 	records := "?"
@@ -553,6 +551,32 @@ func devSummary(out io.Writer, cfg *config.Config, brokers []string, dir string,
 	fmt.Fprintf(out, "weir dev: stopped. Last completed checkpoint: %d; %s holds %s committed records (what read_committed consumers see). Output after checkpoint %d was not committed and will be produced again.\n",
 		last, ex.output, records, last)
 	fmt.Fprintf(out, "weir dev: run `%s` again to resume from checkpoint %d: no input record counts twice.\n", again, last)
+}
+
+// devAgain is the command that starts this dev again on the same data:
+// the program as it was started, its --dir and job, and not its --input
+// (which would write the records again).
+func devAgain(o devOptions) string {
+	again := o.program + " dev"
+	if o.dir != ".weir-dev" {
+		again += " --dir " + o.dir
+	}
+	switch {
+	case o.example.file != "":
+		again += " --job " + o.example.file
+	case o.example.name != devExamples()[0].name:
+		again += " --example " + o.example.name
+	}
+	return again
+}
+
+// devJobFile is the job file of ex: its --job file, or the example's file
+// in a Weir checkout.
+func devJobFile(ex devExample) string {
+	if ex.file != "" {
+		return ex.file
+	}
+	return "examples/" + ex.name + ".yaml"
 }
 
 // devCommittedRecords counts the records of topic that read_committed
