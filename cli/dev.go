@@ -252,13 +252,17 @@ start.
 
 Stop it with Ctrl-C: it says which checkpoint completed last and how many
 output records are committed. Start it again: it resumes from that
-checkpoint, and no click is counted twice.
+checkpoint, no click is counted twice, and it prints only the output
+committed after it started. Output it printed as committed survives a
+kill -9: after an unclean stop, dev aborts the transactions the embedded
+Kafka left open, as Kafka does after their timeout (docs/dev.md).
 
 With --job FILE, dev runs the YAML job of FILE instead (its job section;
 the embedded Kafka and the local stores replace its other settings): it
-creates the job's topics, writes the records of --input FILE to the job's
-first source topic (one record a line: a JSON value, or key<TAB>value),
-or without --input generates sample records into it, and prints the
+creates the job's topics, writes the records of each --input TOPIC=FILE
+to TOPIC, a topic the job reads (one record a line: a JSON value, or
+key<TAB>value; --input FILE: the first source topic), or without --input
+generates sample records into the first source topic, and prints the
 committed output of every sink as "<time>  <topic>  [<key>  ]<value>".
 The sample records are the clicks, or, with --generate EXPR, records
 shaped for the job: EXPR is an expression of the YAML language
