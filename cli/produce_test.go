@@ -2,7 +2,7 @@ package cli
 
 import (
 	"context"
-	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -24,8 +23,9 @@ import (
 // job file, and reads the records back: JSON lines to a json source topic
 // as they are, keyed records of one key in one partition; a line that is
 // not JSON refuses the whole file before anything is written; JSON lines
-// to an avro source topic encoded in the Confluent wire format under the
-// schema of --schema-file, registered as <topic>-value.
+// to an avro or a protobuf source topic encoded in the Confluent wire
+// format under the schema of --schema-file, registered as <topic>-value,
+// and decoded back by the sources' decoders.
 func TestProduce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -33,9 +33,8 @@ func TestProduce(t *testing.T) {
 	bin := buildProcessor(t)
 	registry := testRegistry(t)
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		orders, clicks := kafkatest.Name(t, "orders"), kafkatest.Name(t, "clicks")
+		orders := kafkatest.Name(t, "orders")
 		c.CreateTopic(t, orders, 3, nil)
-		c.CreateTopic(t, clicks, 1, nil)
 		dir := t.TempDir()
 		job := filepath.Join(dir, "job.yaml")
 		write(t, job, fmt.Sprintf(`job:
@@ -45,14 +44,6 @@ func TestProduce(t *testing.T) {
     - sink: {topic: out}
 kafka: {brokers: [%s]}
 `, kafkatest.Name(t, "job"), orders, strings.Join(c.Brokers, ", ")))
-		avroJob := filepath.Join(dir, "avro.yaml")
-		write(t, avroJob, fmt.Sprintf(`job:
-  name: %s
-  pipeline:
-    - source: {topics: [%s], format: {type: avro, registry: %q}}
-    - sink: {topic: out}
-kafka: {brokers: [%s]}
-`, kafkatest.Name(t, "job"), clicks, registry, strings.Join(c.Brokers, ", ")))
 		var env []string
 		for _, kv := range os.Environ() {
 			if !strings.HasPrefix(kv, "WEIR_") {
@@ -96,37 +87,55 @@ kafka: {brokers: [%s]}
 			t.Errorf("read back %v, want %v (value: key)", got, want)
 		}
 
-		schema := filepath.Join(dir, "click.avsc")
-		write(t, schema, `{"type":"record","name":"Click","fields":[{"name":"user","type":"string"},{"name":"n","type":"long"}]}`)
-		in = filepath.Join(dir, "clicks.txt")
-		write(t, in, "u1\t{\"user\":\"u1\",\"n\":1}\n{\"user\":\"u2\",\"n\":2}\n")
-		out, err = produce("-c", avroJob, "--topic", clicks, "--input", in, "--schema-file", schema)
-		if err != nil || !strings.Contains(out, "produced 2 records to "+clicks+" (avro, schema ") || !strings.Contains(out, "(subject "+clicks+"-value)") {
-			t.Fatalf("produce avro: %v\n%s", err, out)
-		}
+		// Avro and Protobuf: JSON lines encoded under --schema-file,
+		// read back with the decoders the sources use.
 		reg, err := format.NewRegistry(format.RegistryConfig{URL: registry})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var values []string
-		for _, r := range readBack(t, c, clicks, 2) {
-			if len(r.Value) < 5 || r.Value[0] != 0 {
-				t.Fatalf("%x: not in the Confluent wire format", r.Value)
+		for _, f := range []struct{ typ, schema string }{
+			{"avro", `{"type":"record","name":"Click","fields":[{"name":"user","type":"string"},{"name":"n","type":"int"}]}`},
+			{"protobuf", "syntax = \"proto3\";\npackage try;\nmessage Click { string user = 1; int32 n = 2; }\n"},
+		} {
+			topic := kafkatest.Name(t, "clicks-"+f.typ)
+			c.CreateTopic(t, topic, 1, nil)
+			job := filepath.Join(dir, f.typ+".yaml")
+			write(t, job, fmt.Sprintf(`job:
+  name: %s
+  pipeline:
+    - source: {topics: [%s], format: {type: %s, registry: %q}}
+    - sink: {topic: out}
+kafka: {brokers: [%s]}
+`, kafkatest.Name(t, "job"), topic, f.typ, registry, strings.Join(c.Brokers, ", ")))
+			schema := filepath.Join(dir, "click."+f.typ)
+			write(t, schema, f.schema)
+			in := filepath.Join(dir, "clicks.txt")
+			write(t, in, "u1\t{\"user\":\"u1\",\"n\":1}\n{\"user\":\"u2\",\"n\":2}\n")
+			out, err := produce("-c", job, "--topic", topic, "--input", in, "--schema-file", schema)
+			if err != nil || !strings.Contains(out, "produced 2 records to "+topic+" ("+f.typ+", schema ") || !strings.Contains(out, "(subject "+topic+"-value)") {
+				t.Fatalf("produce %s: %v\n%s", f.typ, err, out)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			s, err := reg.Avro(ctx, int(binary.BigEndian.Uint32(r.Value[1:5])))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			var dec interface{ DecodeValue([]byte) ([]byte, error) } = format.NewAvroDecoder(ctx, reg)
+			if f.typ == "protobuf" {
+				dec = format.NewProtoDecoder(ctx, reg)
+			}
+			var values []string
+			for _, r := range readBack(t, c, topic, 2) {
+				j, err := dec.DecodeValue(r.Value)
+				if err != nil {
+					t.Fatalf("%s: %x: %v", f.typ, r.Value, err)
+				}
+				var v map[string]any
+				if err := json.Unmarshal(j, &v); err != nil {
+					t.Fatal(err)
+				}
+				values = append(values, fmt.Sprintf("%s %v %v", r.Key, v["user"], v["n"]))
+			}
 			cancel()
-			if err != nil {
-				t.Fatal(err)
+			if got := strings.Join(values, ", "); got != "u1 u1 1,  u2 2" {
+				t.Errorf("%s records read back: %q", f.typ, got)
 			}
-			var v map[string]any
-			if err := avro.Unmarshal(s, r.Value[5:], &v); err != nil {
-				t.Fatal(err)
-			}
-			values = append(values, fmt.Sprintf("%s %v %v", r.Key, v["user"], v["n"]))
-		}
-		if got := strings.Join(values, ", "); got != "u1 u1 1,  u2 2" {
-			t.Errorf("avro records read back: %q", got)
 		}
 	})
 }
