@@ -27,6 +27,7 @@ import (
 	"github.com/weir-stream/weir/expression"
 	"github.com/weir-stream/weir/format"
 	"github.com/weir-stream/weir/kafkaio/controltopic"
+	"github.com/weir-stream/weir/kafkaio/sink"
 	"github.com/weir-stream/weir/pipeline"
 	"github.com/weir-stream/weir/stream"
 )
@@ -515,6 +516,12 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 	}
 	cfg.Process.AllowNonRestoredState = o.allowNonRestored
 	if err := serve(ctx, cfg, nil, logOut, nil); err != nil {
+		if errors.Is(err, sink.ErrTxnAborted) && kafka.recovered > 0 {
+			// What dev does not promise (docs/dev.md), said as such.
+			return fmt.Errorf("the last run was killed after a checkpoint completed and before its output was committed, "+
+				"and the embedded Kafka does not keep such transactions across a kill: that checkpoint's output is lost. "+
+				"Start over with a fresh --dir (or remove %s). The job's own words: %w", dir, err)
+		}
 		return err
 	}
 	cancel()

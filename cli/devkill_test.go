@@ -1,10 +1,16 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestDevKill9KeepsCommittedOutput kills `processor dev` with SIGKILL while
@@ -21,23 +27,38 @@ func TestDevKill9KeepsCommittedOutput(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := buildProcessor(t)
-	dir := devDir(t)
 
-	first := startDevProc(t, bin, dir, "--rate", "50")
-	first.waitMatches(devOutputLine, 100)
-	first.waitCheckpoint(3)
-	// Output is being written into an open transaction all the time at
-	// 50 clicks a second: the kill leaves one open in each output
-	// partition.
-	first.kill9()
-	printed1 := printedCounts(t, first.output())
+	// A kill in the few milliseconds between a checkpoint's completion
+	// and its commit loses that checkpoint's output in the embedded Kafka,
+	// which dev says it does not promise (docs/dev.md) and says plainly
+	// when it happens: then the attempt starts over on a fresh --dir.
+	var dir string
+	var printed1, printed2 []userCount
+	for attempt := 1; ; attempt++ {
+		dir = devDir(t)
+		first := startDevProc(t, bin, dir, "--rate", "50")
+		first.waitMatches(devOutputLine, 100)
+		first.waitCheckpoint(3)
+		// Kill while a partition of the output holds records of an open
+		// transaction (its high watermark above its last stable offset),
+		// as it does most of the time at 50 clicks a second.
+		waitOpenTransaction(t, first.broker(), "clicks-per-user")
+		first.kill9()
+		printed1 = printedCounts(t, first.output())
 
-	second := startDevProc(t, bin, dir, "--rate", "50")
-	second.waitMatches(regexp.MustCompile(`^weir dev: the last run did not stop cleanly \(killed\?\): its \d+ open transactions are aborted`), 1)
-	second.waitMatches(devOutputLine, 100)
-	second.waitCheckpoint(8)
-	second.stop()
-	printed2 := printedCounts(t, second.output())
+		second := startDevProc(t, bin, dir, "--rate", "50")
+		second.waitMatches(regexp.MustCompile(`^weir dev: the last run did not stop cleanly \(killed\?\): its \d+ open transactions are aborted`), 1)
+		if second.waitMatchesOrExit(devOutputLine, 100) {
+			second.waitCheckpoint(8)
+			second.stop()
+			printed2 = printedCounts(t, second.output())
+			break
+		}
+		if !strings.Contains(second.stderr.String(), "the last run was killed after a checkpoint completed and before its output was committed") || attempt == 3 {
+			second.fail("attempt %d: dev exited", attempt)
+		}
+		t.Logf("attempt %d: the kill came between a checkpoint's completion and its commit, which dev does not promise to survive; again", attempt)
+	}
 
 	third := startDevProc(t, bin, dir, "--rate", "0", "--quiet")
 	values := readCommitted(t, third.broker(), "clicks-per-user")
@@ -76,4 +97,46 @@ func TestDevKill9KeepsCommittedOutput(t *testing.T) {
 		}
 	}
 	t.Logf("printed %d then %d counts; %d committed over %d users", len(printed1), len(printed2), len(values), len(last))
+}
+
+// waitOpenTransaction waits up to 30s until a partition of topic holds
+// records of an open transaction: its high watermark is above its last
+// stable offset.
+func waitOpenTransaction(t *testing.T, broker, topic string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		stable, serr := adm.ListCommittedOffsets(ctx, topic)
+		if serr == nil {
+			serr = stable.Error()
+		}
+		if err != nil || serr != nil {
+			t.Fatalf("offsets of %s: %v, %v", topic, err, serr)
+		}
+		open := false
+		ends.Each(func(e kadm.ListedOffset) {
+			if s, ok := stable.Lookup(e.Topic, e.Partition); ok && e.Offset > s.Offset {
+				open = true
+			}
+		})
+		if open {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no open transaction in %s in 30s", topic)
+		case <-time.After(10 * time.Millisecond): // polls the broker: no event to wait on
+		}
+	}
 }

@@ -111,6 +111,30 @@ func (p *devProc) waitLines(what string, ok func(lines []string) bool) {
 	}
 }
 
+// waitMatchesOrExit waits until n printed lines match re, and reports
+// whether they did (false: the process exited before).
+func (p *devProc) waitMatchesOrExit(re *regexp.Regexp, n int) bool {
+	p.t.Helper()
+	enough := func(lines []string) bool { return len(matching(lines, re)) >= n }
+	timeout := time.After(60 * time.Second)
+	for {
+		p.mu.Lock()
+		lines, grew := slices.Clone(p.lines), p.grew
+		p.mu.Unlock()
+		if enough(lines) {
+			return true
+		}
+		select {
+		case <-grew:
+		case <-p.eof:
+			_ = p.cmd.Wait()
+			return enough(p.output())
+		case <-timeout:
+			p.fail("no %d lines matching %s in 60s", n, re)
+		}
+	}
+}
+
 // waitMatches waits until n printed lines match re.
 func (p *devProc) waitMatches(re *regexp.Regexp, n int) {
 	p.t.Helper()
