@@ -21,8 +21,8 @@ build: ## Build bin/processor
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/processor ./cmd/processor
 
 .PHONY: run
-run: build ## Run the example job on the embedded Kafka and a local object store (processor dev)
-	$(BIN)/processor dev
+run: build ## Run the example job on the embedded Kafka and a local object store (processor dev; ARGS='--http :8081' passes flags)
+	$(BIN)/processor dev $(ARGS)
 
 .PHONY: test
 test: ## Every test, with -race, on kfake, the real Kafka broker, the real S3 server and the real schema registry (started if not running)

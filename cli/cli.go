@@ -1,8 +1,9 @@
 // Package cli is Weir's command line: the program of the stock processor
 // binary and of any binary built around a job defined in Go. It owns the
-// sub-commands (run, dev, validate, plan, checkpoints, transactions, resume,
-// nexmark, version), the process lifecycle (signals, the exit status), the HTTP
-// endpoints and the process logger; everything else lives in the packages
+// sub-commands (run, dev, validate, plan, checkpoints, transactions,
+// resume, produce, nexmark, version), the embedded Kafka of dev, the
+// process lifecycle (signals, the exit status), the HTTP endpoints and the
+// process logger; everything else lives in the packages
 // it wires together. It keeps no state between calls of Run.
 //
 // The stock binary runs the YAML job of its configuration:
@@ -87,7 +88,8 @@ func newRootCmd(out io.Writer, job *stream.Job) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.AddCommand(newVersionCmd(job), newValidateCmd(job), newRunCmd(job), newDevCmd(job),
-		newPlanCmd(job), newCheckpointsCmd(job), newTransactionsCmd(job), newResumeCmd(job), newSavepointCmd(job), newSavepointsCmd(job), newStopCmd(job), newNexmarkCmd(job))
+		newPlanCmd(job), newCheckpointsCmd(job), newTransactionsCmd(job), newResumeCmd(job), newSavepointCmd(job), newSavepointsCmd(job), newStopCmd(job), newNexmarkCmd(job),
+		newProduceCmd(job))
 	return root
 }
 
@@ -148,12 +150,25 @@ func configSource(file string, flags *pflag.FlagSet, job *stream.Job) config.Sou
 // loadConfig loads a command's configuration (configSource). A Go job that
 // does not build is reported first: no configuration can fix it.
 func loadConfig(file string, flags *pflag.FlagSet, job *stream.Job) (*config.Config, error) {
+	return loadSource(configSource(file, flags, job), flags, job)
+}
+
+// loadOfflineConfig is loadConfig for a command that connects to nothing
+// (config.Source.Offline): connection settings are not required.
+func loadOfflineConfig(file string, flags *pflag.FlagSet, job *stream.Job) (*config.Config, error) {
+	src := configSource(file, flags, job)
+	src.Offline = true
+	return loadSource(src, flags, job)
+}
+
+// loadSource is loadConfig from src.
+func loadSource(src config.Source, flags *pflag.FlagSet, job *stream.Job) (*config.Config, error) {
 	if job != nil {
 		if err := job.Build(); err != nil {
 			return nil, goJobError(job, err)
 		}
 	}
-	cfg, err := config.Load(configSource(file, flags, job))
+	cfg, err := config.Load(src)
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}

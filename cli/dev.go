@@ -19,7 +19,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/checkpoint/ckpt"
@@ -28,6 +27,7 @@ import (
 	"github.com/weir-stream/weir/expression"
 	"github.com/weir-stream/weir/format"
 	"github.com/weir-stream/weir/kafkaio/controltopic"
+	"github.com/weir-stream/weir/kafkaio/sink"
 	"github.com/weir-stream/weir/pipeline"
 	"github.com/weir-stream/weir/stream"
 )
@@ -86,33 +86,51 @@ func devJob(cfg *config.Config) (devExample, error) {
 	return ex, nil
 }
 
-// devWriteInput writes the records of file (one a line: a value, or
-// key<TAB>value; empty lines skipped) to topic, and waits until Kafka has
-// them all.
-func devWriteInput(ctx context.Context, brokers []string, topic, file string) error {
-	b, err := os.ReadFile(file)
+// devInput is one --input: a file of records for one of the job's source
+// topics.
+type devInput struct{ topic, file string }
+
+// parseDevInputs reads the --input flags: topic=FILE, or FILE for the
+// first of sources (the job's source topics, tables included).
+func parseDevInputs(flags []string, sources []string) ([]devInput, error) {
+	var out []devInput
+	for _, f := range flags {
+		in := devInput{topic: sources[0], file: f}
+		if t, file, ok := strings.Cut(f, "="); ok && slices.Contains(sources, t) {
+			in = devInput{topic: t, file: file}
+		} else if ok && !fileExists(f) {
+			return nil, fmt.Errorf("--input %s: %s is not a topic the job reads (%s)", f, t, strings.Join(sources, ", "))
+		}
+		if slices.ContainsFunc(out, func(o devInput) bool { return o.topic == in.topic }) {
+			return nil, fmt.Errorf("--input %s: a second file for %s", f, in.topic)
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// fileExists reports whether name is a file (an --input FILE whose name
+// holds '=').
+func fileExists(name string) bool {
+	_, err := os.Stat(name)
+	return err == nil
+}
+
+// devWriteInput writes the records of in.file (one a line: a value, or
+// key<TAB>value; empty lines skipped) to in.topic, and waits until Kafka
+// has them all.
+func devWriteInput(ctx context.Context, brokers []string, in devInput) error {
+	f, err := os.Open(in.file)
 	if err != nil {
 		return fmt.Errorf("--input: %w", err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	defer f.Close()
+	recs, err := readRecords(f, in.file, func(b []byte) ([]byte, error) { return b, nil })
 	if err != nil {
-		return err
+		return fmt.Errorf("--input: %w", err)
 	}
-	defer cl.Close()
-	var recs []*kgo.Record
-	for line := range strings.SplitSeq(string(b), "\n") {
-		line = strings.TrimSuffix(line, "\r")
-		if line == "" {
-			continue
-		}
-		r := &kgo.Record{Value: []byte(line)}
-		if k, v, ok := strings.Cut(line, "\t"); ok {
-			r.Key, r.Value = []byte(k), []byte(v)
-		}
-		recs = append(recs, r)
-	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("--input: write to %s: %w", topic, err)
+	if _, err := produceRecords(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, in.topic, recs); err != nil {
+		return fmt.Errorf("--input: %w", err)
 	}
 	return nil
 }
@@ -205,7 +223,7 @@ func newDevCmd(job *stream.Job) *cobra.Command {
 		quiet      bool
 		example    string
 		jobFile    string
-		inputFile  string
+		inputs     []string
 		genValue   string
 		genKey     string
 		inFormat   string
@@ -235,13 +253,17 @@ start.
 
 Stop it with Ctrl-C: it says which checkpoint completed last and how many
 output records are committed. Start it again: it resumes from that
-checkpoint, and no click is counted twice.
+checkpoint, no click is counted twice, and it prints only the output
+committed after it started. Output it printed as committed survives a
+kill -9: after an unclean stop, dev aborts the transactions the embedded
+Kafka left open, as Kafka does after their timeout (docs/dev.md).
 
 With --job FILE, dev runs the YAML job of FILE instead (its job section;
 the embedded Kafka and the local stores replace its other settings): it
-creates the job's topics, writes the records of --input FILE to the job's
-first source topic (one record a line: a JSON value, or key<TAB>value),
-or without --input generates sample records into it, and prints the
+creates the job's topics, writes the records of each --input TOPIC=FILE
+to TOPIC, a topic the job reads (one record a line: a JSON value, or
+key<TAB>value; --input FILE: the first source topic), or without --input
+generates sample records into the first source topic, and prints the
 committed output of every sink as "<time>  <topic>  [<key>  ]<value>".
 The sample records are the clicks, or, with --generate EXPR, records
 shaped for the job: EXPR is an expression of the YAML language
@@ -254,6 +276,9 @@ key, with value the generated value. For example:
     --generate '{"id": "o-" + string(offset), "amount": offset * 37 % 500, "country": ["DE", "FR", "US"][offset % 3]}' \
     --generate-key 'value.id'`,
 		Args: cobra.NoArgs,
+		// A program built around a Go job lists no dev: dev runs Weir's
+		// examples or a YAML job, not the program's job.
+		Hidden: job != nil,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if job != nil {
 				return fmt.Errorf("dev runs Weir's example job, not the job %s defined in this program: run it with `%s run -c FILE`", job.Name(), cmd.Root().Name())
@@ -264,11 +289,11 @@ key, with value the generated value. For example:
 			switch {
 			case jobFile != "" && cmd.Flags().Changed("example"):
 				return errors.New("--job and --example: run one job")
-			case jobFile == "" && inputFile != "":
+			case jobFile == "" && len(inputs) > 0:
 				return errors.New("--input needs --job: the examples read the sample clicks")
 			case jobFile == "" && (genValue != "" || genKey != ""):
 				return errors.New("--generate needs --job: the examples read the sample clicks")
-			case inputFile != "" && (genValue != "" || genKey != ""):
+			case len(inputs) > 0 && (genValue != "" || genKey != ""):
 				return errors.New("--input and --generate: give the job one input")
 			case genKey != "" && genValue == "":
 				return errors.New("--generate-key needs --generate")
@@ -296,7 +321,7 @@ key, with value the generated value. For example:
 				}
 			}
 			return runDev(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), devOptions{
-				example: ex, dir: dir, rate: rate, users: users, partitions: partitions, http: httpAddr, quiet: quiet, input: inputFile, generate: gen,
+				program: os.Args[0], example: ex, dir: dir, rate: rate, users: users, partitions: partitions, http: httpAddr, quiet: quiet, inputs: inputs, generate: gen,
 				format:           config.Format{Type: inFormat, Registry: registry},
 				allowNonRestored: cmd.Flags().Lookup(allowNonRestoredFlag).Value.String() == "true",
 			})
@@ -311,7 +336,7 @@ key, with value the generated value. For example:
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "do not print the output records")
 	cmd.Flags().StringVar(&example, "example", devExamples()[0].name, "the example job: "+devExampleNames())
 	cmd.Flags().StringVar(&jobFile, "job", "", "run the YAML job of this file instead of an example")
-	cmd.Flags().StringVar(&inputFile, "input", "", "with --job: write these records (one a line: a JSON value, or key<TAB>value) to the job's first source topic instead of sample clicks")
+	cmd.Flags().StringArrayVar(&inputs, "input", nil, "with --job: write the records of a file (one a line: a JSON value, or key<TAB>value) to a topic the job reads, as TOPIC=FILE, or FILE for its first source topic, instead of sample records (repeatable: one file per topic)")
 	cmd.Flags().StringVar(&genValue, "generate", "", "with --job: generate sample records whose value is this expression (offset: the sample's number, timestamp: now) instead of clicks, --rate a second")
 	cmd.Flags().StringVar(&inFormat, "format", config.FormatJSON, "the sample clicks' format: json, or avro or protobuf (in the Confluent wire format, with --registry)")
 	cmd.Flags().StringVar(&registry, "registry", "", "with --format avro or protobuf: the URL of a schema registry's Confluent-compatible API")
@@ -320,6 +345,7 @@ key, with value the generated value. For example:
 }
 
 type devOptions struct {
+	program    string // the program as it was started (os.Args[0]), to say how to start it again
 	example    devExample
 	dir        string
 	rate       int
@@ -327,7 +353,7 @@ type devOptions struct {
 	partitions int32
 	http       string
 	quiet      bool
-	input      string        // a file of input records, with example.file
+	inputs     []string      // the --input flags: files of input records, with example.file
 	generate   *devGenerator // sample records for example.file, or nil: clicks
 	format     config.Format // the sample clicks' format and registry
 	// allowNonRestored is --allow-non-restored-state.
@@ -400,12 +426,16 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DataDir(filepath.Join(dir, "kafka")))
+	kafka, err := startDevKafka(ctx, dir)
 	if err != nil {
-		return fmt.Errorf("start the embedded Kafka: %w", err)
+		return err
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	defer func() {
+		if err := kafka.close(); err != nil {
+			fmt.Fprintf(logOut, "weir dev: stop the embedded Kafka: %v\n", err)
+		}
+	}()
+	brokers := kafka.brokers
 
 	settings := fmt.Sprintf(devSettings, brokers[0], "file://"+filepath.ToSlash(filepath.Join(dir, "checkpoints")),
 		filepath.Join(dir, "state"), o.http)
@@ -424,6 +454,10 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 		return fmt.Errorf("embedded job: %w", err)
 	}
 
+	inputs, err := parseDevInputs(o.inputs, o.example.inputs())
+	if err != nil {
+		return err
+	}
 	encode := func(v map[string]any) ([]byte, error) { return json.Marshal(v) }
 	if o.format.UsesRegistry() {
 		// The example reads the clicks in their format; its steps and its
@@ -439,18 +473,32 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 	if err := devTopics(ctx, brokers, o.partitions, o.example.inputs(), append([]string{o.example.output}, o.example.topics...)...); err != nil {
 		return err
 	}
+	// The printer starts where the output is committed now, before the
+	// job runs: it prints what this run commits (and what it commits of
+	// the last run's checkpoint), not what earlier runs printed.
+	printFrom, err := devCommittedEnds(ctx, brokers, append([]string{o.example.output}, o.example.topics...))
+	if err != nil {
+		return fmt.Errorf("read the output's committed end: %w", err)
+	}
 	fmt.Fprintf(out, "weir dev: Kafka (embedded) at %s, state and checkpoints in %s\n", brokers[0], dir)
+	if kafka.recovered > 0 {
+		fmt.Fprintf(out, "weir dev: the last run did not stop cleanly (killed?): its %d open transactions are aborted, as Kafka aborts them after their timeout; the job resumes from its last completed checkpoint\n", kafka.recovered)
+	}
 	fmt.Fprintf(out, "weir dev: job %s: %s (exactly once, checkpoint every %v)\n", o.example.name, o.example.what, cfg.Checkpoint.Interval)
 	if o.http != "" {
 		fmt.Fprintf(out, "weir dev: metrics on http://%s/metrics; Ctrl-C stops, running again resumes\n", o.http)
 	}
+	fmt.Fprintf(out, "weir dev: while dev runs, other commands reach its Kafka with --kafka.brokers %s: `%s resume -c %s --kafka.brokers %s` after the job failed\n",
+		brokers[0], o.program, devJobFile(o.example), brokers[0])
 
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	switch {
-	case o.input != "":
-		if err := devWriteInput(ctx, brokers, o.example.inputs()[0], o.input); err != nil {
-			return err
+	case len(inputs) > 0:
+		for _, in := range inputs {
+			if err := devWriteInput(ctx, brokers, in); err != nil {
+				return err
+			}
 		}
 	case o.generate != nil && o.rate > 0:
 		go o.generate.run(gctx, logOut, brokers, o.example.inputs()[0], o.rate)
@@ -463,27 +511,30 @@ func runDev(ctx context.Context, out, logOut io.Writer, o devOptions) error {
 	} else {
 		go func() {
 			defer close(printed)
-			if o.example.file != "" {
-				devPrintAll(gctx, out, brokers, append([]string{o.example.output}, o.example.topics...))
-				return
-			}
-			devPrint(gctx, out, brokers, o.example.output)
+			devPrint(gctx, out, brokers, printFrom, o.example.file != "")
 		}()
 	}
 	cfg.Process.AllowNonRestoredState = o.allowNonRestored
 	if err := serve(ctx, cfg, nil, logOut, nil); err != nil {
+		if errors.Is(err, sink.ErrTxnAborted) && kafka.recovered > 0 {
+			// What dev does not promise (docs/dev.md), said as such.
+			return fmt.Errorf("the last run was killed after a checkpoint completed and before its output was committed, "+
+				"and the embedded Kafka does not keep such transactions across a kill: that checkpoint's output is lost. "+
+				"Start over with a fresh --dir (or remove %s). The job's own words: %w", dir, err)
+		}
 		return err
 	}
 	cancel()
 	<-printed
-	devSummary(out, cfg, brokers, o.dir, o.example)
+	devSummary(out, cfg, brokers, o)
 	return nil
 }
 
 // devSummary says, after Ctrl-C, what is committed and how to resume: the
 // newest completed checkpoint (from the commit topic) and the records
 // read_committed consumers see in the output topic.
-func devSummary(out io.Writer, cfg *config.Config, brokers []string, dir string, ex devExample) {
+func devSummary(out io.Writer, cfg *config.Config, brokers []string, o devOptions) {
+	ex := o.example
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
@@ -498,19 +549,10 @@ func devSummary(out io.Writer, cfg *config.Config, brokers []string, dir string,
 			last = max(last, c.ID)
 		}
 	}
-	again := "make run"
-	if dir != ".weir-dev" || ex.name != devExamples()[0].name || ex.file != "" {
-		again = "processor dev --dir " + dir
-	}
-	switch {
-	case ex.file != "":
-		again += " --job " + ex.file
-	case ex.name != devExamples()[0].name:
-		again += " --example " + ex.name
-	}
+	again := devAgain(o)
 	if last == 0 {
 		fmt.Fprintf(out, "weir dev: stopped before the first checkpoint completed: nothing is committed yet.\n")
-		fmt.Fprintf(out, "weir dev: run `%s` again to start over from the clicks already in the input.\n", again)
+		fmt.Fprintf(out, "weir dev: run `%s` again to start over from the records already in %s.\n", again, strings.Join(ex.inputs(), ", "))
 		return
 	}
 	records := "?"
@@ -520,6 +562,32 @@ func devSummary(out io.Writer, cfg *config.Config, brokers []string, dir string,
 	fmt.Fprintf(out, "weir dev: stopped. Last completed checkpoint: %d; %s holds %s committed records (what read_committed consumers see). Output after checkpoint %d was not committed and will be produced again.\n",
 		last, ex.output, records, last)
 	fmt.Fprintf(out, "weir dev: run `%s` again to resume from checkpoint %d: no input record counts twice.\n", again, last)
+}
+
+// devAgain is the command that starts this dev again on the same data:
+// the program as it was started, its --dir and job, and not its --input
+// (which would write the records again).
+func devAgain(o devOptions) string {
+	again := o.program + " dev"
+	if o.dir != ".weir-dev" {
+		again += " --dir " + o.dir
+	}
+	switch {
+	case o.example.file != "":
+		again += " --job " + o.example.file
+	case o.example.name != devExamples()[0].name:
+		again += " --example " + o.example.name
+	}
+	return again
+}
+
+// devJobFile is the job file of ex: its --job file, or the example's file
+// in a Weir checkout.
+func devJobFile(ex devExample) string {
+	if ex.file != "" {
+		return ex.file
+	}
+	return "examples/" + ex.name + ".yaml"
 }
 
 // devCommittedRecords counts the records of topic that read_committed
@@ -693,39 +761,39 @@ func (g *devGenerator) run(ctx context.Context, logOut io.Writer, brokers []stri
 	}
 }
 
-// devPrintAll prints the committed records of topics, with their topic
-// and key.
-func devPrintAll(ctx context.Context, out io.Writer, brokers []string, topics []string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-		kgo.ConsumeTopics(topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)
+// devCommittedEnds returns, for each partition of topics, the offset up
+// to which read_committed consumers see its records (its last stable
+// offset): where the printer starts, so that each start of dev prints only
+// the output committed after it.
+func devCommittedEnds(ctx context.Context, brokers []string, topics []string) (map[string]map[int32]kgo.Offset, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
-		return
+		return nil, err
 	}
 	defer cl.Close()
-	for {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if len(r.Key) > 0 {
-				fmt.Fprintf(out, "%s  %s  %s  %s\n", r.Timestamp.Format("15:04:05"), r.Topic, r.Key, r.Value)
-				return
-			}
-			fmt.Fprintf(out, "%s  %s  %s\n", r.Timestamp.Format("15:04:05"), r.Topic, r.Value)
-		})
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topics...)
+	if err != nil {
+		return nil, err
 	}
+	if err := ends.Error(); err != nil {
+		return nil, err
+	}
+	from := map[string]map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if from[o.Topic] == nil {
+			from[o.Topic] = map[int32]kgo.Offset{}
+		}
+		from[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset)
+	})
+	return from, nil
 }
 
-// devPrint prints the job's output, topic, as read_committed consumers see
-// it.
-func devPrint(ctx context.Context, out io.Writer, brokers []string, topic string) {
+// devPrint prints the records of the partitions of from, from its
+// offsets on, as read_committed consumers see them: "<time>  <value>", or
+// with withTopic "<time>  <topic>  [<key>  ]<value>".
+func devPrint(ctx context.Context, out io.Writer, brokers []string, from map[string]map[int32]kgo.Offset, withTopic bool) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumerGroup("weir-dev-printer"),
+		kgo.ConsumePartitions(from),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 	)
 	if err != nil {
@@ -738,7 +806,14 @@ func devPrint(ctx context.Context, out io.Writer, brokers []string, topic string
 			return
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			fmt.Fprintf(out, "%s  %s\n", r.Timestamp.Format("15:04:05"), r.Value)
+			switch {
+			case !withTopic:
+				fmt.Fprintf(out, "%s  %s\n", r.Timestamp.Format("15:04:05"), r.Value)
+			case len(r.Key) > 0:
+				fmt.Fprintf(out, "%s  %s  %s  %s\n", r.Timestamp.Format("15:04:05"), r.Topic, r.Key, r.Value)
+			default:
+				fmt.Fprintf(out, "%s  %s  %s\n", r.Timestamp.Format("15:04:05"), r.Topic, r.Value)
+			}
 		})
 	}
 }

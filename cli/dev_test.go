@@ -118,8 +118,9 @@ func runDevUntilOutput(t *testing.T, bin, dir string, line *regexp.Regexp, n int
 // runs) as a user would, stops it with SIGINT once committed output was
 // printed, and checks that it exits 0 saying the last completed checkpoint,
 // how many output records are committed (at least as many as it printed)
-// and how to resume; then runs it again, which resumes from there: its
-// next stop names a later checkpoint.
+// and how to resume, with the command it was started as; then runs it
+// again, which resumes from there: its next stop names a later checkpoint.
+// While it runs, its banner says how other commands reach its Kafka.
 func TestDevSaysWhatIsCommittedOnCtrlC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -133,7 +134,7 @@ func TestDevSaysWhatIsCommittedOnCtrlC(t *testing.T) {
 		if m == nil {
 			t.Fatalf("no 'stopped. Last completed checkpoint' line after SIGINT:\n%s", out)
 		}
-		resume := "run `processor dev --dir " + dir + "` again to resume from checkpoint " + m[1]
+		resume := "run `" + bin + " dev --dir " + dir + "` again to resume from checkpoint " + m[1]
 		if !bytes.Contains([]byte(out), []byte(resume)) {
 			t.Fatalf("no %q after SIGINT:\n%s", resume, out)
 		}
@@ -150,7 +151,12 @@ func TestDevSaysWhatIsCommittedOnCtrlC(t *testing.T) {
 		}
 		return checkpoint, committed
 	}
-	first, committed1 := check(runDevUntilOutput(t, bin, dir, devOutputLine, 10, 1))
+	out1 := runDevUntilOutput(t, bin, dir, devOutputLine, 10, 1)
+	if !regexp.MustCompile("weir dev: while dev runs, other commands reach its Kafka with --kafka.brokers 127.0.0.1:\\d+: `" +
+		regexp.QuoteMeta(bin) + " resume -c examples/clicks-per-user.yaml --kafka.brokers 127.0.0.1:\\d+` after the job failed").MatchString(out1) {
+		t.Errorf("the banner does not say how to reach dev's Kafka:\n%s", out1)
+	}
+	first, committed1 := check(out1)
 	second, committed2 := check(runDevUntilOutput(t, bin, dir, devOutputLine, 10, float64(first+1)))
 	if second <= first || committed2 <= committed1 {
 		t.Fatalf("second run: checkpoint %d (first %d), %d committed records (first %d): did not resume", second, first, committed2, committed1)
@@ -177,7 +183,7 @@ func TestDevViewsPerPage(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no 'stopped. Last completed checkpoint' line naming views-per-page:\n%s", out)
 	}
-	if resume := "run `processor dev --dir " + dir + " --example views-per-page` again to resume from checkpoint " + m[1]; !strings.Contains(out, resume) {
+	if resume := "run `" + bin + " dev --dir " + dir + " --example views-per-page` again to resume from checkpoint " + m[1]; !strings.Contains(out, resume) {
 		t.Errorf("no %q:\n%s", resume, out)
 	}
 	last := map[string]int{}

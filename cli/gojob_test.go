@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -206,12 +207,17 @@ func TestGoJobRefusals(t *testing.T) {
 }
 
 // TestRunWithoutArgsIsHelp: Run with no arguments (nil too) prints the
-// commands and does not read the test binary's own arguments.
+// commands and does not read the test binary's own arguments; a Go job's
+// program does not list dev.
 func TestRunWithoutArgsIsHelp(t *testing.T) {
 	for _, job := range []*stream.Job{nil, countPerKeyJob("go-counts", "in", "out")} {
 		var out, errOut bytes.Buffer
 		if code := Run(context.Background(), nil, job, &out, &errOut); code != 0 || !strings.Contains(out.String(), "Available Commands") {
 			t.Errorf("exit %d:\n%s%s", code, out.String(), errOut.String())
+		}
+		// A Go job's program lists no dev, which would refuse to run.
+		if lists := regexp.MustCompile(`(?m)^  dev `).MatchString(out.String()); lists != (job == nil) {
+			t.Errorf("job %v: help lists dev: %t:\n%s", job, lists, out.String())
 		}
 	}
 }

@@ -163,3 +163,17 @@ func TestVersionSetAtBuild(t *testing.T) {
 		t.Fatalf("version: %v: %q", err, out)
 	}
 }
+
+// TestMakeRunPassesArgs: `make run ARGS=...` passes the flags to
+// processor dev (make -n prints the command without running it).
+func TestMakeRunPassesArgs(t *testing.T) {
+	root, err := e2etest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("make", "-n", "-s", "-C", root, "run", "ARGS=--http :8081 --example views-per-page").CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err != nil || lines[len(lines)-1] != "bin/processor dev --http :8081 --example views-per-page" {
+		t.Fatalf("make -n run ARGS=...: %v\n%s", err, out)
+	}
+}

@@ -44,7 +44,7 @@ connects to nothing.`,
 				if partitions < 1 {
 					return fmt.Errorf("--partitions %d: must be at least 1", partitions)
 				}
-				cfg, err := loadConfig(file, cmd.Flags(), goJob)
+				cfg, err := loadOfflineConfig(file, cmd.Flags(), goJob)
 				if err != nil {
 					return err
 				}

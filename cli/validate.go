@@ -21,7 +21,9 @@ file, WEIR_<SECTION>_<KEY> environment variables and the same flags as
 "run" — reports every problem, one per line, each with where the value came
 from (file:line:column, variable or flag) and its key path, and compiles
 the pipeline (or, in a program built around a job defined in Go, builds that
-job). It exits 1 if there is any problem. It connects to nothing.
+job). It exits 1 if there is any problem. It connects to nothing, so it
+does not require the connection settings (kafka.brokers): a job file
+without a kafka section validates, with a note that run needs them.
 
 With --against, it then runs the compatibility check a replica runs before
 it restores a checkpoint (docs/operations.md, "Upgrading a job"): the job
@@ -40,7 +42,11 @@ the input's partition count is taken from the checkpoint.`,
 					return goJobError(job, err)
 				}
 			}
-			cfg, err := config.Check(configSource(file, cmd.Flags(), job))
+			// It connects to nothing: connection settings are not
+			// required (run says if one is missing).
+			src := configSource(file, cmd.Flags(), job)
+			src.Offline = true
+			cfg, err := config.Check(src)
 			if err != nil {
 				out := cmd.ErrOrStderr()
 				problems := unjoin(err)
@@ -62,6 +68,9 @@ the input's partition count is taken from the checkpoint.`,
 			}
 			for _, w := range cfg.Warnings() {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
+			if len(cfg.Kafka.Brokers) == 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: kafka.brokers is not set: run needs it (in the file, in %s or as --kafka.brokers)\n", config.EnvName("kafka.brokers"))
 			}
 			if job == nil {
 				for _, p := range cfg.StepsWithoutID() {

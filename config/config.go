@@ -27,6 +27,8 @@ type Config struct {
 	// goJob is the name of the job defined in Go that this configuration
 	// runs (Source.GoJob), empty for a YAML pipeline.
 	goJob string
+	// offline is Source.Offline.
+	offline bool
 }
 
 // Job names the job and describes its dataflow.

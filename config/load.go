@@ -41,6 +41,11 @@ type Source struct {
 	// equal it (it names the job's topics, groups and checkpoints, so a
 	// different name would run the program against another job's).
 	GoJob string
+	// Offline is for commands that connect to nothing (validate, plan
+	// --partitions): the connection settings a replica needs, such as
+	// kafka.brokers, are then not required (those that are set are still
+	// checked).
+	Offline bool
 }
 
 // Load reads a configuration from, lowest to highest precedence: defaults,
@@ -105,6 +110,7 @@ func Check(src Source) (*Config, error) {
 	fields := scalarFields(root)
 	overlay(src, fields, &d)
 
+	cfg.offline = src.Offline
 	if src.GoJob != "" {
 		cfg.goJob = src.GoJob
 		if cfg.Job.Name == "" {

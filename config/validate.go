@@ -73,7 +73,7 @@ func (c *Config) Validate() error {
 	}
 
 	// kafka
-	if len(c.Kafka.Brokers) == 0 {
+	if len(c.Kafka.Brokers) == 0 && !c.offline {
 		v.add("kafka.brokers", "required: at least one host:port (environment: %s)", EnvName("kafka.brokers"))
 	}
 	for i, b := range c.Kafka.Brokers {

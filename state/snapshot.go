@@ -249,7 +249,14 @@ func (s *Snapshot) Run(ctx context.Context) (*SnapshotResult, error) {
 	res, err := s.run(ctx)
 	if err != nil {
 		b.metrics.snapshotsFailed.Inc()
-		b.cfg.Logger.Warn("snapshot failed", "checkpoint", s.id, "err", err)
+		if ctx.Err() != nil {
+			// Cancelled: the task stops, or the checkpoint was aborted.
+			// Neither is a failure to warn about (a clean stop cancels
+			// the snapshot in flight).
+			b.cfg.Logger.Debug("snapshot cancelled", "checkpoint", s.id, "err", err)
+		} else {
+			b.cfg.Logger.Warn("snapshot failed", "checkpoint", s.id, "err", err)
+		}
 		close(s.done)
 		b.dropSnapshot(context.WithoutCancel(ctx), s)
 		return nil, fmt.Errorf("state: snapshot %d of task %s: %w", s.id, b.cfg.Task, err)

@@ -1,9 +1,11 @@
 package state
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -305,10 +307,14 @@ func TestConcurrentSnapshotsAndAbort(t *testing.T) {
 }
 
 // Cancelling the asynchronous part fails the snapshot and deletes what it
-// uploaded.
+// uploaded; it logs no warning (a task that stops cleanly cancels the
+// snapshot in flight).
 func TestSnapshotCancel(t *testing.T) {
 	store, fb := newStore(t)
-	b := openTest(t, testConfig(t, store, t.TempDir()))
+	cfg := testConfig(t, store, t.TempDir())
+	var logs bytes.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	b := openTest(t, cfg)
 	kv, _ := NewValueState(b, "kv", StringCodec{})
 	mutate(t, rand.New(rand.NewPCG(9, 9)), kv, model{}, 3000)
 	_ = flushDB(b)
@@ -325,6 +331,9 @@ func TestSnapshotCancel(t *testing.T) {
 	}
 	if keys := listKeys(t, store, ""); len(keys) != 0 {
 		t.Fatalf("cancelled snapshot left %q", keys)
+	}
+	if strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("a cancelled snapshot logs a warning:\n%s", logs.String())
 	}
 	// The next snapshot works.
 	fb.onPut = nil

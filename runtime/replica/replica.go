@@ -1500,8 +1500,8 @@ func (r *Replica) reportFailure(ctx context.Context, gen uint64, f control.Failu
 		return // not running a generation: nothing to report against
 	}
 	f.Gen = gen
-	r.log.Warn("reporting a permanent task failure to the coordinator", "task", f.Task.String(), "cause", f.Cause,
-		"record_topic", f.Record.Topic, "record_partition", f.Record.Partition, "record_offset", f.Record.Offset, "generation", gen)
+	r.log.Warn("reporting a permanent task failure to the coordinator", append([]any{"task", f.Task.String(), "cause", f.Cause},
+		append(recordAttrs(f.Record), "generation", gen)...)...)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := r.acks.Send(sctx, f); err != nil && ctx.Err() == nil {
@@ -1556,9 +1556,17 @@ func (r *Replica) enterFailed(ctx context.Context, f control.Failed, offset int6
 	}
 	r.loggedAt = offset
 	r.log.Error("job failed permanently; this replica runs none of its tasks until the job is resumed",
-		"cause", f.Cause, "task", f.Task.String(), "record_topic", f.Record.Topic, "record_partition", f.Record.Partition,
-		"record_offset", f.Record.Offset, "reason", f.Reason, "generation", f.Gen,
-		"commit_topic", r.topics.Commit, "commit_offset", offset, "resume", fl.Resume())
+		append(append([]any{"cause", f.Cause, "task", f.Task.String()}, recordAttrs(f.Record)...),
+			"reason", f.Reason, "generation", f.Gen, "commit_topic", r.topics.Commit, "commit_offset", offset, "resume", fl.Resume())...)
+}
+
+// recordAttrs are the log attributes of the record a failure is about:
+// none for a failure that is not about a record.
+func recordAttrs(p control.Position) []any {
+	if p.IsZero() {
+		return nil
+	}
+	return []any{"record_topic", p.Topic, "record_partition", p.Partition, "record_offset", p.Offset}
 }
 
 // enterStopped stops the job on this replica: the stopped record at offset

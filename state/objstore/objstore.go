@@ -283,6 +283,10 @@ type Store struct {
 	prefix string
 	retry  RetryPolicy
 	log    *slog.Logger
+	// dir is the job's directory of a file:// store (Open), "" for other
+	// stores: fileblob deletes files but not the directories they leave
+	// empty, which Delete removes for checkpoints.
+	dir string
 }
 
 // Open opens the bucket named by url (file:///dir, mem://, s3://bucket?…,
@@ -318,6 +322,9 @@ func Open(ctx context.Context, url, job string, opts Options) (*Store, error) {
 	if err != nil {
 		_ = b.Close()
 		return nil, err
+	}
+	if u, err := neturl.Parse(url); err == nil && u.Scheme == "file" && u.Path != "" {
+		s.dir = filepath.Join(filepath.FromSlash(u.Path), job)
 	}
 	// Opening a bucket sends no request: ask once, so that a bucket that
 	// does not exist, or refuses this job, is an error at start, not a
@@ -517,9 +524,27 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return s.b.Delete(ctx, s.prefix+key)
 	})
 	if errors.Is(err, ErrNotFound) {
-		return nil
+		err = nil
+	}
+	if err == nil {
+		s.removeEmptyCheckpointDir(key)
 	}
 	return err
+}
+
+// removeEmptyCheckpointDir removes, in a file:// store, the directory
+// chk-<n>/ of key if deleting key left it empty, so that garbage
+// collection leaves no empty chk-<n>/ behind. Objects of a checkpoint are
+// deleted only once it is released or dead, when nothing writes to its
+// directory any more. Other directories (shared/<task>/, which the next
+// snapshot may write to at once) are kept. A directory that is not empty,
+// or already gone, is left as it is.
+func (s *Store) removeEmptyCheckpointDir(key string) {
+	if _, ok := ParseCheckpointKey(key); !ok || s.dir == "" {
+		return
+	}
+	dir, _, _ := strings.Cut(key, "/")
+	_ = os.Remove(filepath.Join(s.dir, dir)) // fails unless empty
 }
 
 // List returns every object whose key (relative to the job root) starts

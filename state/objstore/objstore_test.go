@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -169,5 +171,45 @@ func TestOpenFileURL(t *testing.T) {
 	}
 	if _, err := New(nil, "a/b", Options{}); err == nil {
 		t.Error("job name with a slash accepted")
+	}
+}
+
+// TestFileDeleteRemovesEmptyCheckpointDir: in a file:// store, deleting
+// the last object of chk-<n>/ removes the directory (fileblob leaves it),
+// while a directory that still holds an object, and shared/<task>/, stay.
+func TestFileDeleteRemovesEmptyCheckpointDir(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s, err := Open(ctx, "file://"+root, "job", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, k := range []string{"chk-3/_metadata", "chk-3/main-0.manifest", "chk-4/_metadata", "shared/main-0/1.sst"} {
+		if err := s.Put(ctx, k, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exists := func(dir string) bool {
+		_, err := os.Stat(filepath.Join(root, "job", dir))
+		return err == nil
+	}
+	if err := s.Delete(ctx, "chk-3/_metadata"); err != nil {
+		t.Fatal(err)
+	}
+	if !exists("chk-3") {
+		t.Fatal("chk-3/ removed while it holds a manifest")
+	}
+	if err := s.DeletePrefix(ctx, "chk-", "chk-4/_metadata"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "shared/main-0/1.sst"); err != nil {
+		t.Fatal(err)
+	}
+	if exists("chk-3") || exists("chk-4") {
+		t.Error("an empty chk-<n>/ is left after its objects were deleted")
+	}
+	if !exists("shared/main-0") {
+		t.Error("shared/main-0/ removed: the next snapshot uploads into it")
 	}
 }
