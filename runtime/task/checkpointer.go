@@ -34,20 +34,14 @@ type checkpointer struct {
 
 	mu struct {
 		sync.Mutex
-		// running are the asynchronous parts in flight, by checkpoint.
-		running map[ckpt.ID]*asyncPart
+		// running cancels each asynchronous part in flight, by checkpoint.
+		running map[ckpt.ID]context.CancelFunc
 		// aborted are checkpoints aborted before their barrier reached the
 		// task (IDs above lastBarrier).
 		aborted     map[ckpt.ID]bool
 		lastBarrier ckpt.ID
 	}
 	wg sync.WaitGroup
-}
-
-// asyncPart is one checkpoint's asynchronous part in flight.
-type asyncPart struct {
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // checkpointerConfig is what a checkpointer works with.
@@ -131,7 +125,7 @@ func newCheckpointer(ctx context.Context, cfg checkpointerConfig) *checkpointer 
 	if c.cfg.spawn == nil {
 		c.cfg.spawn = c.wg.Go
 	}
-	c.mu.running = map[ckpt.ID]*asyncPart{}
+	c.mu.running = map[ckpt.ID]context.CancelFunc{}
 	c.mu.aborted = map[ckpt.ID]bool{}
 	return c
 }
@@ -175,9 +169,8 @@ func (c *checkpointer) onBarrier(m *mark) error {
 	}
 	syncDur := c.cfg.Now().Sub(start)
 	ctx, cancel := context.WithCancel(c.ctx)
-	part := &asyncPart{cancel: cancel, done: make(chan struct{})}
 	c.mu.Lock()
-	c.mu.running[b.ID] = part
+	c.mu.running[b.ID] = cancel
 	c.mu.Unlock()
 	c.cfg.spawn(func() {
 		defer func() {
@@ -185,7 +178,6 @@ func (c *checkpointer) onBarrier(m *mark) error {
 			delete(c.mu.running, b.ID)
 			c.mu.Unlock()
 			cancel()
-			close(part.done)
 		}()
 		c.finish(ctx, m, pres, snap, wms, syncDur)
 	})
@@ -291,9 +283,8 @@ func (c *checkpointer) complete(ctx context.Context, n ckpt.ID) error {
 // uploads.
 func (c *checkpointer) abort(ctx context.Context, n ckpt.ID) {
 	c.mu.Lock()
-	part := c.mu.running[n]
-	if part != nil {
-		part.cancel()
+	if cancel := c.mu.running[n]; cancel != nil {
+		cancel()
 	} else if n > c.mu.lastBarrier {
 		c.mu.aborted[n] = true
 	}
@@ -306,23 +297,12 @@ func (c *checkpointer) abort(ctx context.Context, n ckpt.ID) {
 	}
 }
 
-// running returns the checkpoints whose asynchronous part is in flight.
-func (c *checkpointer) running() []ckpt.ID {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ids := make([]ckpt.ID, 0, len(c.mu.running))
-	for id := range c.mu.running {
-		ids = append(ids, id)
-	}
-	return ids
-}
-
 // stop waits for every asynchronous part to end. The task's context has
 // ended before: they are cancelled, and decline nothing.
 func (c *checkpointer) stop() {
 	c.mu.Lock()
-	for _, p := range c.mu.running {
-		p.cancel()
+	for _, cancel := range c.mu.running {
+		cancel()
 	}
 	c.mu.Unlock()
 	c.wg.Wait()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -197,8 +198,9 @@ func (h *ckptHarness) run(t *testing.T, d *datadriven.TestData) string {
 		h.cancel()
 		h.c.stop()
 	case "running":
-		ids := h.c.running()
-		slices.Sort(ids)
+		h.c.mu.Lock()
+		ids := slices.Sorted(maps.Keys(h.c.mu.running))
+		h.c.mu.Unlock()
 		h.log("running %v", ids)
 	default:
 		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
