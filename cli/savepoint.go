@@ -91,7 +91,7 @@ func takeSavepoint(ctx context.Context, cmd *cobra.Command, cfg *config.Config, 
 	if s, _ := replica.JobStop(hist.Records); s != nil {
 		return fmt.Errorf("job %s is stopped (generation %d): it runs nothing to take a savepoint of; processor resume starts it again", cfg.Job.Name, s.Gen)
 	}
-	if !hasGeneration(hist.Records) {
+	if lastGeneration(hist.Records) == 0 {
 		return fmt.Errorf("job %s has never run (%s has no generation): start it before taking a savepoint", cfg.Job.Name, topics.Commit)
 	}
 	// The tail starts where the topics end now, before the request is
@@ -168,14 +168,16 @@ func takeSavepoint(ctx context.Context, cmd *cobra.Command, cfg *config.Config, 
 	}
 }
 
-// hasGeneration reports whether a commit topic's records hold a generation.
-func hasGeneration(recs []controltopic.Record) bool {
+// lastGeneration returns the newest generation among a commit topic's
+// records, 0 if there is none (the job has never run).
+func lastGeneration(recs []controltopic.Record) uint64 {
+	var gen uint64
 	for _, r := range recs {
-		if _, ok := r.Msg.(control.Generation); ok {
-			return true
+		if g, ok := r.Msg.(control.Generation); ok {
+			gen = g.Gen
 		}
 	}
-	return false
+	return gen
 }
 
 // savepointURL is where key, relative to the job's root, is: under the
@@ -248,12 +250,7 @@ func stopJob(ctx context.Context, cmd *cobra.Command, cfg *config.Config, opts [
 		if s, _ := replica.JobStop(hist.Records); s != nil {
 			return 0, 0, fmt.Errorf("job %s is stopped already (generation %d)", cfg.Job.Name, s.Gen)
 		}
-		for _, r := range hist.Records {
-			if g, ok := r.Msg.(control.Generation); ok {
-				gen = g.Gen
-			}
-		}
-		if gen == 0 {
+		if gen = lastGeneration(hist.Records); gen == 0 {
 			return 0, 0, fmt.Errorf("job %s has never run (%s has no generation): nothing to stop", cfg.Job.Name, topics.Commit)
 		}
 		return gen, hist.End, nil
