@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -26,52 +25,21 @@ import (
 // commit the rest. The independent read_committed verifier sees every key's
 // counts exactly 1..N over the whole run.
 func TestSavepointTakenAndRestored(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test: skipped with -short")
-	}
-	c := kafkatest.NewReal(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	bin, err := e2etest.BuildProcessor(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := kafkatest.Name(t, "savepoint")
-	input, output := job+"-clicks", job+"-counts"
-	c.CreateTopic(t, input, 4, nil)
-	c.CreateTopic(t, output, 4, nil)
-	dir := t.TempDir()
-	cfgFile := filepath.Join(dir, "job.yaml")
 	// The first periodic checkpoint is due 3m50s to 4m after each
 	// generation starts: within the test only savepoints complete.
-	if err := (e2etest.Job{Name: job, Input: input, Output: output, Brokers: c.Brokers,
-		Interval: 4 * time.Minute, TransactionTimeout: 10 * time.Minute}).Write(cfgFile); err != nil {
-		t.Fatal(err)
-	}
-	storage := "file://" + filepath.Join(dir, "checkpoints")
-	commits := e2etest.WatchCommits(t, c.Brokers, job)
-	verifier := e2etest.StartVerifier(t, c.Brokers, output)
-	in := e2etest.NewInput(t, c.Brokers, input, keys)
-	in.Good(ctx, 20000)
-	cl := e2etest.NewReplicas(t, bin, cfgFile, dir, e2etest.ReplicaOptions{HTTP: true, Storage: storage,
-		Flags: []string{"--checkpoint.min_pause=3m50s"}})
-	r0, r1 := cl.Start(), cl.Start()
-	waitReadyz(t, cl.Proc(r0))
-	waitReadyz(t, cl.Proc(r1))
-
+	r := startSavepointRun(t, "savepoint", e2etest.Job{Interval: 4 * time.Minute, TransactionTimeout: 10 * time.Minute},
+		"--checkpoint.min_pause=3m50s")
+	job, storage, commits, verifier, in, cl := r.job, r.storage, r.commits, r.verifier, r.in, r.cl
+	ctx := t.Context()
 	savepoint := func(name string) (string, string, error) {
 		t.Helper()
-		cmd := cl.Command(ctx, "savepoint", "--checkpoint.storage="+storage, "--target", name, "--timeout", "2m")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		return strings.TrimSpace(stdout.String()), stderr.String(), err
+		return r.cli(t, "savepoint", "--target", name, "--timeout", "2m")
 	}
 	url, stderr, err := savepoint("sp-1")
 	if err != nil {
 		t.Fatalf("processor savepoint: %v\n%s", err, stderr)
 	}
-	root := filepath.Join(dir, "checkpoints", job)
+	root := filepath.Join(r.dir, "checkpoints", job)
 	if want := storage + "/" + job + "/savepoints/sp-1/_metadata"; !strings.HasPrefix(url, want) {
 		t.Fatalf("processor savepoint printed %q, want %s", url, want)
 	}
@@ -91,18 +59,12 @@ func TestSavepointTakenAndRestored(t *testing.T) {
 	// savepoint, the only completed checkpoint.
 	in.Good(ctx, 20000)
 	time.Sleep(2 * time.Second)
-	cl.Kill(r0)
-	cl.Kill(r1)
+	cl.Kill(r.r0)
+	cl.Kill(r.r1)
 	t.Logf("kill -9 of both replicas (%d output records committed)", verifier.Seen())
-	waitReadyz(t, cl.Restart(r0))
-	waitReadyz(t, cl.Restart(r1))
-	restored := false
-	for _, g := range commits.Records("generation") {
-		if strings.Contains(g.Raw, `"restore_metadata":"savepoints/sp-1/_metadata"`) {
-			restored = true
-		}
-	}
-	if !restored {
+	waitReadyz(t, cl.Restart(r.r0))
+	waitReadyz(t, cl.Restart(r.r1))
+	if !r.restoredFrom("savepoints/sp-1/_metadata") {
 		t.Fatalf("no generation restored from savepoint sp-1; generations: %v", commits.Records("generation"))
 	}
 
@@ -126,14 +88,7 @@ func TestSavepointTakenAndRestored(t *testing.T) {
 	// savepoints list shows them all, the newest as the restore point;
 	// delete refuses the restore point and removes another whole.
 	run := func(args ...string) (string, string, error) {
-		// Command gives `savepoints -c FILE`; -c belongs after the
-		// subcommand's name (savepoints list -c FILE).
-		cmd := cl.Command(ctx, "savepoints")
-		cmd.Args = append([]string{cmd.Args[0], "savepoints", args[0], "-c", cfgFile, "--checkpoint.storage=" + storage}, args[1:]...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		return stdout.String(), stderr.String(), err
+		return r.cli(t, "savepoints "+args[0], args[1:]...)
 	}
 	out, stderr, err := run("list")
 	if err != nil {
@@ -159,9 +114,7 @@ func TestSavepointTakenAndRestored(t *testing.T) {
 	if out, _, _ := run("list"); strings.Contains(out, "sp-1 ") {
 		t.Fatalf("savepoints list after deleting sp-1:\n%s", out)
 	}
-	cl.StopAll()
-	e2etest.CheckCheckpointIDs(t, commits)
-	e2etest.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
+	r.finish(t)
 }
 
 // checkSelfContained checks that savepoint name under the job's root refers
@@ -251,43 +204,16 @@ func countFiles(t *testing.T, dir string) int {
 // independent read_committed verifier sees every key's counts exactly
 // 1..N over the whole run.
 func TestStopAndResume(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test: skipped with -short")
-	}
-	c := kafkatest.NewReal(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	bin, err := e2etest.BuildProcessor(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := kafkatest.Name(t, "stop")
-	input, output := job+"-clicks", job+"-counts"
-	c.CreateTopic(t, input, 4, nil)
-	c.CreateTopic(t, output, 4, nil)
-	dir := t.TempDir()
-	cfgFile := filepath.Join(dir, "job.yaml")
-	if err := (e2etest.Job{Name: job, Input: input, Output: output, Brokers: c.Brokers}).Write(cfgFile); err != nil {
-		t.Fatal(err)
-	}
-	commits := e2etest.WatchCommits(t, c.Brokers, job)
-	verifier := e2etest.StartVerifier(t, c.Brokers, output)
-	in := e2etest.NewInput(t, c.Brokers, input, keys)
-	in.Good(ctx, 20000)
-	cl := e2etest.NewReplicas(t, bin, cfgFile, dir, e2etest.ReplicaOptions{HTTP: true})
-	r0, r1 := cl.Start(), cl.Start()
-	waitReadyz(t, cl.Proc(r0))
-	waitReadyz(t, cl.Proc(r1))
+	r := startSavepointRun(t, "stop", e2etest.Job{})
+	commits, verifier, in, cl := r.commits, r.verifier, r.in, r.cl
+	r0, r1 := r.r0, r.r1
+	ctx := t.Context()
 	if err := verifier.WaitSeenWhile(5000, 2*time.Minute, cl.Exited); err != nil {
 		t.Fatal(err)
 	}
 	run := func(command string, args ...string) (string, string, error) {
 		t.Helper()
-		cmd := cl.Command(ctx, command, append([]string{"--checkpoint.storage=file://" + filepath.Join(dir, "checkpoints")}, args...)...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		return strings.TrimSpace(stdout.String()), stderr.String(), err
+		return r.cli(t, command, args...)
 	}
 	stopped := func(want string, ps ...*e2etest.Proc) {
 		t.Helper()
@@ -337,11 +263,7 @@ func TestStopAndResume(t *testing.T) {
 	for _, id := range []string{r0, r1, r2} {
 		waitReadyz(t, cl.Proc(id))
 	}
-	restored := false
-	for _, g := range commits.Records("generation") {
-		restored = restored || strings.Contains(g.Raw, `"restore_metadata":"savepoints/final/_metadata"`)
-	}
-	if !restored {
+	if !r.restoredFrom("savepoints/final/_metadata") {
 		t.Fatalf("no generation restored from the final savepoint; generations: %v", commits.Records("generation"))
 	}
 	_, sum := in.Counts()
@@ -377,7 +299,84 @@ func TestStopAndResume(t *testing.T) {
 		t.FailNow()
 	}
 	verifier.Check(perKey, sum, time.Minute)
-	cl.StopAll()
-	e2etest.CheckCheckpointIDs(t, commits)
-	e2etest.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
+	r.finish(t)
+}
+
+// savepointRun is the count job of the savepoint and stop tests on two
+// replicas (the binary, the real broker), 20 000 records of input already
+// written, both replicas ready.
+type savepointRun struct {
+	c                 *kafkatest.Cluster
+	job, dir, storage string
+	cfgFile           string
+	commits           *e2etest.CommitWatcher
+	verifier          *e2etest.Verifier
+	in                *e2etest.Input
+	cl                *e2etest.Replicas
+	r0, r1            string
+}
+
+// startSavepointRun starts it: j's name, topics and brokers are set here,
+// flags go to every replica's run.
+func startSavepointRun(t *testing.T, stem string, j e2etest.Job, flags ...string) *savepointRun {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+	r := &savepointRun{c: kafkatest.NewReal(t), job: kafkatest.Name(t, stem), dir: t.TempDir()}
+	bin, err := e2etest.BuildProcessor(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Name, j.Input, j.Output, j.Brokers = r.job, r.job+"-clicks", r.job+"-counts", r.c.Brokers
+	r.c.CreateTopic(t, j.Input, 4, nil)
+	r.c.CreateTopic(t, j.Output, 4, nil)
+	r.cfgFile = filepath.Join(r.dir, "job.yaml")
+	if err := j.Write(r.cfgFile); err != nil {
+		t.Fatal(err)
+	}
+	r.storage = "file://" + filepath.Join(r.dir, "checkpoints")
+	r.commits = e2etest.WatchCommits(t, r.c.Brokers, r.job)
+	r.verifier = e2etest.StartVerifier(t, r.c.Brokers, j.Output)
+	r.in = e2etest.NewInput(t, r.c.Brokers, j.Input, keys)
+	r.in.Good(t.Context(), 20000)
+	r.cl = e2etest.NewReplicas(t, bin, r.cfgFile, r.dir, e2etest.ReplicaOptions{HTTP: true, Storage: r.storage, Flags: flags})
+	r.r0, r.r1 = r.cl.Start(), r.cl.Start()
+	waitReadyz(t, r.cl.Proc(r.r0))
+	waitReadyz(t, r.cl.Proc(r.r1))
+	return r
+}
+
+// cli runs `processor <command> -c FILE --checkpoint.storage=S args...`
+// (command may name a subcommand: "savepoints list") and returns its
+// trimmed stdout and its stderr.
+func (r *savepointRun) cli(t *testing.T, command string, args ...string) (string, string, error) {
+	t.Helper()
+	words := strings.Fields(command)
+	cmd := r.cl.Command(t.Context(), words[0])
+	cmd.Args = append(append(append([]string{cmd.Args[0]}, words...), "-c", r.cfgFile, "--checkpoint.storage="+r.storage), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return strings.TrimSpace(stdout.String()), stderr.String(), err
+}
+
+// restoredFrom reports whether a generation record of the job restored from
+// the _metadata at key (a savepoint's).
+func (r *savepointRun) restoredFrom(key string) bool {
+	for _, g := range r.commits.Records("generation") {
+		if strings.Contains(g.Raw, `"restore_metadata":"`+key+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// finish stops the replicas and checks the commit topic's IDs and that no
+// transaction is left open.
+func (r *savepointRun) finish(t *testing.T) {
+	t.Helper()
+	r.cl.StopAll()
+	e2etest.CheckCheckpointIDs(t, r.commits)
+	e2etest.CheckNoOpenTransactions(t.Context(), t, r.c.Brokers, r.job)
 }
