@@ -35,6 +35,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weir-stream/weir/checkpoint/ckpt"
+	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator"
@@ -350,10 +351,13 @@ func (r *Replica) prepare(ctx context.Context) error {
 	return nil
 }
 
-// planInputs are the plan's inputs from the job's settings.
+// planInputs are the plan's inputs from the job's settings, its stages
+// under the names the last comparison with the job's newest checkpoint
+// gave them (compat.Result.StageNames).
 func (r *Replica) planInputs() plan.Inputs {
 	return plan.Inputs{
 		Parallelism: r.cfg.Job.Parallelism, MaxParallelism: r.cfg.Job.MaxParallelism, TopicPrefix: r.cfg.Kafka.TopicPrefix,
+		StageNames: r.check.result.StageNames,
 	}
 }
 
@@ -992,6 +996,15 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 		r.log.Error("check the job against its newest checkpoint", "err", err)
 		return nil
 	}
+	if !samePlanNames(p, r.check.result.StageNames) {
+		// The check found stages that keep the checkpoint's name: the
+		// tasks are placed, and the checkpoints record, under it.
+		if p, err = r.planFor(parts, r.lastGen); err != nil {
+			r.log.Error("plan the job's tasks", "err", err)
+			return nil
+		}
+		sch = r.schemaOf(p)
+	}
 	if r.coord == nil {
 		if err := r.startCoordinator(ctx); err != nil {
 			r.log.Error("start the coordinator", "err", err)
@@ -1245,10 +1258,27 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	// all switch to added partitions at the same generation, and every
 	// downstream task aligns on the barriers of exactly the upstream
 	// tasks that run in it.
+	//
+	// Where g's checkpoint holds the state of operators and stages an
+	// edit renamed (compat.Result.StateNames, StageNames): the same for
+	// every task, and the plan's stages run under those names.
+	var names compat.Result
+	if len(mine) > 0 {
+		if err := retry(ctx, r.log, r.met, r.heart, "start_task", func() (err error) {
+			names, err = r.restoreNames(ctx, g)
+			return err
+		}); err != nil {
+			return err
+		}
+	} else if r.check.checked == g.RestoreFrom {
+		names = r.check.result
+	}
 	all, err := g.Assignment.Tasks()
 	if err == nil {
 		var p *plan.Plan
-		if p, err = plan.ForTasks(r.opts.Job, r.planInputs(), all); err == nil {
+		in := r.planInputs()
+		in.StageNames = names.StageNames
+		if p, err = plan.ForTasks(r.opts.Job, in, all); err == nil {
 			r.plan = p
 		}
 	}
@@ -1262,17 +1292,6 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	if err := r.openShuffleClient(mine); err != nil {
 		return err
 	}
-	// Where g's checkpoint holds the state of operators an edit renamed
-	// (compat.Result.StateNames): the same for every task.
-	var names map[string]string
-	if len(mine) > 0 {
-		if err := retry(ctx, r.log, r.met, r.heart, "start_task", func() (err error) {
-			names, err = r.stateNames(ctx, g)
-			return err
-		}); err != nil {
-			return err
-		}
-	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
@@ -1282,7 +1301,7 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 			err := retry(ctx, r.log, r.met, nil, "start_task", func() error {
 				var err error
 				cfg := r.taskConfig(id, g)
-				cfg.StateNames = names
+				cfg.StateNames = names.StateNames
 				t, err = task.Open(ctx, cfg)
 				if errors.Is(err, kafkasink.ErrTxnAborted) || task.Permanent(err) != nil {
 					// Output of a completed checkpoint is lost: never go on

@@ -274,7 +274,7 @@ func (t *Task) open(ctx context.Context, name string) error {
 	}
 	t.met = cfg.Metrics.forTask(cfg.ID.Stage, cfg.ID.String(), cfg.Gen)
 	tc := stream.TaskContext{
-		Backend: t.backend, Stage: st.Name, Task: cfg.ID.String(), Index: cfg.ID.Index, Now: cfg.Now, Logger: t.log,
+		Backend: t.backend, Stage: st.JobName(), Task: cfg.ID.String(), Index: cfg.ID.Index, Now: cfg.Now, Logger: t.log,
 		StateNames: cfg.StateNames,
 	}
 	if t.met != nil {
