@@ -181,6 +181,9 @@ type Task struct {
 	// wm is the task's event time; nil if the job does not use it.
 	wm  *watermarks
 	met *taskMetrics
+	// busy accounts the task goroutine's time (idle, backpressured, busy);
+	// the task goroutine only.
+	busy busyTime
 
 	ctx     context.Context // the task's life; cancelled by Stop
 	cancel  context.CancelFunc
@@ -273,6 +276,7 @@ func (t *Task) open(ctx context.Context, name string) error {
 		return fmt.Errorf("the job's plan has no stage %s", cfg.ID.Stage)
 	}
 	t.met = cfg.Metrics.forTask(cfg.ID.Stage, cfg.ID.String(), cfg.Gen)
+	t.busy = t.met.busyTime()
 	tc := stream.TaskContext{
 		Backend: t.backend, Stage: st.JobName(), Task: cfg.ID.String(), Index: cfg.ID.Index, Now: cfg.Now, Logger: t.log,
 		StateNames: cfg.StateNames,
@@ -505,7 +509,9 @@ func (t *Task) loop() error {
 			deadline = nextWatermark
 		}
 		pollCtx, cancel := context.WithDeadline(ctx, deadline)
+		polled := t.cfg.Now()
 		el, err := t.in.next(pollCtx)
+		t.busy.polledFor(t.cfg.Now().Sub(polled))
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -547,7 +553,9 @@ func (t *Task) loop() error {
 				return out.err
 			}
 		}
-		if now := t.cfg.Now(); !now.Before(nextTimers) {
+		now := t.cfg.Now()
+		t.busy.publish(now)
+		if !now.Before(nextTimers) {
 			if err := t.chain.FireTimers(now, out); err != nil {
 				return fmt.Errorf("timers: %w", err)
 			}
