@@ -70,6 +70,7 @@ func (r *Replica) schemaOf(p *plan.Plan) *compat.Schema {
 func (r *Replica) noteComplete(c control.Complete) {
 	if n := r.check.newest; n == nil || c.ID > n.ID {
 		r.check.newest = &c
+		r.met.lastCompletedTime.Set(float64(c.TS) / 1000)
 	}
 }
 

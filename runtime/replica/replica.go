@@ -46,6 +46,7 @@ import (
 	"github.com/weir-stream/weir/kafkaio/kafkaconn"
 	"github.com/weir-stream/weir/kafkaio/shuffle"
 	kafkasink "github.com/weir-stream/weir/kafkaio/sink"
+	"github.com/weir-stream/weir/kafkaio/source"
 	"github.com/weir-stream/weir/plan"
 	"github.com/weir-stream/weir/runtime/membership"
 	"github.com/weir-stream/weir/runtime/task"
@@ -129,6 +130,10 @@ type Replica struct {
 	// a resumed or generation record; stop is it for /readyz.
 	stopped *control.Stopped
 	stop    atomic.Pointer[Stop]
+	// parked exports the input's lag while the job is failed or stopped
+	// (parkLag); lag is weir_source_lag_records.
+	parked *parkedLag
+	lag    *prometheus.GaugeVec
 }
 
 // Failure is a job's permanent failure, as this replica read it from the
@@ -215,6 +220,10 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 		return nil, err
 	}
 	r.met = met
+	met.interval.Set(cfg.Checkpoint.Interval.Seconds())
+	if r.lag, err = source.LagMetric(opts.Registerer); err != nil {
+		return nil, err
+	}
 	sm, err := kafkasink.NewMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -1242,7 +1251,9 @@ func (r *Replica) onRecord(ctx context.Context, rec controltopic.Record) error {
 func (r *Replica) startGeneration(ctx context.Context, g control.Generation) error {
 	r.ready.Store(false)
 	r.stopTasks(ctx)
-	r.gen = 0 // until every task of g runs, no trigger is passed on
+	r.unparkLag() // the sources of g export the lag
+	// Until every task of g runs, no trigger is passed on.
+	r.gen = 0
 	mine := g.Assignment[r.opts.ReplicaID]
 	if g.Fingerprint != "" && g.Fingerprint != r.opts.Fingerprint {
 		return r.wait(g, mine)
@@ -1570,6 +1581,7 @@ func (r *Replica) enterFailed(ctx context.Context, f control.Failed, offset int6
 	fl := &Failure{Failed: f, CommitTopic: r.topics.Commit, Offset: offset}
 	r.failure.Store(fl)
 	r.met.setFailed(f.Cause)
+	r.parkLag(ctx)
 	if r.loggedAt == offset {
 		return
 	}
@@ -1602,6 +1614,7 @@ func (r *Replica) enterStopped(ctx context.Context, s control.Stopped, offset in
 	st := &Stop{Stopped: s, CommitTopic: r.topics.Commit, Offset: offset}
 	r.stop.Store(st)
 	r.met.stopped.Set(1)
+	r.parkLag(ctx)
 	r.log.Info("job stopped; this replica runs none of its tasks until the job is resumed",
 		"generation", s.Gen, "savepoint", s.Savepoint, "metadata", s.Metadata,
 		"commit_topic", r.topics.Commit, "commit_offset", offset, "resume", "processor resume -c FILE")
@@ -1681,6 +1694,7 @@ func (r *Replica) localTaskNames() []string {
 
 func (r *Replica) close() {
 	ctx := context.Background()
+	r.unparkLag()
 	r.stopCoordinator()
 	r.stopTasks(ctx)
 	if r.acks != nil {
