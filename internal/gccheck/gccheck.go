@@ -53,6 +53,9 @@ type Report struct {
 	// counts those under savepoints/, Checkpoint those under chk-*/ and
 	// Shared those under shared/.
 	Objects, Savepoint, Checkpoint, Shared int
+	// CheckpointDirs are the checkpoints with objects under chk-<n>/,
+	// ascending: retained, in flight, or not deleted yet.
+	CheckpointDirs []ckpt.ID
 	// Retained are the periodic checkpoints checked, Savepoints the
 	// savepoints (both ascending): those kept both before and after the
 	// listing.
@@ -76,8 +79,8 @@ type Report struct {
 
 // String summarizes r in one line.
 func (r Report) String() string {
-	return fmt.Sprintf("%d objects (%d shared, %d under chk-*, %d under savepoints); retained checkpoints %v and savepoints %v refer to %d, at most %d per task snapshot; %d unreferenced; %d missing",
-		r.Objects, r.Shared, r.Checkpoint, r.Savepoint, r.Retained, r.Savepoints, r.Referenced, r.MaxPerSnapshot,
+	return fmt.Sprintf("%d objects (%d shared, %d under chk-* of checkpoints %v, %d under savepoints); retained checkpoints %v and savepoints %v refer to %d, at most %d per task snapshot; %d unreferenced; %d missing",
+		r.Objects, r.Shared, r.Checkpoint, r.CheckpointDirs, r.Savepoint, r.Retained, r.Savepoints, r.Referenced, r.MaxPerSnapshot,
 		len(r.Unreferenced), len(r.Missing))
 }
 
@@ -132,11 +135,15 @@ func Check(ctx context.Context, store *objstore.Store, history History, retained
 			r.Savepoint++
 		case strings.HasPrefix(o.Key, "chk-"):
 			r.Checkpoint++
+			if id, ok := objstore.ParseCheckpointKey(o.Key); ok && !slices.Contains(r.CheckpointDirs, id) {
+				r.CheckpointDirs = append(r.CheckpointDirs, id)
+			}
 		case strings.HasPrefix(o.Key, objstore.SharedPrefix("")):
 			r.Shared++
 		}
 	}
 	r.Objects = len(objs)
+	slices.Sort(r.CheckpointDirs)
 
 	type ref struct {
 		missing []Missing

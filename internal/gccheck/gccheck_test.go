@@ -134,6 +134,9 @@ func TestCheck(t *testing.T) {
 			if slices.Sort(r.Unreferenced); !slices.Equal(r.Unreferenced, want) {
 				t.Errorf("unreferenced %q, want %q", r.Unreferenced, want)
 			}
+			if !slices.Equal(r.CheckpointDirs, []ckpt.ID{1, 3, 4}) {
+				t.Errorf("checkpoints with objects under chk-*/ %v, want [1 3 4]", r.CheckpointDirs)
+			}
 			if r.Savepoint != 3 || r.SavepointReferenced != 3 || r.Objects != 15 || r.MaxPerSnapshot != 4 {
 				t.Errorf("report %s: want 15 objects, 3 under savepoints/ all referenced, 4 per task snapshot", r)
 			}
