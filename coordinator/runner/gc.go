@@ -114,7 +114,10 @@ func (g *ObjectStoreGC) register(ctx context.Context, c control.Complete) error 
 // or a refused ack it deletes only what lies under chk-<n>/ (manifests, the
 // files only that snapshot used, an orphaned _metadata): shared files it
 // uploaded may be reused by a snapshot still in progress, so they are left
-// to the task that uploaded them and to CollectGarbage.
+// to the task that uploaded them and to CollectGarbage. For an aborted
+// savepoint it deletes each named task's manifest and folder under
+// savepoints/<name>/ (and the _metadata if named), unless the savepoint
+// has a _metadata the discard does not name.
 func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (state.Deleted, error) {
 	id := d.ID
 	if d.Reason == coordinator.DiscardReleased {
@@ -127,18 +130,40 @@ func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (sta
 	if g.reg.Registered(id) {
 		return del, nil // completed after all: it keeps everything
 	}
-	// One listing of chk-<n>/ serves every handle; a savepoint's _metadata
-	// lies elsewhere and is looked up by itself.
+	// One listing of chk-<n>/ serves every handle; a savepoint's objects
+	// and _metadata lie under savepoints/<name>/, listed once per name.
 	var prefixes, lists []string
+	var errs []error
+	listChk := d.Metadata == objstore.MetadataKey(id)
 	for _, h := range d.Handles {
+		if name, task, ok := savepointHandle(h); ok {
+			// A task snapshot of an aborted savepoint: its manifest and
+			// its folder savepoints/<name>/<task>/. Kept if the savepoint
+			// has a _metadata this discard does not name: the folder then
+			// belongs to a savepoint that may exist (DESIGN.md invariant
+			// 3), whatever this discard says.
+			md := objstore.SavepointMetadataKey(name)
+			if d.Metadata != md {
+				if _, err := g.store.Stat(ctx, md); !errors.Is(err, objstore.ErrNotFound) {
+					errs = append(errs, fmt.Errorf("discard checkpoint %d: %s kept: savepoint %s has a _metadata (%v)", id, h, name, err))
+					continue
+				}
+			}
+			prefixes = append(prefixes, objstore.SavepointPrefix(name)+task+"/", h)
+			if !slices.Contains(lists, objstore.SavepointPrefix(name)) {
+				lists = append(lists, objstore.SavepointPrefix(name))
+			}
+			continue
+		}
 		n, ok := objstore.ParseCheckpointKey(h)
 		task, isManifest := strings.CutSuffix(h, ".manifest")
 		if !ok || n != id || !isManifest {
 			return del, fmt.Errorf("discard checkpoint %d: handle %q is no task manifest of it", id, h)
 		}
 		prefixes = append(prefixes, task+"/", h)
+		listChk = true
 	}
-	if len(d.Handles) > 0 || d.Metadata == objstore.MetadataKey(id) {
+	if listChk {
 		lists = append(lists, objstore.CheckpointPrefix(id))
 	}
 	if d.Metadata != "" {
@@ -146,11 +171,12 @@ func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (sta
 			if !strings.HasPrefix(d.Metadata, "savepoints/") || !strings.HasSuffix(d.Metadata, "/_metadata") {
 				return del, fmt.Errorf("discard checkpoint %d: %q is no metadata object", id, d.Metadata)
 			}
-			lists = append(lists, d.Metadata)
+			if !slices.ContainsFunc(lists, func(l string) bool { return strings.HasPrefix(d.Metadata, l) }) {
+				lists = append(lists, d.Metadata)
+			}
 		}
 		prefixes = append(prefixes, d.Metadata)
 	}
-	var errs []error
 	var victims []objstore.Object
 	for _, l := range lists {
 		objs, err := g.store.List(ctx, l)
@@ -180,6 +206,25 @@ func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (sta
 		del.Bytes += victims[i].Size
 	}
 	return del, errors.Join(errs...)
+}
+
+// savepointHandle returns the savepoint name and task of a savepoint's
+// task manifest key, savepoints/<name>/<task>.manifest.
+func savepointHandle(h string) (name, task string, ok bool) {
+	rest, ok := strings.CutPrefix(h, "savepoints/")
+	if !ok {
+		return "", "", false
+	}
+	name, file, ok := strings.Cut(rest, "/")
+	if !ok {
+		return "", "", false
+	}
+	task, ok = strings.CutSuffix(file, ".manifest")
+	if !ok || objstore.ValidName("savepoint", name) != nil || objstore.ValidName("task", task) != nil ||
+		h != objstore.SavepointManifestKey(name, task) {
+		return "", "", false
+	}
+	return name, task, true
 }
 
 // Clock implements Discarder.
