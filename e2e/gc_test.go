@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/e2etest"
 	"github.com/weir-stream/weir/internal/gccheck"
@@ -43,8 +45,8 @@ const (
 // job on two replicas with checkpoint.retained 2 and a checkpoint every
 // second, input flowing all along, four savepoints taken with `processor
 // savepoint` while it runs, and the replica holding the coordinator role
-// killed with SIGKILL three times (once while a savepoint is requested),
-// each time started again. All along, every two seconds, and at the end,
+// killed with SIGKILL three times, each time started again: once with a
+// fifth savepoint half acknowledged, which the new generation aborts. All along, every two seconds, and at the end,
 // gccheck lists the job's prefix in the bucket and reads every retained
 // checkpoint's and savepoint's _metadata and task manifests:
 //
@@ -93,16 +95,7 @@ func TestGCKeepsEverythingReferenced(t *testing.T) {
 	}
 	defer store.Close()
 	history := func(ctx context.Context) ([]control.Message, error) {
-		h, err := controltopic.ReadHistory(ctx, []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
-			controltopic.NewTopics("_weir."+job+"."), control.TopicCommit)
-		if err != nil {
-			return nil, err
-		}
-		msgs := make([]control.Message, len(h.Records))
-		for i, r := range h.Records {
-			msgs[i] = r.Msg
-		}
-		return msgs, nil
+		return readTopic(ctx, c.Brokers, job, control.TopicCommit)
 	}
 
 	verifier := e2etest.StartVerifier(t, c.Brokers, j.Output)
@@ -210,18 +203,67 @@ func TestGCKeepsEverythingReferenced(t *testing.T) {
 	killCoordinator()
 	waitCompletes(20)
 	take("sp-2")
-	// A savepoint requested just before the coordinator dies: it completes
-	// before the kill, or the new generation aborts it.
-	var during sync.WaitGroup
-	var duringErr error
-	during.Go(func() { _, duringErr = savepoint("sp-kill") })
-	time.Sleep(300 * time.Millisecond)
-	killCoordinator()
-	during.Wait()
-	if duringErr == nil {
-		taken++
+	// A savepoint aborted by the coordinator's death after some of its
+	// tasks acknowledged it. The other replica is frozen (SIGSTOP), so its
+	// tasks acknowledge neither the periodic checkpoint then pending
+	// (max_concurrent 1: no later periodic trigger) nor the savepoint,
+	// which stays the newest trigger; once the coordinator's own tasks
+	// acknowledged the savepoint, the coordinator is killed and the other
+	// replica thawed. The new generation aborts the savepoint, and what
+	// the dead replica's tasks wrote under savepoints/sp-aborted/ is
+	// deleted: the final check finds under savepoints/ only what completed
+	// savepoints refer to.
+	coord, err := cl.Coordinator(time.Minute)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("the savepoint requested as the coordinator was killed: %v", duringErr)
+	other := r0
+	if other == coord {
+		other = r1
+	}
+	cl.Signal(other, syscall.SIGSTOP)
+	waitControl(ctx, t, "a periodic checkpoint pending", func(trig, commit []control.Message) bool {
+		var done ckpt.ID
+		for _, m := range commit {
+			if c, ok := m.(control.Complete); ok {
+				done = max(done, c.ID)
+			}
+		}
+		last, ok := trig[len(trig)-1].(control.Trigger)
+		return ok && last.Kind == ckpt.KindCheckpoint && last.ID > done
+	}, readControl(c.Brokers, job))
+	aborted := make(chan error, 1)
+	go func() { _, err := savepoint("sp-aborted"); aborted <- err }()
+	var spID ckpt.ID
+	waitControl(ctx, t, "the savepoint acknowledged by the coordinator's tasks", func(trig, _ []control.Message) bool {
+		for _, m := range trig {
+			if tr, ok := m.(control.Trigger); ok && tr.Target == "sp-aborted" {
+				spID = tr.ID
+			}
+		}
+		if spID == 0 {
+			return false
+		}
+		acks, err := readTopic(ctx, c.Brokers, job, control.TopicAck)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range acks {
+			if a, ok := m.(control.Ack); ok && a.ID == spID {
+				return true
+			}
+		}
+		return false
+	}, readControl(c.Brokers, job))
+	cl.Kill(coord)
+	cl.Signal(other, syscall.SIGCONT)
+	t.Logf("kill -9 of %s, the coordinator, with savepoint %d (sp-aborted) half acknowledged", coord, spID)
+	if err := <-aborted; err == nil {
+		t.Fatal("savepoint sp-aborted completed, with the other replica frozen")
+	} else {
+		t.Logf("savepoint sp-aborted: %v", err)
+	}
+	waitReadyz(t, cl.Restart(coord))
 	waitCompletes(35)
 	take("sp-3")
 	killCoordinator()
@@ -315,5 +357,51 @@ func TestGCKeepsEverythingReferenced(t *testing.T) {
 	if slack := gcMaxConcurrent * gcTasks * maxPer; len(final.Unreferenced) > slack {
 		t.Errorf("%d objects no retained checkpoint refers to at the end, want at most %d (one in-flight checkpoint's): %q",
 			len(final.Unreferenced), slack, final.Unreferenced[:min(20, len(final.Unreferenced))])
+	}
+}
+
+// readTopic reads a control topic of job to its end, decoded.
+func readTopic(ctx context.Context, brokers []string, job string, topic control.Topic) ([]control.Message, error) {
+	h, err := controltopic.ReadHistory(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)},
+		controltopic.NewTopics("_weir."+job+"."), topic)
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([]control.Message, len(h.Records))
+	for i, r := range h.Records {
+		msgs[i] = r.Msg
+	}
+	return msgs, nil
+}
+
+// readControl returns a reader of job's trigger and commit topics.
+func readControl(brokers []string, job string) func(ctx context.Context) ([]control.Message, []control.Message, error) {
+	return func(ctx context.Context) ([]control.Message, []control.Message, error) {
+		trig, err := readTopic(ctx, brokers, job, control.TopicTrigger)
+		if err != nil {
+			return nil, nil, err
+		}
+		commit, err := readTopic(ctx, brokers, job, control.TopicCommit)
+		return trig, commit, err
+	}
+}
+
+// waitControl polls the control topics until cond holds, for up to 30s.
+func waitControl(ctx context.Context, t *testing.T, what string, cond func(trig, commit []control.Message) bool,
+	read func(ctx context.Context) ([]control.Message, []control.Message, error)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		trig, commit, err := read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(trig) > 0 && cond(trig, commit) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 30s: %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

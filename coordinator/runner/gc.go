@@ -45,7 +45,9 @@ type Discarder interface {
 	// CollectGarbage deletes every object that no registered checkpoint
 	// refers to and that was written before olderThan (a Clock reading),
 	// and everything under chk-<n>/ of unregistered checkpoints n <=
-	// deadUpTo (state.Registry.CollectGarbage).
+	// deadUpTo (state.Registry.CollectGarbage), and every folder under
+	// savepoints/ without a _metadata and with nothing written since
+	// olderThan.
 	CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo ckpt.ID) (state.Deleted, error)
 }
 
@@ -232,9 +234,63 @@ func (g *ObjectStoreGC) Clock(ctx context.Context) (time.Time, error) {
 	return state.StoreTime(ctx, g.store)
 }
 
-// CollectGarbage implements Discarder.
+// CollectGarbage implements Discarder: state.Registry.CollectGarbage for
+// shared/ and chk-*/, and collectSavepoints for savepoints/.
 func (g *ObjectStoreGC) CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo ckpt.ID) (state.Deleted, error) {
-	return g.reg.CollectGarbage(ctx, olderThan, deadUpTo)
+	del, err := g.reg.CollectGarbage(ctx, olderThan, deadUpTo)
+	sp, spErr := g.collectSavepoints(ctx, olderThan)
+	del.Keys = append(del.Keys, sp.Keys...)
+	del.Bytes += sp.Bytes
+	del.Failed += sp.Failed
+	return del, errors.Join(err, spErr)
+}
+
+// collectSavepoints deletes every folder savepoints/<name>/ that holds no
+// _metadata and nothing written since olderThan: what a savepoint that
+// never completed left when its tasks could not delete their copies (a
+// replica killed, or a generation that ended, while they uploaded; the
+// new coordinator does not know the acks of the one before). Such a
+// folder is no savepoint (DESIGN.md invariant 3; processor savepoints
+// delete removes the _metadata first), and a savepoint being taken after
+// the generation started writes after olderThan.
+func (g *ObjectStoreGC) collectSavepoints(ctx context.Context, olderThan time.Time) (state.Deleted, error) {
+	var del state.Deleted
+	objs, err := g.store.List(ctx, "savepoints/")
+	if err != nil {
+		return del, err
+	}
+	keep := map[string]bool{}
+	for _, o := range objs {
+		name, _, ok := strings.Cut(strings.TrimPrefix(o.Key, "savepoints/"), "/")
+		if !ok || o.Key == objstore.SavepointMetadataKey(name) || !o.ModTime.Before(olderThan) {
+			keep[name] = true
+		}
+	}
+	var victims []objstore.Object
+	for _, o := range objs {
+		name, _, _ := strings.Cut(strings.TrimPrefix(o.Key, "savepoints/"), "/")
+		if !keep[name] {
+			victims = append(victims, o)
+		}
+	}
+	keys := make([]string, len(victims))
+	for i, o := range victims {
+		keys[i] = o.Key
+	}
+	var errs []error
+	for i, err := range g.store.DeleteEach(ctx, keys) {
+		if err != nil {
+			del.Failed++
+			errs = append(errs, err)
+			continue
+		}
+		del.Keys = append(del.Keys, victims[i].Key)
+		del.Bytes += victims[i].Size
+	}
+	if len(del.Keys) > 0 {
+		g.log.Info("deleted what savepoints that never completed left", "objects", len(del.Keys), "bytes", del.Bytes)
+	}
+	return del, errors.Join(errs...)
 }
 
 // gcKind says what a gcWork item is.

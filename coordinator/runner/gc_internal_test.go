@@ -323,3 +323,61 @@ func TestDiscardAbortedSavepoint(t *testing.T) {
 		t.Fatalf("left %q after refused discards, want %q", got, want)
 	}
 }
+
+// TestCollectSavepointLeftovers: the collection after a generation deletes
+// a folder under savepoints/ without a _metadata whose objects are all
+// older than the generation (a savepoint that never completed), and keeps
+// a completed savepoint's folder, however old, and one still being
+// written.
+func TestCollectSavepointLeftovers(t *testing.T) {
+	ctx := context.Background()
+	store, err := objstore.Open(ctx, "file://"+t.TempDir(), "job", objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	put := func(keys ...string) {
+		for _, k := range keys {
+			if err := store.Put(ctx, k, []byte(k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put("savepoints/aborted/main-0.manifest", "savepoints/aborted/main-0/000001.sst", "savepoints/aborted/main-1/000002.log",
+		"savepoints/done/_metadata", "savepoints/done/main-0.manifest", "savepoints/done/main-0/000001.sst",
+		"savepoints/late/main-0/000001.sst")
+	// The generation starts: the store's clock moves past every object so far.
+	var olderThan time.Time
+	for {
+		if olderThan, err = state.StoreTime(ctx, store); err != nil {
+			t.Fatal(err)
+		}
+		o, err := store.Stat(ctx, "savepoints/late/main-0/000001.sst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.ModTime.Before(olderThan) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // a store whose clock has coarse steps
+	}
+	put("savepoints/late/main-1/000002.sst", "savepoints/new/main-0/000001.sst")
+
+	gc := NewObjectStoreGC(store, slog.New(slog.DiscardHandler))
+	del, err := gc.CollectGarbage(ctx, olderThan, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(del.Keys)
+	want := []string{"savepoints/aborted/main-0.manifest", "savepoints/aborted/main-0/000001.sst", "savepoints/aborted/main-1/000002.log"}
+	if !slices.Equal(del.Keys, want) {
+		t.Fatalf("deleted %q, want %q", del.Keys, want)
+	}
+	objs, err := store.List(ctx, "savepoints/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 6 {
+		t.Fatalf("%d objects left under savepoints/, want 6 (done, late, new)", len(objs))
+	}
+}
