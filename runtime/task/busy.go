@@ -19,6 +19,7 @@ import (
 // blocks alike, and timing each would cost more than the 2 % the accounting
 // may cost (docs/benchmarks.md).
 type busyTime struct {
+	on            bool
 	idle, blocked time.Duration // in the window that started at since
 	since         time.Time
 	writes        uint32 // output writes since the last one timed
@@ -35,6 +36,9 @@ const (
 
 // timeWrite reports whether the next output write is to be timed.
 func (b *busyTime) timeWrite() bool {
+	if !b.on {
+		return false
+	}
 	b.writes++
 	if b.writes < busySample {
 		return false

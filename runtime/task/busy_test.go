@@ -14,7 +14,7 @@ import (
 // the wall time.
 func TestBusyTime(t *testing.T) {
 	g := func() prometheus.Gauge { return prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}) }
-	b := busyTime{busyG: g(), blockedG: g(), idleG: g()}
+	b := busyTime{on: true, busyG: g(), blockedG: g(), idleG: g()}
 	at := time.Unix(1000, 0)
 	b.publish(at) // starts the first window
 

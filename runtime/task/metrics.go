@@ -184,6 +184,7 @@ func (tm *taskMetrics) busyTime() busyTime {
 		return busyTime{}
 	}
 	b := busyTime{
+		on:       true,
 		busyG:    tm.m.busy.WithLabelValues(tm.stage, tm.task),
 		blockedG: tm.m.backpressured.WithLabelValues(tm.stage, tm.task),
 		idleG:    tm.m.idleTime.WithLabelValues(tm.stage, tm.task),

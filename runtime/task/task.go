@@ -70,6 +70,9 @@ type Config struct {
 	// Prefix is the job's prefix of transactional IDs and groups
 	// (kafka.topic_prefix).
 	Prefix string
+	// BusyTime accounts the task's busy, backpressured and idle time
+	// (http.busy_time; busyTime).
+	BusyTime bool
 	// Store is the job's object store.
 	Store *objstore.Store
 	// StateDir is the task's local directory, state.dir/<job>/<task>.
@@ -276,7 +279,9 @@ func (t *Task) open(ctx context.Context, name string) error {
 		return fmt.Errorf("the job's plan has no stage %s", cfg.ID.Stage)
 	}
 	t.met = cfg.Metrics.forTask(cfg.ID.Stage, cfg.ID.String(), cfg.Gen)
-	t.busy = t.met.busyTime()
+	if cfg.BusyTime {
+		t.busy = t.met.busyTime()
+	}
 	tc := stream.TaskContext{
 		Backend: t.backend, Stage: st.JobName(), Task: cfg.ID.String(), Index: cfg.ID.Index, Now: cfg.Now, Logger: t.log,
 		StateNames: cfg.StateNames,
@@ -509,9 +514,14 @@ func (t *Task) loop() error {
 			deadline = nextWatermark
 		}
 		pollCtx, cancel := context.WithDeadline(ctx, deadline)
-		polled := t.cfg.Now()
+		var polled time.Time
+		if t.busy.on {
+			polled = t.cfg.Now()
+		}
 		el, err := t.in.next(pollCtx)
-		t.busy.polledFor(t.cfg.Now().Sub(polled))
+		if t.busy.on {
+			t.busy.polledFor(t.cfg.Now().Sub(polled))
+		}
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -554,7 +564,9 @@ func (t *Task) loop() error {
 			}
 		}
 		now := t.cfg.Now()
-		t.busy.publish(now)
+		if t.busy.on {
+			t.busy.publish(now)
+		}
 		if !now.Before(nextTimers) {
 			if err := t.chain.FireTimers(now, out); err != nil {
 				return fmt.Errorf("timers: %w", err)
