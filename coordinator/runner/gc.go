@@ -194,10 +194,18 @@ func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (sta
 			})
 		})...)
 	}
+	errs = append(errs, g.deleteObjects(ctx, victims, &del)...)
+	return del, errors.Join(errs...)
+}
+
+// deleteObjects deletes victims, adding each deleted object's key and
+// size to del and counting the failures, whose errors it returns.
+func (g *ObjectStoreGC) deleteObjects(ctx context.Context, victims []objstore.Object, del *state.Deleted) []error {
 	keys := make([]string, len(victims))
 	for i, o := range victims {
 		keys[i] = o.Key
 	}
+	var errs []error
 	for i, err := range g.store.DeleteEach(ctx, keys) {
 		if err != nil {
 			del.Failed++
@@ -207,7 +215,7 @@ func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (sta
 		del.Keys = append(del.Keys, victims[i].Key)
 		del.Bytes += victims[i].Size
 	}
-	return del, errors.Join(errs...)
+	return errs
 }
 
 // savepointHandle returns the savepoint name and task of a savepoint's
@@ -273,20 +281,7 @@ func (g *ObjectStoreGC) collectSavepoints(ctx context.Context, olderThan time.Ti
 			victims = append(victims, o)
 		}
 	}
-	keys := make([]string, len(victims))
-	for i, o := range victims {
-		keys[i] = o.Key
-	}
-	var errs []error
-	for i, err := range g.store.DeleteEach(ctx, keys) {
-		if err != nil {
-			del.Failed++
-			errs = append(errs, err)
-			continue
-		}
-		del.Keys = append(del.Keys, victims[i].Key)
-		del.Bytes += victims[i].Size
-	}
+	errs := g.deleteObjects(ctx, victims, &del)
 	if len(del.Keys) > 0 {
 		g.log.Info("deleted what savepoints that never completed left", "objects", len(del.Keys), "bytes", del.Bytes)
 	}
