@@ -1281,8 +1281,10 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 		}); err != nil {
 			return err
 		}
-	} else if r.check.checked == g.RestoreFrom {
-		names = r.check.result
+	} else if n, err := r.restoreNames(ctx, g); err == nil {
+		// One attempt: a replica without tasks needs the names only to
+		// check the generation's plan.
+		names = n
 	}
 	all, err := g.Assignment.Tasks()
 	if err == nil {
