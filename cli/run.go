@@ -32,6 +32,7 @@ import (
 
 func newRunCmd(job *stream.Job) *cobra.Command {
 	var file string
+	var prof profileFiles
 	cmd := &cobra.Command{
 		Use:   "run -c FILE",
 		Short: "Run one replica of a job",
@@ -54,7 +55,11 @@ transactions, leaves the group and exits 0 within process.grace_period.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			err = serve(ctx, cfg, job, cmd.ErrOrStderr(), nil)
+			stopProfiles, err := prof.start()
+			if err != nil {
+				return err
+			}
+			err = errors.Join(serve(ctx, cfg, job, cmd.ErrOrStderr(), nil), stopProfiles())
 			if err != nil && cfg.Log.Format == "json" {
 				// Every line on stderr is then a JSON log line, the
 				// reason the replica stopped included.
@@ -66,6 +71,7 @@ transactions, leaves the group and exits 0 within process.grace_period.`,
 	}
 	addConfigFlags(cmd.Flags(), &file)
 	addAllowNonRestoredFlag(cmd.Flags())
+	addProfileFlags(cmd.Flags(), &prof)
 	return cmd
 }
 

@@ -219,6 +219,7 @@ type config struct {
 	clean          bool
 	logLevel       string
 	pprof          bool
+	profile        string
 	timeout        time.Duration
 	brokerPID      int
 	// -busy-cost: the count job with http.busy_time on and off.
@@ -278,6 +279,7 @@ func main() {
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (job files, replica logs, state, checkpoints) and the topics")
 	flag.BoolVar(&c.clean, "clean", false, "first delete the topics that earlier runs left on the broker (weir-bench-*, _weir.weir-bench-*: -keep, or a killed run); without it the run only warns of them")
 	flag.StringVar(&c.logLevel, "log-level", "info", "log.level of every replica (debug shows the start-up's steps with their times; with -keep the logs stay in the work directory)")
+	flag.StringVar(&c.profile, "profile", "", "save Go profiles of every replica stopped with SIGTERM into this directory: <job>-<replica>.cpu.pprof (the whole run) and .alloc.pprof (processor run --cpu-profile, --alloc-profile); replicas the recovery measurement kills write none (make bench-profile)")
 	flag.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler on every replica's HTTP address (http.pprof), printed as each starts: curl -o cpu.prof http://ADDR/debug/pprof/profile?seconds=10")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.IntVar(&c.brokerPID, "broker-pid", 0, "broker process whose CPU time is reported (default: the pid file of scripts/kafka.sh, if found)")
@@ -479,6 +481,15 @@ func run(ctx context.Context, c config) (err error) {
 	}
 	defer admCl.Close()
 	id := "weir-bench-" + strings.ToLower(rand.Text()[:8])
+	if c.profile != "" {
+		if c.profile, err = filepath.Abs(c.profile); err == nil {
+			err = os.MkdirAll(c.profile, 0o755)
+		}
+		if err != nil {
+			return fmt.Errorf("-profile: %w", err)
+		}
+		defer func() { benchutil.Info("profiles of the replicas stopped with SIGTERM: %s (go tool pprof -top %s/<job>-<replica>.cpu.pprof)", c.profile, c.profile) }()
+	}
 	dir, err := os.MkdirTemp("", id+"-")
 	if err != nil {
 		return err
@@ -1628,6 +1639,10 @@ func (j *job) startWith(id, cfg string) (*proc, error) {
 		"--state.dir="+filepath.Join(j.dir, "state-"+id),
 		"--http.address="+p.http,
 	)
+	if dir := j.b.c.profile; dir != "" {
+		base := filepath.Join(dir, j.name+"-"+id)
+		p.cmd.Args = append(p.cmd.Args, "--cpu-profile="+base+".cpu.pprof", "--alloc-profile="+base+".alloc.pprof")
+	}
 	if j.b.c.pprof {
 		p.cmd.Args = append(p.cmd.Args, "--http.pprof=true")
 		benchutil.Info("replica %s of %s serves its profiler at http://%s/debug/pprof/", id, j.name, p.http)
