@@ -140,8 +140,8 @@ type Core struct {
 	savepoints     []ckpt.ID // savepoints completed in this generation
 	failures       int       // consecutive counted failures
 	lastCompletion time.Time
-	failed         *control.Failed    // the job's permanent failure, until resumed
-	stopped        *control.Stopped   // the job stopped on purpose, until resumed
+	failed         *control.Failed  // the job's permanent failure, until resumed
+	stopped        *control.Stopped // the job stopped on purpose, until resumed
 	// restore is the restore point a person chose (Assign.Restore) that
 	// the current generation restored, until a checkpoint completes
 	// after it: every generation until then restores it again.
@@ -149,7 +149,7 @@ type Core struct {
 	// honoured are the --restore-from values generations restored, with
 	// the generation that did: each is honoured once.
 	honoured map[string]uint64
-	skip           []control.Position // records every generation skips, sorted
+	skip     []control.Position // records every generation skips, sorted
 
 	// Volatile state.
 	phase       phase
