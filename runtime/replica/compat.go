@@ -50,6 +50,9 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 type restoreCheck struct {
 	newest  *control.Complete // the newest completed checkpoint seen
 	checked ckpt.ID           // the checkpoint last compared (0: none)
+	// checkedAt is the --restore-from location of the checkpoint last
+	// compared, "" for one of the job's own.
+	checkedAt string
 	schema  *compat.Schema    // the job's schema it was compared with
 	result  compat.Result
 	refused atomic.Pointer[RefusedError]
@@ -77,17 +80,33 @@ func (r *Replica) noteComplete(c control.Complete) {
 // checkpoint's (once per checkpoint and schema) and returns a
 // *RefusedError if the job must not restore it. Compatible differences
 // are logged once.
+//
+// With a pending --restore-from, the checkpoint the next generation
+// restores is that restore point, and the job is compared with its
+// schema instead.
 func (r *Replica) checkRestore(ctx context.Context, sch *compat.Schema) error {
+	if q := r.restorePending(); q != nil && q.point != nil {
+		md := q.point.Metadata
+		if md.ID != r.check.checked || r.check.checkedAt != q.src.Location || !reflect.DeepEqual(sch, r.check.schema) {
+			res := compat.Compare(md.ID, md.Schema, sch)
+			r.check.checked, r.check.checkedAt, r.check.schema, r.check.result = md.ID, q.src.Location, sch, res
+			r.logCompare(res)
+		}
+		if err := r.check.result.Err(r.cfg.Process.AllowNonRestoredState); err != nil {
+			return &RefusedError{Checkpoint: md.ID, Err: fmt.Errorf("--restore-from %s: %w", q.src.Request, err)}
+		}
+		return nil
+	}
 	n := r.check.newest
 	if n == nil {
 		return nil // nothing to restore: the job starts from its sources
 	}
-	if n.ID != r.check.checked || !reflect.DeepEqual(sch, r.check.schema) {
+	if n.ID != r.check.checked || r.check.checkedAt != "" || !reflect.DeepEqual(sch, r.check.schema) {
 		res, err := r.compare(ctx, n, sch)
 		if err != nil {
 			return err // the object store: retried
 		}
-		r.check.checked, r.check.schema, r.check.result = n.ID, sch, res
+		r.check.checked, r.check.checkedAt, r.check.schema, r.check.result = n.ID, "", sch, res
 		r.logCompare(res)
 	}
 	if err := r.check.result.Err(r.cfg.Process.AllowNonRestoredState); err != nil {
@@ -123,10 +142,18 @@ func (r *Replica) stateNames(ctx context.Context, g control.Generation) (map[str
 	if g.RestoreFrom == 0 {
 		return nil, nil
 	}
-	if r.check.checked == g.RestoreFrom {
+	if r.check.checked == g.RestoreFrom && r.check.checkedAt == g.RestoreLocation {
 		return r.check.result.StateNames, nil
 	}
-	md, err := checkpoint.ReadRestore(ctx, r.store, g.RestoreFrom, g.RestoreMetadata)
+	store := r.store
+	if g.RestoreLocation != "" {
+		p, err := r.restoreSource(ctx, g.RestoreLocation)
+		if err != nil {
+			return nil, err
+		}
+		store = p.Store
+	}
+	md, err := checkpoint.ReadRestore(ctx, store, g.RestoreFrom, g.RestoreMetadata)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %d: %w", g.RestoreFrom, err)
 	}
