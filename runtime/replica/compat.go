@@ -53,9 +53,9 @@ type restoreCheck struct {
 	// checkedAt is the --restore-from location of the checkpoint last
 	// compared, "" for one of the job's own.
 	checkedAt string
-	schema  *compat.Schema    // the job's schema it was compared with
-	result  compat.Result
-	refused atomic.Pointer[RefusedError]
+	schema    *compat.Schema // the job's schema it was compared with
+	result    compat.Result
+	refused   atomic.Pointer[RefusedError]
 }
 
 // Refused returns why this replica refuses to run its job, or nil. Safe
