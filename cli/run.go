@@ -200,6 +200,12 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		mux.HandleFunc("/livez", livez(rep.Heartbeat(), cfg.Process.LivenessTimeout))
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if req := rep.PendingRestore(); req != "" && rep.Refused() == nil && (rep.Failure() != nil || rep.Stopped() != nil) {
+				// Ready, so that a rolling update that sets restoreFrom on
+				// a stopped job goes on to the next pod (docs/deploy.md).
+				fmt.Fprintf(w, "waiting: the job is stopped or failed; this replica's --restore-from %s starts it when a replica with it holds the coordinator role\n", req)
+				return
+			}
 			if f := rep.Failure(); f != nil {
 				http.Error(w, "not ready: "+f.String()+"; to resume: "+f.Resume(), http.StatusServiceUnavailable)
 				return

@@ -209,10 +209,11 @@ func tail(s string, n int) string {
 
 // TestRestoreFromStartsStoppedJob: a job stopped with a savepoint is
 // started again by `run --restore-from` with the URL that `processor stop`
-// printed, on the job's own storage (both replicas killed and started with
-// the flag, as a Helm upgrade that sets restoreFrom restarts every pod):
-// the coordinator resumes the job (a resumed record) and the generation
-// honours the request; the savepoint's transactions are the job's own and
+// printed, on the job's own storage, with the replicas killed and started
+// with the flag one at a time, as a Helm upgrade that sets restoreFrom
+// replaces the pods: the first one waits, ready, while the job is still
+// stopped; a coordinator with the value resumes the job (a resumed record)
+// and the generation honours the request; the savepoint's transactions are the job's own and
 // recovered as after any restore. The independent read_committed verifier
 // sees every key's counts exactly 1..N over the whole run.
 func TestRestoreFromStartsStoppedJob(t *testing.T) {
@@ -228,12 +229,38 @@ func TestRestoreFromStartsStoppedJob(t *testing.T) {
 	}
 	t.Logf("stopped with savepoint %s (%d output records committed)", url, verifier.Seen())
 	in.Good(ctx, 5000)
-	cl.Kill(r.r0)
+	// As a rolling update that sets restoreFrom: one replica at a time.
+	// The first one replaced waits, ready, while the job is stopped (the
+	// other replica may hold the coordinator role), and nothing is
+	// committed; the job starts once a replica with the value coordinates.
+	seen := verifier.Seen()
 	cl.Kill(r.r1)
-	p0 := cl.Restart(r.r0, "--restore-from="+url)
 	p1 := cl.Restart(r.r1, "--restore-from="+url)
+	body := waitReadyz(t, p1)
+	if !strings.Contains(body, "waiting: the job is stopped or failed; this replica's --restore-from "+url) {
+		if n := len(r.commits.Records("resumed")); n == 0 {
+			t.Fatalf("%s, the job stopped: /readyz %q, want it waiting for the coordinator role", r.r1, body)
+		}
+		t.Logf("%s took the coordinator role at once: /readyz %q", r.r1, body)
+	} else if verifier.Seen() != seen {
+		t.Fatalf("%d output records committed while the job was stopped", verifier.Seen()-seen)
+	}
+	cl.Kill(r.r0)
+	p0 := cl.Restart(r.r0, "--restore-from="+url)
 	waitReadyz(t, p0)
-	waitReadyz(t, p1)
+	for _, p := range []*e2etest.Proc{p0, p1} {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			code, body, err := p.Get("/readyz")
+			if err == nil && code == 200 && strings.TrimSpace(body) == "ready" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %s: /readyz %d %q %v, want ready", p.ID, code, body, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 	var resumed, honoured bool
 	for _, rec := range r.commits.Records("") {
 		switch {

@@ -127,6 +127,8 @@ type Replica struct {
 	// opened read-only, by location (restorefrom.go).
 	restoreReq *restoreRequest
 	sources    map[string]*checkpoint.Point
+	// pendingRestore is the pending value, for /readyz (PendingRestore).
+	pendingRestore atomic.Pointer[string]
 
 	ready   atomic.Bool
 	waiting atomic.Pointer[string]  // read by Waiting, for /readyz

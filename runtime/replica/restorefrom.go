@@ -109,16 +109,31 @@ func (r *Replica) openRestorePoint(ctx context.Context) error {
 		return err
 	}
 	q.point = p
+	r.pendingRestore.Store(&q.src.Request)
 	r.log.Info("--restore-from: the job restores this point at its next generation", "restore_from", q.src.Request,
 		"checkpoint_id", p.Metadata.ID, "kind", p.Metadata.Kind, "metadata", p.Key)
 	return nil
 }
 
 func (r *Replica) closeRestorePoint() {
+	r.pendingRestore.Store(nil)
 	if q := r.restoreReq; q != nil && q.point != nil {
 		_ = q.point.Store.Close()
 		q.point = nil
 	}
+}
+
+// PendingRestore returns this replica's --restore-from value while it is
+// pending and its restore point was found, or "". Safe from any
+// goroutine: /readyz reports a replica of a stopped or failed job with a
+// pending value ready (waiting), so that a rolling update that sets the
+// value goes on to the next pod, until a replica with it holds the
+// coordinator role and starts the job.
+func (r *Replica) PendingRestore() string {
+	if p := r.pendingRestore.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // assignRestore is the pending restore point as the core takes it, or
