@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weir-stream/weir/checkpoint"
+	"github.com/weir-stream/weir/checkpoint/ckpt"
+	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/state/objstore"
 )
 
 // TestRunRestoreFromNotARestorePoint: `run --restore-from` with a value
@@ -52,4 +56,56 @@ func TestRunRestoreFromNotARestorePoint(t *testing.T) {
 			t.Fatalf("the commit topic has %d records, the first %s", len(recs), recs[0].Value)
 		}
 	})
+}
+
+// TestValidateAgainstCopiedSavepoint: `validate --against` takes what
+// `run --restore-from` takes, a savepoint's folder copied anywhere
+// included, and says so when the URL holds no restore point.
+func TestValidateAgainstCopiedSavepoint(t *testing.T) {
+	clearConfigEnv(t)
+	dir := t.TempDir()
+	storage := "file://" + filepath.ToSlash(dir) + "/ck"
+	store, err := objstore.Open(context.Background(), storage, "old-job", objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	md := control.Metadata{ID: 5, Gen: 2, Kind: ckpt.KindSavepoint, Target: "before-v2", TS: 1,
+		Tasks: []control.TaskState{{Task: control.TaskID{Stage: "main", Index: 0}, Handle: objstore.SavepointManifestKey("before-v2", "main-0")}}}
+	if _, err := checkpoint.WriteMetadata(context.Background(), store, md); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "ck", "old-job", "savepoints", "before-v2", "_metadata"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := filepath.Join(dir, "kept", "copy")
+	if err := os.MkdirAll(copied, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(copied, "_metadata"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "job.yaml")
+	yaml := `job:
+  name: new-job
+  pipeline:
+    - source: {topics: [in], format: json}
+    - aggregate: {op: count}
+    - sink: {topic: out}
+kafka: {brokers: ["127.0.0.1:9"]}
+checkpoint: {storage: "` + storage + `"}
+`
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	code, out, stderr := runCLI(ctx, nil, "validate", "-c", file, "--against", "file://"+filepath.ToSlash(copied))
+	if code != 0 || !strings.Contains(out, "checkpoint 5") || !strings.Contains(out, "verdict: unchecked") {
+		t.Fatalf("validate --against the copy: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = runCLI(ctx, nil, "validate", "-c", file, "--against", "file://"+filepath.ToSlash(dir)+"/kept")
+	if code == 0 || !strings.Contains(stderr, "no _metadata there") {
+		t.Fatalf("validate --against a folder without _metadata: exit %d\n%s%s", code, out, stderr)
+	}
 }
