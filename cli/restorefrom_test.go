@@ -2,16 +2,22 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/checkpoint/ckpt"
+	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio/sink"
+	"github.com/weir-stream/weir/plan"
 	"github.com/weir-stream/weir/state/objstore"
 )
 
@@ -108,4 +114,128 @@ checkpoint: {storage: "` + storage + `"}
 	if code == 0 || !strings.Contains(stderr, "no _metadata there") {
 		t.Fatalf("validate --against a folder without _metadata: exit %d\n%s%s", code, out, stderr)
 	}
+}
+
+// TestRunRestoreFromCheckedFirst: a job whose file cannot restore the
+// --restore-from point (the point has an aggregate the job dropped) is
+// refused before anything is written, as for a checkpoint: the replica
+// stays up, not joined, and the commit topic stays empty. With
+// --allow-non-restored-state the same start goes on, and the generation
+// that honours the value is written. On kfake, and on the real broker
+// with WEIR_KAFKA_BROKERS.
+func TestRunRestoreFromCheckedFirst(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		clearConfigEnv(t)
+		name := kafkatest.Name(t, "restorecheck")
+		dir := t.TempDir()
+		c.CreateTopic(t, name+"-in", 1, nil)
+		c.CreateTopic(t, name+"-out", 1, nil)
+		write := func(file, job, aggregate string) string {
+			f := filepath.Join(dir, file)
+			yaml := fmt.Sprintf(`job:
+  name: %s
+  pipeline:
+    - source: {topics: [%s-in], format: json}
+    - aggregate: %s
+    - sink: {topic: %s-out}
+kafka: {brokers: [%s], session_timeout: 6s}
+checkpoint: {interval: 300ms, storage: "file://%s/chk"}
+state: {dir: "%s/state"}
+http: {address: ""}
+`, job, name, aggregate, name, c.Brokers[0], dir, dir)
+			if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+		// The savepoint of another job with two aggregates, as its
+		// _metadata records its schema.
+		oldFile := write("old.yaml", name+"-old", "{x: {sum: value.x}, y: {sum: value.y}}")
+		oldCfg, err := config.Load(config.Source{File: oldFile, NoEnv: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldJob, err := jobOf(oldCfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := plan.Build(oldJob, plan.Inputs{SourcePartitions: 1, MaxParallelism: oldCfg.Job.MaxParallelism, TopicPrefix: oldCfg.Kafka.TopicPrefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fp, err := jobFingerprint(oldCfg, oldJob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sch := p.Schema(oldJob, fp, sink.TxnIDPrefix(oldCfg.Kafka.TopicPrefix))
+		store, err := objstore.Open(context.Background(), "file://"+filepath.ToSlash(dir)+"/chk", name+"-old", objstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		md := control.Metadata{ID: 8, Gen: 3, Kind: ckpt.KindSavepoint, Target: "sp", TS: 1, Schema: &sch,
+			Tasks: []control.TaskState{{Task: control.TaskID{Stage: "main", Index: 0}, Handle: objstore.SavepointManifestKey("sp", "main-0")}}}
+		if _, err := checkpoint.WriteMetadata(context.Background(), store, md); err != nil {
+			t.Fatal(err)
+		}
+		src, err := checkpoint.ParseSource(objstore.URL("file://"+filepath.ToSlash(dir)+"/chk", name+"-old", "savepoints/sp"))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		newFile := write("new.yaml", name, "{x: {sum: value.x}}")
+		start := func(allow bool) (*syncBuffer, context.CancelFunc, chan error) {
+			cfg, err := config.Load(config.Source{File: newFile, NoEnv: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Process.AllowNonRestoredState = allow
+			cfg.Process.ReplicaID = "r0"
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			logs := &syncBuffer{}
+			done := make(chan error, 1)
+			reg := prometheus.NewRegistry()
+			go func() { done <- serveWith(ctx, cfg, nil, logs, nil, reg, reg, &src) }()
+			return logs, cancel, done
+		}
+		waitLog := func(logs *syncBuffer, want string) {
+			t.Helper()
+			deadline := time.Now().Add(time.Minute)
+			for !strings.Contains(logs.String(), want) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no log line %q:\n%s", want, logs.String())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		commit := "_weir." + name + ".commit"
+
+		logs, cancel, done := start(false)
+		waitLog(logs, "refusing to run this job file")
+		if !strings.Contains(logs.String(), "--restore-from "+src.Request) || !strings.Contains(logs.String(), "allow-non-restored-state") {
+			t.Errorf("the refusal does not name the restore point and the way out:\n%s", logs.String())
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("a refused replica exits with %v", err)
+		}
+		if recs := c.ReadCommitted(context.Background(), t, commit); len(recs) > 0 {
+			t.Fatalf("a refused restore wrote %d records to the commit topic, the first %s", len(recs), recs[0].Value)
+		}
+
+		logs, cancel, done = start(true)
+		defer func() { cancel(); <-done }()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			recs := c.ReadCommitted(context.Background(), t, commit)
+			if len(recs) > 0 && strings.Contains(string(recs[len(recs)-1].Value), `"restore_request":"`+src.Request+`"`) {
+				t.Logf("with --allow-non-restored-state: %s", recs[len(recs)-1].Value)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("with --allow-non-restored-state no generation honoured %s:\n%s", src.Request, logs.String())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
 }
