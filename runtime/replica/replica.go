@@ -215,7 +215,7 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 		heart:    newHeartbeat(),
 	}
 	if opts.RestoreFrom != nil {
-		r.restoreReq = &restoreRequest{src: *opts.RestoreFrom, pending: true}
+		r.restoreReq = &restoreRequest{src: *opts.RestoreFrom, pending: true, since: -1}
 	}
 	conn, err := kafkaconn.New(cfg.Kafka, r.log)
 	if err != nil {
@@ -828,7 +828,7 @@ func (r *Replica) session(ctx context.Context) error {
 			r.noteComplete(c)
 		}
 	}
-	r.noteRestoreHistory(hist.Records)
+	r.noteRestoreHistory(hist.Records, hist.End)
 	if err := r.openRestorePoint(ctx); err != nil {
 		return err
 	}

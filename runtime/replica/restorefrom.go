@@ -44,6 +44,10 @@ type restoreRequest struct {
 	src checkpoint.Source
 	// pending: neither honoured nor dropped yet.
 	pending bool
+	// since is the commit topic's end at this replica's first session
+	// (-1 before it): a generation record at or after it came after the
+	// replica's start, and decides the value as one read live does.
+	since int64
 	// point is the restore point, opened while pending.
 	point *checkpoint.Point
 }
@@ -57,16 +61,26 @@ func (r *Replica) restorePending() *restoreRequest {
 }
 
 // noteRestoreHistory decides, from the commit topic's records at the
-// start of a session, whether the value is still pending: a generation
-// that restored it already makes it honoured. The records before this
-// replica's start do not drop it.
-func (r *Replica) noteRestoreHistory(recs []controltopic.Record) {
+// start of a session (end is where they end), whether the value is still
+// pending: a generation that restored it already makes it honoured. The
+// records before this replica's start do not drop it; a generation record
+// written since (one a session that ended did not read) does, as one read
+// live.
+func (r *Replica) noteRestoreHistory(recs []controltopic.Record, end int64) {
 	q := r.restoreReq
 	if q == nil || !q.pending {
 		return
 	}
+	if q.since < 0 {
+		q.since = end
+	}
 	for _, rec := range recs {
-		if g, ok := rec.Msg.(control.Generation); ok && g.RestoreRequest == q.src.Request {
+		g, ok := rec.Msg.(control.Generation)
+		if ok && rec.Offset >= q.since {
+			r.noteRestoreGeneration(g)
+			return
+		}
+		if ok && g.RestoreRequest == q.src.Request {
 			q.pending = false
 			r.closeRestorePoint()
 			r.log.Info("--restore-from ignored: generation "+fmt.Sprint(g.Gen)+" restored it already (honoured once); the job resumes from its newest checkpoint",

@@ -46,12 +46,12 @@ func TestRestoreFromRule(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			r := &Replica{log: slog.New(slog.NewTextHandler(&logs, nil)), topics: controltopic.NewTopics("_weir.j."),
-				restoreReq: &restoreRequest{src: c.src, pending: true}}
+				restoreReq: &restoreRequest{src: c.src, pending: true, since: -1}}
 			var recs []controltopic.Record
 			for i, m := range c.history {
 				recs = append(recs, controltopic.Record{Topic: control.TopicCommit, Offset: int64(i), Msg: m})
 			}
-			r.noteRestoreHistory(recs)
+			r.noteRestoreHistory(recs, int64(len(recs)))
 			if c.next != nil {
 				if r.restorePending() == nil {
 					t.Fatal("not pending before the first generation after the start")
@@ -67,6 +67,12 @@ func TestRestoreFromRule(t *testing.T) {
 			if c.log != "" && !strings.Contains(logs.String(), c.log) {
 				t.Fatalf("log lacks %q:\n%s", c.log, logs.String())
 			}
+			// A later session's history: its generations before the
+			// first session's end change nothing more.
+			r.noteRestoreHistory(recs, int64(len(recs)))
+			if got := r.restorePending() != nil; got != c.pending {
+				t.Fatalf("a second session's history changed pending to %v", got)
+			}
 			// After any generation read, the value is never pending again.
 			r.noteRestoreGeneration(honours(20, c.src.Request))
 			if r.restorePending() != nil {
@@ -77,3 +83,24 @@ func TestRestoreFromRule(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestRestoreFromGenerationMissedBetweenSessions: a generation written
+// after the replica's first session read the commit topic, but read only
+// by a later session's history (the first ended before its tail
+// delivered it), decides the value as one read live: it drops it.
+func TestRestoreFromGenerationMissedBetweenSessions(t *testing.T) {
+	src, _ := checkpoint.ParseSource("s3://b/moved/sp")
+	var logs bytes.Buffer
+	r := &Replica{log: slog.New(slog.NewTextHandler(&logs, nil)), topics: controltopic.NewTopics("_weir.j."),
+		restoreReq: &restoreRequest{src: src, pending: true, since: -1}}
+	first := []controltopic.Record{{Topic: control.TopicCommit, Offset: 0, Msg: control.Generation{Gen: 1}}}
+	r.noteRestoreHistory(first, 1)
+	if r.restorePending() == nil {
+		t.Fatal("a generation before the start dropped the value")
+	}
+	second := append(first, controltopic.Record{Topic: control.TopicCommit, Offset: 1, Msg: control.Generation{Gen: 2, RestoreFrom: 3}})
+	r.noteRestoreHistory(second, 2)
+	if r.restorePending() != nil || !strings.Contains(logs.String(), "--restore-from dropped") {
+		t.Fatalf("generation 2, started after the replica without its value, did not drop it:\n%s", logs.String())
+	}
+}
