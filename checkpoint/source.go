@@ -211,3 +211,36 @@ func sameURL(a, b string) bool {
 	}
 	return ua.Scheme == ub.Scheme && ua.Host == ub.Host && path.Clean("/"+ua.Path) == path.Clean("/"+ub.Path) && query(ua) == query(ub)
 }
+
+// OwnKey returns the key of the _metadata of the restore point at
+// location (Source.Location) in the checkpoint storage of job, when the
+// location is a checkpoint's or savepoint's folder of job itself
+// (<storage>/<job>/chk-<n>, <storage>/<job>/savepoints/<name>): a
+// rollback, whose point the job's own tools must treat as its restore
+// point. It does no I/O.
+func OwnKey(location, storage, job string) (string, bool) {
+	u, err := neturl.Parse(location)
+	if err != nil {
+		return "", false
+	}
+	dir, last := path.Split(strings.TrimRight(u.Path, "/"))
+	dir = strings.TrimRight(dir, "/")
+	folder, key := "", ""
+	if id, ok := parseCheckpointFolder(last); ok {
+		folder, key = last, objstore.MetadataKey(id)
+	} else if parent, kind := path.Split(dir); kind == "savepoints" && objstore.ValidName("savepoint", last) == nil {
+		dir, folder, key = strings.TrimRight(parent, "/"), "savepoints/"+last, objstore.SavepointMetadataKey(last)
+	} else {
+		return "", false
+	}
+	root, locJob := path.Split(dir)
+	if locJob != job {
+		return "", false
+	}
+	c := *u
+	c.Path = strings.TrimRight(root, "/")
+	if !sameURL(objstore.URL(storage, job, folder), objstore.URL(c.String(), job, folder)) {
+		return "", false
+	}
+	return key, true
+}

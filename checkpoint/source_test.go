@@ -162,3 +162,27 @@ func copyDir(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// TestOwnKey: a restore location in the job's own storage names the key
+// of its _metadata there; anything else is not the job's.
+func TestOwnKey(t *testing.T) {
+	storage := "s3://b?prefix=p%2F&region=r"
+	for _, tc := range []struct {
+		location, job, key string
+	}{
+		{objstore.URL(storage, "orders", "savepoints/before-v2"), "orders", "savepoints/before-v2/_metadata"},
+		{objstore.URL(storage, "orders", "chk-12"), "orders", "chk-12/_metadata"},
+		{objstore.URL(storage, "orders", "savepoints/before-v2"), "other", ""},
+		{objstore.URL("s3://c?prefix=p%2F&region=r", "orders", "chk-12"), "orders", ""},
+		{"s3://b/moved/sp?prefix=p%2F&region=r", "orders", ""},
+		{objstore.URL("file:///data/ck", "orders", "chk-3"), "orders", ""},
+	} {
+		key, ok := checkpoint.OwnKey(tc.location, storage, tc.job)
+		if key != tc.key || ok != (tc.key != "") {
+			t.Errorf("OwnKey(%s, %s) = %q %v, want %q", tc.location, tc.job, key, ok, tc.key)
+		}
+	}
+	if key, ok := checkpoint.OwnKey(objstore.URL("file:///data/ck", "orders", "chk-3"), "file:///data/ck", "orders"); !ok || key != "chk-3/_metadata" {
+		t.Errorf("file storage: %q %v", key, ok)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/kafkaio/controltopic"
 	"github.com/weir-stream/weir/kafkaio/sink"
 	"github.com/weir-stream/weir/plan"
 	"github.com/weir-stream/weir/state/objstore"
@@ -238,4 +240,42 @@ http: {address: ""}
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
+}
+
+// TestRestorePointOfRollback: after a generation that restored one of the
+// job's own savepoints with --restore-from (a rollback), that savepoint
+// is the job's restore point (savepoints delete refuses it, savepoints
+// list marks it) until a checkpoint completes; another job's point never
+// is.
+func TestRestorePointOfRollback(t *testing.T) {
+	storage := "file:///data/ck"
+	rec := func(m control.Message) controltopic.Record {
+		return controltopic.Record{Topic: control.TopicCommit, Msg: m}
+	}
+	a := control.Assignment{"r0": {{Stage: "main", Index: 0}}}
+	base := []controltopic.Record{
+		rec(control.Generation{Gen: 1, Assignment: a}),
+		rec(control.Complete{ID: 3, Gen: 1, Metadata: "savepoints/before-v2/_metadata"}),
+		rec(control.Complete{ID: 9, Gen: 1, Metadata: "chk-9/_metadata"}),
+	}
+	rollback := rec(control.Generation{Gen: 2, Assignment: a, RestoreFrom: 3, RestoreMetadata: "savepoints/before-v2/_metadata",
+		RestoreLocation: objstore.URL(storage, "orders", "savepoints/before-v2"), RestoreRequest: "x"})
+	foreign := rec(control.Generation{Gen: 2, Assignment: a, RestoreFrom: 3, RestoreMetadata: "savepoints/before-v2/_metadata",
+		RestoreLocation: objstore.URL(storage, "other", "savepoints/before-v2"), RestoreRequest: "y"})
+	for _, tc := range []struct {
+		name string
+		recs []controltopic.Record
+		id   ckpt.ID
+		md   string
+	}{
+		{"newest checkpoint", base, 9, "chk-9/_metadata"},
+		{"rollback", append(slices.Clone(base), rollback), 3, "savepoints/before-v2/_metadata"},
+		{"rollback, then a checkpoint", append(slices.Clone(base), rollback, rec(control.Complete{ID: 10, Gen: 2, Metadata: "chk-10/_metadata"})), 10, "chk-10/_metadata"},
+		{"another job's savepoint", append(slices.Clone(base), foreign), 9, "chk-9/_metadata"},
+	} {
+		id, md := restorePointOf(tc.recs, storage, "orders")
+		if id != tc.id || md != tc.md {
+			t.Errorf("%s: restore point %d %s, want %d %s", tc.name, id, md, tc.id, tc.md)
+		}
+	}
 }
