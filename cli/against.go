@@ -60,19 +60,30 @@ func checkAgainst(ctx context.Context, out io.Writer, cfg *config.Config, job *s
 	if md.Schema != nil && len(md.Schema.Sources) > 0 {
 		parts = md.Schema.Sources[0].Partitions
 	}
-	p, err := plan.Build(job, plan.Inputs{
+	in := plan.Inputs{
 		SourcePartitions: parts, Parallelism: cfg.Job.Parallelism, MaxParallelism: cfg.Job.MaxParallelism,
 		TopicPrefix: cfg.Kafka.TopicPrefix, Running: running,
-	})
-	if err != nil {
-		return err
 	}
 	fp, err := jobFingerprint(cfg, job)
 	if err != nil {
 		return err
 	}
-	sch := p.Schema(job, fp, sink.TxnIDPrefix(cfg.Kafka.TopicPrefix))
-	res := compat.Compare(md.ID, md.Schema, &sch)
+	// Compared once under the job's stage names, then, if some stages
+	// keep the checkpoint's names (compat.Result.StageNames), again under
+	// those, as a replica plans the generation.
+	var res compat.Result
+	for range 2 {
+		p, err := plan.Build(job, in)
+		if err != nil {
+			return err
+		}
+		sch := p.Schema(job, fp, sink.TxnIDPrefix(cfg.Kafka.TopicPrefix))
+		res = compat.Compare(md.ID, md.Schema, &sch)
+		if len(res.StageNames) == 0 {
+			break
+		}
+		in.StageNames = res.StageNames
+	}
 	where := fmt.Sprintf("%s (checkpoint %d, job %s)", key, md.ID, store.Job())
 	fmt.Fprintf(out, "against %s; input partitions taken from the checkpoint (%d): validate asks no Kafka\n", where, parts)
 	fmt.Fprint(out, res.Report())

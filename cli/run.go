@@ -186,6 +186,49 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 		return err
 	}
 
+	// readiness is the /readyz answer: whether the replica is ready, and
+	// why (not).
+	readiness := func() (bool, string) {
+		if req := rep.PendingRestore(); req != "" && rep.Refused() == nil && (rep.Failure() != nil || rep.Stopped() != nil) {
+			// Ready, so that a rolling update that sets restoreFrom on a
+			// stopped job goes on to the next pod (docs/deploy.md).
+			return true, "waiting: the job is stopped or failed; this replica's --restore-from " + req +
+				" starts it when a replica with it holds the coordinator role"
+		}
+		if f := rep.Failure(); f != nil {
+			return false, "not ready: " + f.String() + "; to resume: " + f.Resume()
+		}
+		if s := rep.Stopped(); s != nil {
+			return false, "not ready: " + s.String()
+		}
+		if e := rep.Refused(); e != nil {
+			return false, "not ready: " + e.Error()
+		}
+		if err := registries.unavailable(); err != nil {
+			return false, "not ready: " + err.Error() + " (retrying)"
+		}
+		if !rep.Ready() {
+			return false, "not ready: tasks not running (starting, restoring, or waiting for Kafka, the object store or a full local state disk)"
+		}
+		if msg := rep.Waiting(); msg != "" {
+			// Ready: this replica's file is not the one running, and
+			// it takes its share once it is (a rolling update).
+			return true, msg
+		}
+		return true, "ready"
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "weir", Subsystem: "replica", Name: "ready",
+		Help: "1 while the replica is ready (/readyz answers 200): it runs every task it was assigned, or waits to take its share under a rolling update; 0 while it is starting, restoring, refused, or the job is failed or stopped.",
+	}, func() float64 {
+		if ready, _ := readiness(); ready {
+			return 1
+		}
+		return 0
+	})); err != nil {
+		return err
+	}
+
 	var srv *http.Server
 	if cfg.HTTP.Address != "" {
 		mux := http.NewServeMux()
@@ -200,39 +243,12 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		mux.HandleFunc("/livez", livez(rep.Heartbeat(), cfg.Process.LivenessTimeout))
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if req := rep.PendingRestore(); req != "" && rep.Refused() == nil && (rep.Failure() != nil || rep.Stopped() != nil) {
-				// Ready, so that a rolling update that sets restoreFrom on
-				// a stopped job goes on to the next pod (docs/deploy.md).
-				fmt.Fprintf(w, "waiting: the job is stopped or failed; this replica's --restore-from %s starts it when a replica with it holds the coordinator role\n", req)
+			ready, msg := readiness()
+			if !ready {
+				http.Error(w, msg, http.StatusServiceUnavailable)
 				return
 			}
-			if f := rep.Failure(); f != nil {
-				http.Error(w, "not ready: "+f.String()+"; to resume: "+f.Resume(), http.StatusServiceUnavailable)
-				return
-			}
-			if s := rep.Stopped(); s != nil {
-				http.Error(w, "not ready: "+s.String(), http.StatusServiceUnavailable)
-				return
-			}
-			if e := rep.Refused(); e != nil {
-				http.Error(w, "not ready: "+e.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			if err := registries.unavailable(); err != nil {
-				http.Error(w, "not ready: "+err.Error()+" (retrying)", http.StatusServiceUnavailable)
-				return
-			}
-			if !rep.Ready() {
-				http.Error(w, "not ready: tasks not running (starting, restoring, or waiting for Kafka, the object store or a full local state disk)", http.StatusServiceUnavailable)
-				return
-			}
-			if msg := rep.Waiting(); msg != "" {
-				// Ready: this replica's file is not the one running,
-				// and it takes its share once it is (a rolling update).
-				fmt.Fprintln(w, msg)
-				return
-			}
-			fmt.Fprintln(w, "ready")
+			fmt.Fprintln(w, msg)
 		})
 		ln, err := net.Listen("tcp", cfg.HTTP.Address)
 		if err != nil {

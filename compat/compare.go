@@ -75,6 +75,15 @@ type Result struct {
 	// The runtime restores under them (stream.TaskContext.StateNames);
 	// the job's checkpoints record them (WithStateNames).
 	StateNames map[string]string
+	// StageNames are the job's stages that run under another name than
+	// the job gives them, by the job's name: the checkpoint's name of the
+	// stage named after the operator whose state the stage's first
+	// stateful operator continues (matchStages). An edit that renames
+	// that operator (an aggregate inserted before a key_by renames the
+	// aggregate after it) would rename the stage, its tasks, shuffle topic
+	// and sinks' transactional IDs; the stage keeps them instead. The
+	// runtime plans under them (plan.Inputs.StageNames).
+	StageNames map[string]string
 }
 
 // WithStateNames returns a copy of s whose operators record the names
@@ -185,9 +194,13 @@ func Compare(checkpoint ckpt.ID, old, cur *Schema) Result {
 			cur.MaxParallelism, old.MaxParallelism)
 	}
 	compareSources(old, cur, add)
-	compareStages(old, cur, add)
-	r.StateNames = compareOperators(old, cur, add)
-	compareSinks(old, cur, add)
+	m := matchOperators(old, cur)
+	r.StageNames = matchStages(old, cur, m, add)
+	// The job as it runs: its stages under the names their state has.
+	run := cur.withStageNames(r.StageNames)
+	compareStages(old, run, add)
+	r.StateNames = compareOperators(old, run, m, add)
+	compareSinks(old, run, add)
 	if old.Fingerprint != cur.Fingerprint && len(r.Differences) == 0 {
 		add(Compatible, "", "", "the job's definition changed (%s → %s) without a change of its state", Short(old.Fingerprint), Short(cur.Fingerprint))
 	}
@@ -239,17 +252,13 @@ func compareStages(old, cur *Schema, add adder) {
 	}
 }
 
-func compareOperators(old, cur *Schema, add adder) map[string]string {
-	m := matchOperators(old, cur)
+func compareOperators(old, cur *Schema, m operatorMatch, add adder) map[string]string {
 	for _, c := range cur.Operators {
 		o := m.old[c.ID]
 		if o == nil {
 			msg := fmt.Sprintf("new %s: it starts empty", c.Kind)
 			if s := m.names[c.ID]; s != "" {
 				msg += fmt.Sprintf(" (its state is stored as %s: %s is the stored name of another step's state)", s, c.ID)
-			}
-			if o := stageStarter(old, &c); o != nil {
-				msg += fmt.Sprintf("; the checkpoint's %s (%s) is defined as it is but starts stage %s, named after it: state cannot follow a stage's first stateful step to a renamed stage (give stateful steps an id:)", o.ID, o.Site, o.Stage)
 			}
 			add(Compatible, c.ID, c.Site, "%s", msg)
 			continue
@@ -287,22 +296,103 @@ func compareOperators(old, cur *Schema, add adder) map[string]string {
 	return m.names
 }
 
-// stageStarter returns the checkpoint's derived operator that a new
-// derived operator c would continue but for its stage: defined as c is
-// but in another stage, which each of them starts (so names): an edit
-// renamed the step and, with it, its stage. Nil if none.
-func stageStarter(old *Schema, c *Operator) *Operator {
-	if !c.Derived || c.Stage != c.ID {
-		return nil
+// matchStages returns the job's stages that run under the checkpoint's
+// name of the stage (Result.StageNames): a stage named after an operator
+// that continues the state of the operator a checkpoint's stage is named
+// after is that stage, whatever the job now names it. Two stages that
+// would run under one name are refused.
+func matchStages(old, cur *Schema, m operatorMatch, add adder) map[string]string {
+	names, quiet := map[string]string{}, map[string]bool{}
+	for _, c := range cur.Stages {
+		if c.NamedAfter == "" {
+			continue
+		}
+		o := m.old[c.NamedAfter]
+		if o == nil {
+			continue
+		}
+		if s := old.stageNamedAfter(o.ID); s != nil && s.Name != c.JobName() {
+			names[c.JobName()] = s.Name
+			if s.JobName() == c.JobName() {
+				// Renamed by an edit before the checkpoint: said then.
+				quiet[c.JobName()] = true
+			}
+		}
 	}
-	for i := range old.Operators {
-		o := &old.Operators[i]
-		if o.Derived && o.Stage == o.ID && o.Stage != c.Stage && o.Kind == c.Kind && o.Key == c.Key &&
-			o.Encoding == c.Encoding && sameWindow(o.Window, c.Window) && o.Definition == c.Definition {
-			return o
+	runs := func(st *Stage) string {
+		if n := names[st.JobName()]; n != "" {
+			return n
+		}
+		return st.JobName()
+	}
+	for i := range cur.Stages {
+		c := &cur.Stages[i]
+		n := names[c.JobName()]
+		if n == "" {
+			continue
+		}
+		other := slices.IndexFunc(cur.Stages, func(s Stage) bool { return s.JobName() != c.JobName() && runs(&s) == n })
+		if other >= 0 {
+			add(Refused, "stage "+c.JobName(), "", "its first stateful step %s continues the state of the checkpoint's stage %s, whose name the job's stage %s has: give the stages' first stateful steps an id:",
+				c.NamedAfter, n, cur.Stages[other].JobName())
+			continue
+		}
+		if !quiet[c.JobName()] {
+			add(Compatible, "stage "+c.JobName(), "", "runs as stage %s, the checkpoint's stage named after %s, whose state its first stateful step %s continues: its tasks, shuffle topic and sinks' transactional IDs keep the name",
+				n, m.old[c.NamedAfter].ID, c.NamedAfter)
+		}
+	}
+	return names
+}
+
+// stageNamedAfter returns the stage named after operator id, or nil.
+// A stage of a checkpoint that records no NamedAfter is named after the
+// operator of its name in it.
+func (s *Schema) stageNamedAfter(id string) *Stage {
+	for i := range s.Stages {
+		st := &s.Stages[i]
+		if st.NamedAfter == id {
+			return st
+		}
+		if st.NamedAfter == "" && st.Name == id {
+			if o := s.Operator(id); o != nil && o.Stage == st.Name {
+				return st
+			}
 		}
 	}
 	return nil
+}
+
+// withStageNames returns a copy of s whose stages, and its operators' and
+// sinks' stages, are named as they run under names (the job's stage name
+// → the name it runs under, Result.StageNames); s may name them either
+// way (Stage.Defined).
+func (s *Schema) withStageNames(names map[string]string) *Schema {
+	out := *s
+	out.Stages = slices.Clone(s.Stages)
+	rename := map[string]string{}
+	for i := range out.Stages {
+		st := &out.Stages[i]
+		given, job := st.Name, st.JobName()
+		st.Name, st.Defined = job, ""
+		if n := names[job]; n != "" && n != job {
+			st.Name, st.Defined = n, job
+		}
+		rename[given] = st.Name
+	}
+	out.Operators = slices.Clone(s.Operators)
+	for i := range out.Operators {
+		if n, ok := rename[out.Operators[i].Stage]; ok {
+			out.Operators[i].Stage = n
+		}
+	}
+	out.Sinks = slices.Clone(s.Sinks)
+	for i := range out.Sinks {
+		if n, ok := rename[out.Sinks[i].Stage]; ok {
+			out.Sinks[i].Stage = n
+		}
+	}
+	return &out
 }
 
 // describeSignature says what defines a derived operator's state, for

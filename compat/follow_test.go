@@ -76,3 +76,60 @@ func TestDerivedOnlyFollowsDerived(t *testing.T) {
 		})
 	}
 }
+
+// TestStageFollowsItsFirstStep: an aggregate inserted before the key_by
+// renames the aggregate after it (aggregate → aggregate-2), which names
+// its stage. The stage keeps the checkpoint's name, under which its tasks,
+// shuffle topic and sinks run; the job's checkpoints record both names, so
+// that the next restore of the same file runs it so again without a word,
+// and a later edit that removes the inserted aggregate finds the stage
+// under its own name.
+func TestStageFollowsItsFirstStep(t *testing.T) {
+	const (
+		v1YAML = src + "    - key_by: {expr: key}\n" + aggs + sink
+		v2YAML = src + "    - aggregate: {n: {count: true}}\n    - key_by: {expr: key}\n" + aggs + sink
+	)
+	v1 := schemaOf(t, v1YAML, 4, "", nil)
+	v2 := schemaOf(t, v2YAML, 4, "", nil)
+
+	res := compat.Compare(1, v1, v2)
+	wantStages := map[string]string{"aggregate-2": "aggregate"}
+	wantState := map[string]string{"aggregate-2": "aggregate", "aggregate": "aggregate#2"}
+	if !maps.Equal(res.StageNames, wantStages) || !maps.Equal(res.StateNames, wantState) || !res.Allowed(false) {
+		t.Fatalf("v1 → v2: stages %v (want %v), state %v (want %v)\n%s", res.StageNames, wantStages, res.StateNames, wantState, res.Report())
+	}
+	// v2 runs its stage under the checkpoint's name: the sinks' transactional
+	// IDs are the checkpoint's, and the checkpoints record both names.
+	ran := schemaUnder(t, v2YAML, 4, "", nil, res.StageNames)
+	rec := ran.WithStateNames(res.StateNames)
+	if err := rec.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	st := rec.Stage("aggregate")
+	if st == nil || st.Defined != "aggregate-2" || st.NamedAfter != "aggregate-2" {
+		t.Fatalf("recorded stages %+v", rec.Stages)
+	}
+	if v1.Sinks[0].TransactionalIDPrefix != rec.Sinks[0].TransactionalIDPrefix {
+		t.Fatalf("sink transactional IDs %q, the checkpoint's %q", rec.Sinks[0].TransactionalIDPrefix, v1.Sinks[0].TransactionalIDPrefix)
+	}
+	if again := compat.Compare(1, v1, ran); !maps.Equal(again.StageNames, wantStages) {
+		t.Fatalf("v1 → v2 as it runs: stages %v\n%s", again.StageNames, again.Report())
+	}
+
+	// v2 restarted on its own checkpoint, from either form of its schema:
+	// the same names, nothing said.
+	for _, cur := range []*compat.Schema{v2, ran} {
+		again := compat.Compare(2, &rec, cur)
+		if !maps.Equal(again.StageNames, wantStages) || !maps.Equal(again.StateNames, wantState) || len(again.Differences) != 0 {
+			t.Fatalf("v2 → v2: stages %v, state %v\n%s", again.StageNames, again.StateNames, again.Report())
+		}
+	}
+
+	// v3 is v1 again: its stage has the name it runs under, the inserted
+	// aggregate's state is dropped (with the flag).
+	v3 := schemaOf(t, v1YAML, 4, "", nil)
+	back := compat.Compare(3, &rec, v3)
+	if len(back.StageNames) != 0 || len(back.StateNames) != 0 || back.Allowed(false) || !back.Allowed(true) {
+		t.Fatalf("v2 → v3: stages %v, state %v, want none; allowed only with the flag\n%s", back.StageNames, back.StateNames, back.Report())
+	}
+}

@@ -16,6 +16,13 @@ import (
 // partitions.
 func schemaOf(t *testing.T, pipelineYAML string, parts int, extra string, running map[string]int) *compat.Schema {
 	t.Helper()
+	return schemaUnder(t, pipelineYAML, parts, extra, running, nil)
+}
+
+// schemaUnder is schemaOf with the job's stages run under stageNames
+// (plan.Inputs.StageNames).
+func schemaUnder(t *testing.T, pipelineYAML string, parts int, extra string, running map[string]int, stageNames map[string]string) *compat.Schema {
+	t.Helper()
 	cfg, err := config.Load(config.Source{YAML: []byte("kafka: {brokers: [k:9092]}\njob:\n  name: orders\n" + extra + "  pipeline:\n" + pipelineYAML), NoEnv: true})
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +32,7 @@ func schemaOf(t *testing.T, pipelineYAML string, parts int, extra string, runnin
 		t.Fatal(err)
 	}
 	p, err := plan.Build(job, plan.Inputs{SourcePartitions: parts, Parallelism: cfg.Job.Parallelism, MaxParallelism: cfg.Job.MaxParallelism,
-		TopicPrefix: "_weir.orders.", Running: running})
+		TopicPrefix: "_weir.orders.", Running: running, StageNames: stageNames})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,12 +113,18 @@ func TestUpgradeMatrix(t *testing.T) {
 			cur:     src + keyBy + "    - aggregate: {n: {count: true}}\n" + "    - key_by: {field: key}\n" + "    - aggregate: {small: {sum: value.n}, big: {sum: value.n}}\n" + sink,
 			allowed: false, withFlag: false, mentioned: []string{"sum small", "aggregate-2"}},
 		// The step that starts a downstream stage names it: renamed by an
-		// aggregate inserted before it, it would move to a new stage, and
-		// its state cannot follow it there.
+		// aggregate inserted before it, its state follows it, and the
+		// stage keeps the name it had (its tasks, shuffle topic, sinks).
 		{name: "aggregate inserted before one that starts a stage", old: src + "    - key_by: {expr: key}\n" + aggs + sink,
 			cur:     src + "    - aggregate: {n: {count: true}}\n" + "    - key_by: {expr: key}\n" + "    - aggregate: {small: {sum: value.n}, big: {sum: value.n}}\n" + sink,
-			allowed: false, withFlag: false, mentioned: []string{"aggregate (job.pipeline[1].aggregate): runs in stage main, its state is in the tasks of stage aggregate",
-				"aggregate-2 (job.pipeline[3].aggregate): new aggregate: it starts empty; the checkpoint's aggregate (job.pipeline[2].aggregate) is defined as it is but starts stage aggregate, named after it"}},
+			allowed: true, withFlag: true, mentioned: []string{"stage aggregate-2: runs as stage aggregate, the checkpoint's stage named after aggregate",
+				"aggregate-2 (job.pipeline[3].aggregate): continues the state of aggregate (job.pipeline[2].aggregate in the checkpoint)",
+				"aggregate (job.pipeline[1].aggregate): new aggregate: it starts empty (its state is stored as aggregate#2"}},
+		// ... unless another stage has that name.
+		{name: "aggregate inserted before one that starts a stage, in a stage of its own", old: src + "    - key_by: {expr: key}\n" + aggs + sink,
+			cur: src + "    - key_by: {field: country}\n" + "    - aggregate: {n: {count: true}}\n" + "    - key_by: {expr: key}\n" +
+				"    - aggregate: {small: {sum: value.n}, big: {sum: value.n}}\n" + sink,
+			allowed: false, withFlag: false, mentioned: []string{"stage aggregate-2: its first stateful step aggregate-2 continues the state of the checkpoint's stage aggregate, whose name the job's stage aggregate has"}},
 		// A stream's aggregate whose derived id an aggregate of a stream
 		// compiled before it shifted: its state follows it.
 		{name: "aggregate inserted before another, in another stream", old: routeAll, cur: routeEvenAll, allowed: true, withFlag: true,

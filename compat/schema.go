@@ -49,8 +49,27 @@ type Schema struct {
 
 // Stage is one stage of the job's plan.
 type Stage struct {
+	// Name is the name the stage runs under: its tasks', shuffle topic's
+	// and sinks' transactional IDs' (the checkpoint's, after an edit that
+	// renamed the operator it is named after: Result.StageNames).
 	Name        string `json:"name"`
 	Parallelism int    `json:"parallelism"`
+	// NamedAfter is the ID of the operator the job names the stage after
+	// (its first stateful operator), if it does: a stage follows it when
+	// an edit renames it. Checkpoints taken before it was recorded name
+	// such a stage after the operator of the stage's own name.
+	NamedAfter string `json:"named_after,omitempty"`
+	// Defined is the job's own name for the stage, if it runs under
+	// another (Name).
+	Defined string `json:"defined,omitempty"`
+}
+
+// JobName is the job's own name for the stage: Defined, or else Name.
+func (s *Stage) JobName() string {
+	if s.Defined != "" {
+		return s.Defined
+	}
+	return s.Name
 }
 
 // Source is one source of the job: its topics and their partition count
@@ -119,11 +138,18 @@ func (o *Operator) StateName() string {
 }
 
 // Signature is what defines the operator's state, whatever its name: its
-// kind, stage, key, encoding, window and Definition. It leaves out the
-// fields (an aggregate added to a step keeps the step's identity: Compare
-// reports the new field) and where the step is (Site).
+// kind, whether it runs in the source stage or after a shuffle, its key,
+// encoding, window and Definition. It leaves out the fields (an aggregate
+// added to a step keeps the step's identity: Compare reports the new
+// field), where the step is (Site) and its stage's name, which an edit
+// can change with the name of the operator the stage is named after
+// (Compare checks the stage once it matched the stages).
 func (o *Operator) Signature() string {
-	return strings.Join([]string{o.Kind, o.Stage, o.Key, o.Encoding, o.Window.String(), o.Definition}, "\x00")
+	stage := "downstream"
+	if o.Stage == SourceStage {
+		stage = SourceStage
+	}
+	return strings.Join([]string{o.Kind, stage, o.Key, o.Encoding, o.Window.String(), o.Definition}, "\x00")
 }
 
 // Window is a window operator's definition, in milliseconds.

@@ -413,6 +413,10 @@ type HTTP struct {
 	// Pprof also serves Go's profiler under /debug/pprof/ (net/http/pprof).
 	// Off by default: profiles show internals, and a CPU profile costs CPU.
 	Pprof bool `mapstructure:"pprof"`
+	// BusyTime accounts each task's busy, backpressured and idle time
+	// (weir_task_busy_ms_per_second...); off saves its small cost
+	// (docs/benchmarks.md).
+	BusyTime bool `mapstructure:"busy_time"`
 }
 
 // Log configures logging.
@@ -467,7 +471,7 @@ func Default() Config {
 			BlockCacheBytes:  256 << 20,
 			RecordCacheBytes: 8 << 20,
 		},
-		HTTP:    HTTP{Address: ":9464"},
+		HTTP:    HTTP{Address: ":9464", BusyTime: true},
 		Log:     Log{Level: "info", Format: "text"},
 		Process: Process{GracePeriod: 30 * time.Second, LivenessTimeout: 2 * time.Minute},
 	}

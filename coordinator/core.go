@@ -137,7 +137,7 @@ type Core struct {
 	pending        []*pending // by ID, ascending
 	completed      []completed
 	recent         []finished
-	savepoints     []ckpt.ID // savepoints completed in this generation
+	savepoints     []ckpt.ID // every savepoint ever completed: its state is never discarded
 	failures       int       // consecutive counted failures
 	lastCompletion time.Time
 	failed         *control.Failed  // the job's permanent failure, until resumed

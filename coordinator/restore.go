@@ -172,9 +172,13 @@ func (c *Core) applyComplete(r control.Complete) []completed {
 	c.lastCompletion = k.ts
 	if r.Gen == c.gen {
 		c.remember(finished{id: r.ID, completed: true})
-		if r.Kind.IsSavepoint() {
-			c.savepoints = append(c.savepoints, r.ID)
-		}
+	}
+	// Every savepoint, of any generation: a late ack or _metadata report
+	// naming one must never discard what a person keeps, also once the
+	// savepoint is older than every retained checkpoint (retain forgets
+	// it there) and its generation is over. Savepoints are few.
+	if r.Kind.IsSavepoint() && !slices.Contains(c.savepoints, r.ID) {
+		c.savepoints = append(c.savepoints, r.ID)
 	}
 	return c.retain()
 }
@@ -254,7 +258,6 @@ func (c *Core) applyGeneration(r control.Generation) {
 	}
 	c.pending = nil
 	c.recent = nil
-	c.savepoints = nil
 	c.failures = 0
 	c.bumpID(r.RestoreFrom)
 	c.restore = nil

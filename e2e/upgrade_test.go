@@ -125,6 +125,17 @@ func TestUpgradeMatrix(t *testing.T) {
 			want: upContinue, after: map[string]float64{"small": total, "big": 100 * total},
 			firstAfter: map[string]float64{"small": upPhase1 + 1, "big": 100 * (upPhase1 + 1)},
 			says:       []string{"aggregate-2 (job.streams.all[0].aggregate): continues the state of aggregate", "aggregate (job.streams.counts[0].aggregate): new aggregate: it starts empty"}},
+		// An aggregate inserted before the key_by: the aggregate after it
+		// is renamed (aggregate → aggregate-2), and with it the stage it
+		// names; the stage keeps its name (tasks, shuffle topic, sinks'
+		// transactional IDs) and its state. The inserted aggregate passes
+		// {x, y} on unchanged (max of constants).
+		{name: "insert an aggregate before the key_by",
+			v1:   upSrc + upKeyUser + upAggs + upSink,
+			v2:   upSrc + "    - aggregate: {x: {max: value.x}, y: {max: value.y}}\n" + upKeyUser + upAggs + upSink,
+			want: upContinue, after: map[string]float64{"small": total, "big": 100 * total},
+			firstAfter: map[string]float64{"small": upPhase1 + 1, "big": 100 * (upPhase1 + 1)},
+			says:       []string{"stage aggregate-2: runs as stage aggregate", "aggregate-2 (job.pipeline[3].aggregate): continues the state of aggregate"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { upgradeCase(t, c, bin, tc) })

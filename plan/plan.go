@@ -50,6 +50,12 @@ type Inputs struct {
 	// yet, so input partitions added to a running job give tasks to the
 	// source stage only.
 	Running map[string]int
+	// StageNames are the job's stages that run under another name, by the
+	// job's name (compat.Result.StageNames: a stage keeps the name of the
+	// checkpoint's stage whose state it continues when an edit renamed
+	// the operator it is named after). Running is by the names the stages
+	// run under.
+	StageNames map[string]string
 }
 
 // Plan is a job's stages, tasks and shuffle topics.
@@ -77,6 +83,18 @@ type Stage struct {
 	// Sinks are indices into the job's Sinks.
 	Sinks     []int    `json:"sinks,omitempty"`
 	Operators []string `json:"operators"`
+	// Defined is the job's own name for the stage, if the plan runs it
+	// under another (Inputs.StageNames): the name its operators are
+	// built by (stream.TaskContext.Stage).
+	Defined string `json:"defined,omitempty"`
+}
+
+// JobName is the job's own name for the stage: Defined, or else Name.
+func (s *Stage) JobName() string {
+	if s.Defined != "" {
+		return s.Defined
+	}
+	return s.Name
 }
 
 // Shuffle is a shuffle topic between two stages.
@@ -129,16 +147,24 @@ func Build(job *stream.Job, in Inputs) (*Plan, error) {
 	for _, k := range job.Sinks() {
 		p.Sinks = append(p.Sinks, k.Topic)
 	}
+	runs := map[string]string{} // the job's stage name → the name it runs under
 	for i, d := range defs {
 		st := &p.Stages[i]
 		*st = Stage{Name: d.Name, Kafka: d.Kafka, Sinks: d.Sinks, Operators: d.Operators}
+		if n := in.StageNames[d.Name]; n != "" && n != d.Name && !d.Kafka {
+			st.Name, st.Defined = n, d.Name
+		}
+		if other := slices.IndexFunc(p.Stages[:i], func(o Stage) bool { return o.Name == st.Name }); other >= 0 {
+			return nil, fmt.Errorf("%w: job %s: stages %s and %s would both run as stage %s", ErrInvalid, job.Name(), p.Stages[other].JobName(), d.Name, st.Name)
+		}
+		runs[d.Name] = st.Name
 		switch {
 		case d.Kafka:
 			st.Parallelism = in.SourcePartitions
 		case d.Parallelism > 0:
 			st.Parallelism = d.Parallelism
-		case followsInput && in.Running[d.Name] > 0:
-			st.Parallelism = in.Running[d.Name]
+		case followsInput && in.Running[st.Name] > 0:
+			st.Parallelism = in.Running[st.Name]
 		default:
 			st.Parallelism = in.Parallelism
 		}
@@ -148,11 +174,11 @@ func Build(job *stream.Job, in Inputs) (*Plan, error) {
 		}
 	}
 	for _, e := range job.Shuffles() {
-		sh := &Shuffle{Edge: e.Index, Topic: in.TopicPrefix + "shuffle." + e.To, Partitions: m, From: e.From, To: e.To, Where: e.Where}
+		sh := &Shuffle{Edge: e.Index, Topic: in.TopicPrefix + "shuffle." + runs[e.To], Partitions: m, From: runs[e.From], To: runs[e.To], Where: e.Where}
 		if !validTopic(sh.Topic) {
-			return nil, fmt.Errorf("%w: stage %s (after the KeyBy at %s): shuffle topic %q is not a valid Kafka topic name (at most 249 letters, digits, '.', '_' or '-')", ErrInvalid, e.To, e.Where, sh.Topic)
+			return nil, fmt.Errorf("%w: stage %s (after the KeyBy at %s): shuffle topic %q is not a valid Kafka topic name (at most 249 letters, digits, '.', '_' or '-')", ErrInvalid, sh.To, e.Where, sh.Topic)
 		}
-		from, to := p.Stage(e.From), p.Stage(e.To)
+		from, to := p.Stage(sh.From), p.Stage(sh.To)
 		sh.Writers, sh.Readers = from.Parallelism, to.Parallelism
 		from.Outputs = append(from.Outputs, sh)
 		to.Input = sh
@@ -273,6 +299,9 @@ func (p *Plan) Describe(w io.Writer) error {
 	fmt.Fprintf(&b, "job %s: %d stage(s), %d task(s), max parallelism %d (key groups)\n", p.Job, len(p.Stages), len(p.Tasks()), p.MaxParallelism)
 	for _, st := range p.Stages {
 		fmt.Fprintf(&b, "\nstage %s: parallelism %d\n", st.Name, st.Parallelism)
+		if st.Defined != "" {
+			fmt.Fprintf(&b, "  named %s by the job: runs under its checkpoint's name\n", st.Defined)
+		}
 		if st.Kafka {
 			fmt.Fprintf(&b, "  input: the job's Kafka sources (task i reads partition i)\n")
 		} else {

@@ -27,7 +27,7 @@ import (
 // pipeline, then plans it with partitions source partitions and the job's
 // settings (overridden by the other arguments); and
 //
-//	job [partitions=N] [parallelism=N] [max=N] [prefix=P] [running=<stage>:N,...]
+//	job [partitions=N] [parallelism=N] [max=N] [prefix=P] [running=<stage>:N,...] [names=<stage>:<name>,...]
 //	from <topic>
 //	key-by [name=<stage>] [parallelism=N]
 //	count <operator>
@@ -36,7 +36,7 @@ import (
 //
 // builds a Go job of []byte streams, each line applied to the stream of the
 // line before. Both print the plan's Describe, or the error; running (also
-// for yaml) is Inputs.Running. Then
+// for yaml) is Inputs.Running, names Inputs.StageNames. Then
 //
 //	keygroups <stage>/<i> ...
 //	tasks
@@ -79,6 +79,16 @@ func TestPlan(t *testing.T) {
 						continue
 					case "running":
 						in.Running = stageCounts(t, arg.Vals)
+						continue
+					case "names":
+						in.StageNames = map[string]string{}
+						for _, v := range arg.Vals {
+							job, runs, ok := strings.Cut(v, ":")
+							if !ok {
+								d.Fatalf(t, "names: %q is not <job's name>:<name it runs under>", v)
+							}
+							in.StageNames[job] = runs
+						}
 						continue
 					}
 					n, err := strconv.Atoi(arg.Vals[0])

@@ -15,8 +15,14 @@ import (
 // naming: sink.TxnIDPrefix).
 func (p *Plan) Schema(job *stream.Job, fingerprint string, txnPrefix func(stage, topic string) string) compat.Schema {
 	s := compat.Schema{Fingerprint: fingerprint, MaxParallelism: p.MaxParallelism}
+	namedAfter := map[string]string{}
+	for _, d := range job.Stages() {
+		namedAfter[d.Name] = d.NamedAfter
+	}
+	runs := map[string]string{} // the job's stage name → the name it runs under
 	for _, st := range p.Stages {
-		s.Stages = append(s.Stages, compat.Stage{Name: st.Name, Parallelism: st.Parallelism})
+		s.Stages = append(s.Stages, compat.Stage{Name: st.Name, Parallelism: st.Parallelism, NamedAfter: namedAfter[st.JobName()], Defined: st.Defined})
+		runs[st.JobName()] = st.Name
 	}
 	parts := 0
 	if src := p.Stage(stream.MainStage); src != nil {
@@ -26,6 +32,11 @@ func (p *Plan) Schema(job *stream.Job, fingerprint string, txnPrefix func(stage,
 		s.Sources = append(s.Sources, compat.Source{Topics: append([]string(nil), src.Topics...), Partitions: parts})
 	}
 	s.Operators = job.StateOperators()
+	for i := range s.Operators {
+		if n, ok := runs[s.Operators[i].Stage]; ok {
+			s.Operators[i].Stage = n
+		}
+	}
 	stageOf := map[int]string{}
 	for _, st := range p.Stages {
 		for _, i := range st.Sinks {

@@ -60,6 +60,12 @@ type StageDef struct {
 	Parallelism int `json:"parallelism,omitempty"`
 	// Operators are the What of the stage's nodes, in definition order.
 	Operators []string `json:"operators"`
+	// NamedAfter is the ID of the keyed operator the stage is named after
+	// (its first), for a downstream stage without Named: an edit that
+	// renames that operator renames the stage, and the runtime then runs
+	// the stage under the name its state has (compat.Result.StageNames).
+	// It is no part of the graph's encoding (a Go job's fingerprint).
+	NamedAfter string `json:"-"`
 }
 
 // ShuffleEdge is a shuffle between two stages: the elements of a KeyBy,
@@ -197,7 +203,7 @@ func (j *Job) assignStages(shuffle []bool) error {
 func (j *Job) nameStages() error {
 	for _, n := range j.nodes {
 		if st := &j.stages[n.stage]; n.kind == kindKeyed && st.Name == "" {
-			st.Name = n.op
+			st.Name, st.NamedAfter = n.op, n.op
 		}
 	}
 	seen := map[string]int{MainStage: 0}

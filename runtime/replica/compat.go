@@ -73,6 +73,7 @@ func (r *Replica) schemaOf(p *plan.Plan) *compat.Schema {
 func (r *Replica) noteComplete(c control.Complete) {
 	if n := r.check.newest; n == nil || c.ID > n.ID {
 		r.check.newest = &c
+		r.met.lastCompletedTime.Set(float64(c.TS) / 1000)
 	}
 }
 
@@ -131,33 +132,49 @@ func (r *Replica) compare(ctx context.Context, c *control.Complete, sch *compat.
 	return compat.Compare(c.ID, md.Schema, sch), nil
 }
 
-// stateNames returns where generation g's checkpoint holds the state of
-// the job's operators stored under another name than their ID
-// (compat.Result.StateNames: a derived operator renamed by an edit
-// continues the state of the one defined as it): the comparison
-// checkRestore made, if it was with that checkpoint, else one made now
-// with the checkpoint's recorded schema. The names depend only on the
-// job's operators and stages, not on the plan's task counts.
-func (r *Replica) stateNames(ctx context.Context, g control.Generation) (map[string]string, error) {
+// restoreNames returns where generation g's checkpoint holds the state
+// of the job's operators and stages an edit renamed (compat.Result's
+// StateNames and StageNames: a derived operator renamed by an edit
+// continues the state of the one defined as it, a stage named after it
+// keeps its name): the comparison checkRestore made, if it was with that
+// checkpoint, else one made now with the checkpoint's recorded schema.
+// The names depend only on the job's operators and stages, not on the
+// plan's task counts.
+func (r *Replica) restoreNames(ctx context.Context, g control.Generation) (compat.Result, error) {
 	if g.RestoreFrom == 0 {
-		return nil, nil
+		return compat.Result{}, nil
 	}
 	if r.check.checked == g.RestoreFrom && r.check.checkedAt == g.RestoreLocation {
-		return r.check.result.StateNames, nil
+		return r.check.result, nil
 	}
 	store := r.store
 	if g.RestoreLocation != "" {
 		p, err := r.restoreSource(ctx, g.RestoreLocation)
 		if err != nil {
-			return nil, err
+			return compat.Result{}, err
 		}
 		store = p.Store
 	}
 	md, err := checkpoint.ReadRestore(ctx, store, g.RestoreFrom, g.RestoreMetadata)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %d: %w", g.RestoreFrom, err)
+		return compat.Result{}, fmt.Errorf("checkpoint %d: %w", g.RestoreFrom, err)
 	}
-	return compat.Compare(g.RestoreFrom, md.Schema, r.schemaOf(r.plan)).StateNames, nil
+	return compat.Compare(g.RestoreFrom, md.Schema, r.schemaOf(r.plan)), nil
+}
+
+// samePlanNames reports whether plan p runs its stages under names (the
+// job's stage name → the name it runs under, compat.Result.StageNames).
+func samePlanNames(p *plan.Plan, names map[string]string) bool {
+	for _, st := range p.Stages {
+		want := names[st.JobName()]
+		if want == "" {
+			want = st.JobName()
+		}
+		if st.Name != want {
+			return false
+		}
+	}
+	return true
 }
 
 // logCompare logs what a comparison found: the compatible differences at

@@ -36,6 +36,7 @@ import (
 
 	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/checkpoint/ckpt"
+	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/coordinator"
@@ -46,6 +47,7 @@ import (
 	"github.com/weir-stream/weir/kafkaio/kafkaconn"
 	"github.com/weir-stream/weir/kafkaio/shuffle"
 	kafkasink "github.com/weir-stream/weir/kafkaio/sink"
+	"github.com/weir-stream/weir/kafkaio/source"
 	"github.com/weir-stream/weir/plan"
 	"github.com/weir-stream/weir/runtime/membership"
 	"github.com/weir-stream/weir/runtime/task"
@@ -139,6 +141,10 @@ type Replica struct {
 	// a resumed or generation record; stop is it for /readyz.
 	stopped *control.Stopped
 	stop    atomic.Pointer[Stop]
+	// parked exports the input's lag while the job is failed or stopped
+	// (parkLag); lag is weir_source_lag_records.
+	parked *parkedLag
+	lag    *prometheus.GaugeVec
 }
 
 // Failure is a job's permanent failure, as this replica read it from the
@@ -228,6 +234,10 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 		return nil, err
 	}
 	r.met = met
+	met.interval.Set(cfg.Checkpoint.Interval.Seconds())
+	if r.lag, err = source.LagMetric(opts.Registerer); err != nil {
+		return nil, err
+	}
 	sm, err := kafkasink.NewMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -364,10 +374,13 @@ func (r *Replica) prepare(ctx context.Context) error {
 	return nil
 }
 
-// planInputs are the plan's inputs from the job's settings.
+// planInputs are the plan's inputs from the job's settings, its stages
+// under the names the last comparison with the job's newest checkpoint
+// gave them (compat.Result.StageNames).
 func (r *Replica) planInputs() plan.Inputs {
 	return plan.Inputs{
 		Parallelism: r.cfg.Job.Parallelism, MaxParallelism: r.cfg.Job.MaxParallelism, TopicPrefix: r.cfg.Kafka.TopicPrefix,
+		StageNames: r.check.result.StageNames,
 	}
 }
 
@@ -1013,6 +1026,15 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 		r.log.Error("check the job against its newest checkpoint", "err", err)
 		return nil
 	}
+	if !samePlanNames(p, r.check.result.StageNames) {
+		// The check found stages that keep the checkpoint's name: the
+		// tasks are placed, and the checkpoints record, under it.
+		if p, err = r.planFor(parts, r.lastGen); err != nil {
+			r.log.Error("plan the job's tasks", "err", err)
+			return nil
+		}
+		sch = r.schemaOf(p)
+	}
 	if r.coord == nil {
 		if err := r.startCoordinator(ctx); err != nil {
 			r.log.Error("start the coordinator", "err", err)
@@ -1251,7 +1273,9 @@ func (r *Replica) onRecord(ctx context.Context, rec controltopic.Record) error {
 func (r *Replica) startGeneration(ctx context.Context, g control.Generation) error {
 	r.ready.Store(false)
 	r.stopTasks(ctx)
-	r.gen = 0 // until every task of g runs, no trigger is passed on
+	r.unparkLag() // the sources of g export the lag
+	// Until every task of g runs, no trigger is passed on.
+	r.gen = 0
 	mine := g.Assignment[r.opts.ReplicaID]
 	if g.Fingerprint != "" && g.Fingerprint != r.opts.Fingerprint {
 		return r.wait(g, mine)
@@ -1268,10 +1292,35 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	// all switch to added partitions at the same generation, and every
 	// downstream task aligns on the barriers of exactly the upstream
 	// tasks that run in it.
+	//
+	// Where g's checkpoint holds the state of operators and stages an
+	// edit renamed (compat.Result.StateNames, StageNames): the same for
+	// every task, and the plan's stages run under those names.
+	// A restore point outside the job's storage (--restore-from) is read
+	// through its own read-only store.
+	var names compat.Result
+	var from *checkpoint.Point
+	if len(mine) > 0 {
+		if err := retry(ctx, r.log, r.met, r.heart, "start_task", func() (err error) {
+			if g.RestoreLocation != "" {
+				if from, err = r.restoreSource(ctx, g.RestoreLocation); err != nil {
+					return err
+				}
+			}
+			names, err = r.restoreNames(ctx, g)
+			return err
+		}); err != nil {
+			return err
+		}
+	} else if r.check.checked == g.RestoreFrom && r.check.checkedAt == g.RestoreLocation {
+		names = r.check.result
+	}
 	all, err := g.Assignment.Tasks()
 	if err == nil {
 		var p *plan.Plan
-		if p, err = plan.ForTasks(r.opts.Job, r.planInputs(), all); err == nil {
+		in := r.planInputs()
+		in.StageNames = names.StageNames
+		if p, err = plan.ForTasks(r.opts.Job, in, all); err == nil {
 			r.plan = p
 		}
 	}
@@ -1285,25 +1334,6 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	if err := r.openShuffleClient(mine); err != nil {
 		return err
 	}
-	// Where g's checkpoint holds the state of operators an edit renamed
-	// (compat.Result.StateNames): the same for every task.
-	// A restore point outside the job's storage is read through its
-	// own read-only store.
-	var names map[string]string
-	var from *checkpoint.Point
-	if len(mine) > 0 {
-		if err := retry(ctx, r.log, r.met, r.heart, "start_task", func() (err error) {
-			if g.RestoreLocation != "" {
-				if from, err = r.restoreSource(ctx, g.RestoreLocation); err != nil {
-					return err
-				}
-			}
-			names, err = r.stateNames(ctx, g)
-			return err
-		}); err != nil {
-			return err
-		}
-	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
@@ -1313,7 +1343,7 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 			err := retry(ctx, r.log, r.met, nil, "start_task", func() error {
 				var err error
 				cfg := r.taskConfig(id, g)
-				cfg.StateNames = names
+				cfg.StateNames = names.StateNames
 				if from != nil {
 					cfg.RestoreStore = from.Store
 				}
@@ -1472,7 +1502,7 @@ func shuffleProducers(writers, procs int) int {
 func (r *Replica) taskConfig(id control.TaskID, g control.Generation) task.Config {
 	return task.Config{
 		Job: r.opts.Job, ID: id, Gen: g.Gen, RestoreFrom: g.RestoreFrom, RestoreMetadata: g.RestoreMetadata, Skip: g.Skip,
-		Kafka: r.kopts, Shuffle: r.shuffleFor[id], Prefix: r.cfg.Kafka.TopicPrefix, Store: r.store,
+		Kafka: r.kopts, Shuffle: r.shuffleFor[id], Prefix: r.cfg.Kafka.TopicPrefix, Store: r.store, BusyTime: r.cfg.HTTP.BusyTime,
 		StateDir: filepath.Join(r.cfg.State.Dir, r.cfg.Job.Name, task.StateName(id)),
 		Cache:    r.cache, Acks: r.acks,
 		RecordCacheBytes:         cmp.Or(r.cfg.State.RecordCacheBytes, -1), // config: 0 is off
@@ -1585,6 +1615,7 @@ func (r *Replica) enterFailed(ctx context.Context, f control.Failed, offset int6
 	fl := &Failure{Failed: f, CommitTopic: r.topics.Commit, Offset: offset}
 	r.failure.Store(fl)
 	r.met.setFailed(f.Cause)
+	r.parkLag(ctx)
 	if r.loggedAt == offset {
 		return
 	}
@@ -1617,6 +1648,7 @@ func (r *Replica) enterStopped(ctx context.Context, s control.Stopped, offset in
 	st := &Stop{Stopped: s, CommitTopic: r.topics.Commit, Offset: offset}
 	r.stop.Store(st)
 	r.met.stopped.Set(1)
+	r.parkLag(ctx)
 	r.log.Info("job stopped; this replica runs none of its tasks until the job is resumed",
 		"generation", s.Gen, "savepoint", s.Savepoint, "metadata", s.Metadata,
 		"commit_topic", r.topics.Commit, "commit_offset", offset, "resume", "processor resume -c FILE")
@@ -1696,6 +1728,7 @@ func (r *Replica) localTaskNames() []string {
 
 func (r *Replica) close() {
 	ctx := context.Background()
+	r.unparkLag()
 	r.stopCoordinator()
 	r.stopTasks(ctx)
 	if r.acks != nil {

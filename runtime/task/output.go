@@ -272,7 +272,7 @@ func (e *emitter) Emit(sink int, r stream.Record) error {
 			rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: e.bytes(h.Value)}
 		}
 	}
-	if err := out.write(e.t.ctx, rec); err != nil {
+	if err := e.write(out, rec); err != nil {
 		e.err = fmt.Errorf("%s: %w", out, err)
 	}
 	return e.err
@@ -295,10 +295,23 @@ func (e *emitter) Shuffle(edge int, r stream.Record) error {
 	for _, h := range r.Headers {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: e.bytes(h.Value)})
 	}
-	if err := out.write(e.t.ctx, rec); err != nil {
+	if err := e.write(out, rec); err != nil {
 		e.err = fmt.Errorf("%s: %w", out, err)
 	}
 	return e.err
+}
+
+// write writes rec to out, timing one write in busySample: the time an
+// output's full produce buffer blocks the task (busyTime).
+func (e *emitter) write(out output, rec *kgo.Record) error {
+	b := &e.t.busy
+	if !b.timeWrite() {
+		return out.write(e.t.ctx, rec)
+	}
+	start := e.t.cfg.Now()
+	err := out.write(e.t.ctx, rec)
+	b.wroteFor(e.t.cfg.Now().Sub(start))
+	return err
 }
 
 // headers returns an empty header slice of capacity n, cut from a slab.

@@ -77,6 +77,9 @@ type Config struct {
 	// Prefix is the job's prefix of transactional IDs and groups
 	// (kafka.topic_prefix).
 	Prefix string
+	// BusyTime accounts the task's busy, backpressured and idle time
+	// (http.busy_time; busyTime).
+	BusyTime bool
 	// Store is the job's object store.
 	Store *objstore.Store
 	// StateDir is the task's local directory, state.dir/<job>/<task>.
@@ -188,6 +191,9 @@ type Task struct {
 	// wm is the task's event time; nil if the job does not use it.
 	wm  *watermarks
 	met *taskMetrics
+	// busy accounts the task goroutine's time (idle, backpressured, busy);
+	// the task goroutine only.
+	busy busyTime
 
 	ctx     context.Context // the task's life; cancelled by Stop
 	cancel  context.CancelFunc
@@ -280,8 +286,11 @@ func (t *Task) open(ctx context.Context, name string) error {
 		return fmt.Errorf("the job's plan has no stage %s", cfg.ID.Stage)
 	}
 	t.met = cfg.Metrics.forTask(cfg.ID.Stage, cfg.ID.String(), cfg.Gen)
+	if cfg.BusyTime {
+		t.busy = t.met.busyTime()
+	}
 	tc := stream.TaskContext{
-		Backend: t.backend, Stage: st.Name, Task: cfg.ID.String(), Index: cfg.ID.Index, Now: cfg.Now, Logger: t.log,
+		Backend: t.backend, Stage: st.JobName(), Task: cfg.ID.String(), Index: cfg.ID.Index, Now: cfg.Now, Logger: t.log,
 		StateNames: cfg.StateNames,
 	}
 	if t.met != nil {
@@ -519,7 +528,14 @@ func (t *Task) loop() error {
 			deadline = nextWatermark
 		}
 		pollCtx, cancel := context.WithDeadline(ctx, deadline)
+		var polled time.Time
+		if t.busy.on {
+			polled = t.cfg.Now()
+		}
 		el, err := t.in.next(pollCtx)
+		if t.busy.on {
+			t.busy.polledFor(t.cfg.Now().Sub(polled))
+		}
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -561,7 +577,11 @@ func (t *Task) loop() error {
 				return out.err
 			}
 		}
-		if now := t.cfg.Now(); !now.Before(nextTimers) {
+		now := t.cfg.Now()
+		if t.busy.on {
+			t.busy.publish(now)
+		}
+		if !now.Before(nextTimers) {
 			if err := t.chain.FireTimers(now, out); err != nil {
 				return fmt.Errorf("timers: %w", err)
 			}

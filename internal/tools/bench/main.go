@@ -221,6 +221,8 @@ type config struct {
 	pprof          bool
 	timeout        time.Duration
 	brokerPID      int
+	// -busy-cost: the count job with http.busy_time on and off.
+	busyCost bool
 	// -tls: the broker's SASL_SSL listener and TLS directory
 	// (scripts/kafka.sh).
 	tls     bool
@@ -279,6 +281,7 @@ func main() {
 	flag.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler on every replica's HTTP address (http.pprof), printed as each starts: curl -o cpu.prof http://ADDR/debug/pprof/profile?seconds=10")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.IntVar(&c.brokerPID, "broker-pid", 0, "broker process whose CPU time is reported (default: the pid file of scripts/kafka.sh, if found)")
+	flag.BoolVar(&c.busyCost, "busy-cost", false, "measure what accounting busy, backpressured and idle time (http.busy_time) costs: the headline count job with it on and off, interleaved, 2 passes each (no latency or recovery measurements)")
 	flag.BoolVar(&c.tls, "tls", false, "measure TLS: the raw pipe and the headline count job over plaintext and over SASL_SSL with SCRAM-SHA-512, interleaved (no latency or recovery measurements)")
 	flag.StringVar(&saslSSL, "sasl-ssl-brokers", os.Getenv(kafkatest.EnvSASLSSL), "with -tls: comma-separated SASL_SSL listeners of the same broker (env "+kafkatest.EnvSASLSSL+")")
 	flag.StringVar(&c.tlsDir, "tls-dir", os.Getenv(kafkatest.EnvTLSDir), "with -tls: the broker's TLS directory, holding ca.pem (env "+kafkatest.EnvTLSDir+")")
@@ -346,7 +349,7 @@ func main() {
 		}
 		c.saslSSL = strings.Split(saslSSL, ",")
 	}
-	if modes := btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro) + btoi(c.rolling) + btoi(c.growRounds > 0); modes > 1 {
+	if modes := btoi(c.busyCost) + btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro) + btoi(c.rolling) + btoi(c.growRounds > 0); modes > 1 {
 		errs = append(errs, errors.New("two-stage, tls, window, yaml, avro, rolling and grow-partitions: choose one"))
 	}
 	if c.growRounds < 0 {
@@ -440,6 +443,7 @@ type transport struct {
 	brokers []string
 	opts    []kgo.Opt // the raw pipe clients' TLS and SASL options
 	yaml    string    // the job's kafka.tls and kafka.sasl, indented under kafka:
+	top     string    // more top-level sections of the job file
 }
 
 // saslSSL is the transport over the SASL_SSL listener: franz-go's own TLS
@@ -550,6 +554,9 @@ func run(ctx context.Context, c config) (err error) {
 	}
 	if c.tls {
 		return b.runTLS(ctx)
+	}
+	if c.busyCost {
+		return b.runBusyCost(ctx)
 	}
 	if c.twoStage {
 		return b.runTwoStage(ctx)
@@ -1598,7 +1605,7 @@ checkpoint:
   storage: file://%s
 log:
   level: %s
-`, name, b.c.maxParallelism, b.in, srcFormat, keyBy, agg, j.out, strings.Join(tr.brokers, ", "), tr.yaml, b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"), b.c.logLevel)
+%s`, name, b.c.maxParallelism, b.in, srcFormat, keyBy, agg, j.out, strings.Join(tr.brokers, ", "), tr.yaml, b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"), b.c.logLevel, tr.top)
 	return j, os.WriteFile(j.cfg, []byte(yaml), 0o600)
 }
 
