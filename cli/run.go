@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/format"
@@ -31,7 +32,7 @@ import (
 )
 
 func newRunCmd(job *stream.Job) *cobra.Command {
-	var file string
+	var file, restoreFrom string
 	var prof profileFiles
 	cmd := &cobra.Command{
 		Use:   "run -c FILE",
@@ -53,13 +54,22 @@ transactions, leaves the group and exits 0 within process.grace_period.`,
 			if err != nil {
 				return err
 			}
+			var restore *checkpoint.Source
+			if restoreFrom != "" {
+				src, err := checkpoint.ParseSource(restoreFrom)
+				if err != nil {
+					return err
+				}
+				restore = &src
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			stopProfiles, err := prof.start()
 			if err != nil {
 				return err
 			}
-			err = errors.Join(serve(ctx, cfg, job, cmd.ErrOrStderr(), nil), stopProfiles())
+			reg := prometheus.NewRegistry()
+			err = errors.Join(serveWith(ctx, cfg, job, cmd.ErrOrStderr(), nil, reg, reg, restore), stopProfiles())
 			if err != nil && cfg.Log.Format == "json" {
 				// Every line on stderr is then a JSON log line, the
 				// reason the replica stopped included.
@@ -72,6 +82,7 @@ transactions, leaves the group and exits 0 within process.grace_period.`,
 	addConfigFlags(cmd.Flags(), &file)
 	addAllowNonRestoredFlag(cmd.Flags())
 	addProfileFlags(cmd.Flags(), &prof)
+	cmd.Flags().StringVar(&restoreFrom, "restore-from", "", "start the job from this savepoint or retained checkpoint (the URL processor savepoint prints, a checkpoint's folder <storage>/<job>/chk-<n>, or a savepoint's folder copied anywhere), of this job or another; honoured once: a replica started later with the same value resumes from the job's newest checkpoint (add #2 to restore the same point again)")
 	return cmd
 }
 
@@ -142,13 +153,15 @@ func errorString(err error) string { return err.Error() }
 // completed checkpoint.
 func serve(ctx context.Context, cfg *config.Config, job *stream.Job, logOut io.Writer, onCommitted func(ckpt.ID)) error {
 	reg := prometheus.NewRegistry()
-	return serveWith(ctx, cfg, job, logOut, onCommitted, reg, reg)
+	return serveWith(ctx, cfg, job, logOut, onCommitted, reg, reg, nil)
 }
 
 // serveWith is serve with the registry /metrics serves (gatherer) and the
 // registerer the replica registers its metrics with, normally the same
 // registry; a test wraps the registerer to see every metric registered.
-func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOut io.Writer, onCommitted func(ckpt.ID), gatherer prometheus.Gatherer, reg prometheus.Registerer) error {
+// restore is run's --restore-from (nil: none).
+func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOut io.Writer, onCommitted func(ckpt.ID),
+	gatherer prometheus.Gatherer, reg prometheus.Registerer, restore *checkpoint.Source) error {
 	log := newLogger(cfg, logOut)
 	registries, err := newRegistries(log, reg)
 	if err != nil {
@@ -173,7 +186,7 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 	}
 	rep, err := replica.New(ctx, replica.Options{
 		Config: cfg, Job: job, ReplicaID: cfg.Process.ReplicaID, Fingerprint: fp,
-		Logger: log, Registerer: reg, OnCommitted: onCommitted,
+		Logger: log, Registerer: reg, OnCommitted: onCommitted, RestoreFrom: restore,
 	})
 	if err != nil {
 		return err
@@ -182,6 +195,12 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 	// readiness is the /readyz answer: whether the replica is ready, and
 	// why (not).
 	readiness := func() (bool, string) {
+		if req := rep.PendingRestore(); req != "" && rep.Refused() == nil && (rep.Failure() != nil || rep.Stopped() != nil) {
+			// Ready, so that a rolling update that sets restoreFrom on a
+			// stopped job goes on to the next pod (docs/deploy.md).
+			return true, "waiting: the job is stopped or failed; this replica's --restore-from " + req +
+				" starts it when a replica with it holds the coordinator role"
+		}
 		if f := rep.Failure(); f != nil {
 			return false, "not ready: " + f.String() + "; to resume: " + f.Resume()
 		}

@@ -167,6 +167,7 @@ func (c *Core) applyComplete(r control.Complete) []completed {
 	})
 	c.completed = slices.Insert(c.completed, i, k)
 	c.lastCompleted = max(c.lastCompleted, r.ID)
+	c.restore = nil // the job's own checkpoints are the restore point from now on
 	c.failures = 0
 	c.lastCompletion = k.ts
 	if r.Gen == c.gen {
@@ -259,6 +260,11 @@ func (c *Core) applyGeneration(r control.Generation) {
 	c.recent = nil
 	c.failures = 0
 	c.bumpID(r.RestoreFrom)
+	c.restore = nil
+	if r.RestoreLocation != "" {
+		c.restore = &RestorePoint{ID: r.RestoreFrom, Metadata: r.RestoreMetadata, Location: r.RestoreLocation}
+	}
+	c.honour(r)
 	c.skip = slices.Clone(r.Skip)
 	c.failed = nil
 	c.stopped = nil
@@ -269,4 +275,15 @@ func (c *Core) applyGeneration(r control.Generation) {
 	}
 	c.waitingFor = len(tasks)
 	c.scheduled = false
+}
+
+// honour records the --restore-from value generation r restored, if any.
+func (c *Core) honour(r control.Generation) {
+	if r.RestoreRequest == "" {
+		return
+	}
+	if c.honoured == nil {
+		c.honoured = map[string]uint64{}
+	}
+	c.honoured[r.RestoreRequest] = r.Gen
 }

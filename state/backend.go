@@ -55,6 +55,15 @@ type Config struct {
 	Task string
 	// Store is the job's object store. Required for snapshots and restore.
 	Store *objstore.Store
+	// RestoreStore, if set, is where Restore reads the snapshot instead
+	// of Store: a restore point the job does not own (`processor run
+	// --restore-from`: a savepoint or checkpoint of another job, or one
+	// copied elsewhere), read-only. Its manifest may name another job.
+	// Such a restore is never local (the local copies are the job's own
+	// checkpoints, numbered in its own sequence), and the first snapshot
+	// after it uploads every file into Store, as after a savepoint, so
+	// that no checkpoint of the job refers to an object it does not own.
+	RestoreStore *objstore.Store
 	// Cache is the process-wide Pebble block cache (pebble.NewCache), shared
 	// by every task of the replica. The backend takes its own reference. If
 	// nil, the backend uses a private 64 MiB cache.

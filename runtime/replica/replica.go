@@ -34,6 +34,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/config"
@@ -74,6 +75,9 @@ type Options struct {
 	// OnCommitted, if set, is called after every checkpoint this replica saw
 	// complete (for `processor dev`, which prints the committed output).
 	OnCommitted func(id ckpt.ID)
+	// RestoreFrom, if set, is `processor run --restore-from`: a restore
+	// point the job starts from, honoured once (restorefrom.go).
+	RestoreFrom *checkpoint.Source
 }
 
 // Replica is one running replica.
@@ -120,6 +124,13 @@ type Replica struct {
 	// check is the compatibility check of the job with its newest
 	// checkpoint (compat.go).
 	check restoreCheck
+	// restoreReq is the --restore-from value (nil: none), sources the
+	// restore points outside the job's storage that generations restored,
+	// opened read-only, by location (restorefrom.go).
+	restoreReq *restoreRequest
+	sources    map[string]*checkpoint.Point
+	// pendingRestore is the pending value, for /readyz (PendingRestore).
+	pendingRestore atomic.Pointer[string]
 
 	ready   atomic.Bool
 	waiting atomic.Pointer[string]  // read by Waiting, for /readyz
@@ -208,6 +219,9 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 		loggedAt: -1,
 		sinks:    sinkSpecs(opts.Job, cfg),
 		heart:    newHeartbeat(),
+	}
+	if opts.RestoreFrom != nil {
+		r.restoreReq = &restoreRequest{src: *opts.RestoreFrom, pending: true, since: -1}
 	}
 	conn, err := kafkaconn.New(cfg.Kafka, r.log)
 	if err != nil {
@@ -736,6 +750,9 @@ func (r *Replica) run(ctx context.Context) error {
 		if cerr := r.conn.Err(); cerr != nil {
 			return cerr
 		}
+		if p := (permanent{}); errors.As(err, &p) {
+			return p.err // a --restore-from location without a restore point
+		}
 		backoff := sessionBackoff.NextBackOff()
 		var refused *RefusedError
 		if errors.As(err, &refused) {
@@ -823,6 +840,10 @@ func (r *Replica) session(ctx context.Context) error {
 		if c, ok := rec.Msg.(control.Complete); ok {
 			r.noteComplete(c)
 		}
+	}
+	r.noteRestoreHistory(hist.Records, hist.End)
+	if err := r.openRestorePoint(ctx); err != nil {
+		return err
 	}
 	// A job file that cannot restore the newest checkpoint never joins:
 	// it writes nothing, and a generation of the others goes on.
@@ -961,10 +982,10 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 		return nil
 	}
 	r.met.members.Set(float64(len(v.Members)))
-	if !v.IsCoordinator() || r.failed != nil || r.stopped != nil {
+	if !v.IsCoordinator() || ((r.failed != nil || r.stopped != nil) && r.assignRestore() == nil) {
 		// A failed or stopped job has nothing to coordinate until it is
 		// resumed; processor resume takes the coordinator's transactional
-		// ID.
+		// ID. A pending --restore-from starts it again.
 		r.stopCoordinator()
 		return nil
 	}
@@ -1055,7 +1076,7 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 	// the checkpoint it restores is stored, so that it keeps following
 	// them.
 	rec := sch.WithStateNames(r.check.result.StateNames)
-	if err := r.runner.Submit(sctx, coordinator.Assign{Assignment: a, Fingerprint: r.opts.Fingerprint, Schema: &rec}); err != nil {
+	if err := r.runner.Submit(sctx, coordinator.Assign{Assignment: a, Fingerprint: r.opts.Fingerprint, Schema: &rec, Restore: r.assignRestore()}); err != nil {
 		r.log.Error("assign tasks", "err", err)
 	}
 	return nil
@@ -1182,6 +1203,7 @@ func (r *Replica) stopCoordinator() {
 func (r *Replica) onRecord(ctx context.Context, rec controltopic.Record) error {
 	switch m := rec.Msg.(type) {
 	case control.Generation:
+		r.noteRestoreGeneration(m)
 		r.setLastGen(m)
 		r.clearFailed()
 		r.clearStopped()
@@ -1262,7 +1284,8 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	// version before fingerprints, which cannot tell files apart.
 	r.waiting.Store(nil)
 	r.met.waiting.Set(0)
-	r.log.Info("generation", "generation", g.Gen, "restore_from", g.RestoreFrom, "restore_metadata", g.RestoreMetadata, "tasks", len(mine))
+	r.log.Info("generation", "generation", g.Gen, "restore_from", g.RestoreFrom, "restore_metadata", g.RestoreMetadata,
+		"restore_location", g.RestoreLocation, "tasks", len(mine))
 	start := time.Now()
 	// Every replica runs the generation's plan, made from the tasks its
 	// record lists, not from its own reading of the input's partitions:
@@ -1273,9 +1296,17 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	// Where g's checkpoint holds the state of operators and stages an
 	// edit renamed (compat.Result.StateNames, StageNames): the same for
 	// every task, and the plan's stages run under those names.
+	// A restore point outside the job's storage (--restore-from) is read
+	// through its own read-only store.
 	var names compat.Result
+	var from *checkpoint.Point
 	if len(mine) > 0 {
 		if err := retry(ctx, r.log, r.met, r.heart, "start_task", func() (err error) {
+			if g.RestoreLocation != "" {
+				if from, err = r.restoreSource(ctx, g.RestoreLocation); err != nil {
+					return err
+				}
+			}
 			names, err = r.restoreNames(ctx, g)
 			return err
 		}); err != nil {
@@ -1315,6 +1346,9 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 				var err error
 				cfg := r.taskConfig(id, g)
 				cfg.StateNames = names.StateNames
+				if from != nil {
+					cfg.RestoreStore = from.Store
+				}
 				t, err = task.Open(ctx, cfg)
 				if errors.Is(err, kafkasink.ErrTxnAborted) || task.Permanent(err) != nil {
 					// Output of a completed checkpoint is lost: never go on
@@ -1705,6 +1739,8 @@ func (r *Replica) close() {
 	if r.store != nil {
 		_ = r.store.Close()
 	}
+	r.closeRestorePoint()
+	r.closeSources()
 	if r.cache != nil {
 		r.cache.Unref()
 	}

@@ -3,6 +3,7 @@ package task
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/sink"
@@ -219,4 +220,35 @@ func (r sinkRecovery) name() string {
 		return r.pool.Topic
 	}
 	return r.pool.Pool
+}
+
+// leaveForeignTransactions drops, from the sinks a restore point the job
+// does not own recorded (Config.RestoreStore), every transaction whose
+// transactional ID is not the job's own (kafka.topic_prefix): another
+// job's, which this job must never commit, abort or fence, since that
+// job may still run. That job committed them when its checkpoint
+// completed (every replica commits a checkpoint's transactions when it
+// reads its complete record, before it reads a stop), so the restored
+// state's output is all there unless a replica of that job died in
+// between; then that job's own restore, or `processor transactions
+// commit` against it, commits them. Each one left is logged. A
+// transaction under the job's own IDs (the same job name and prefix: a
+// rollback, or a savepoint copied and restored under the same name) is
+// recovered as after any restore.
+func (t *Task) leaveForeignTransactions(rec []sinkPool) []sinkPool {
+	out := make([]sinkPool, 0, len(rec))
+	for _, p := range rec {
+		own := p.Txns[:0:0]
+		for _, h := range p.Txns {
+			if strings.HasPrefix(h.TransactionalID, t.cfg.Prefix+p.Pool+"-") {
+				own = append(own, h)
+				continue
+			}
+			t.log.Info("restore point of another job: its recorded transaction is left to that job (committed when its checkpoint completed), neither committed nor fenced here",
+				"sink", p.Topic, "transactional_id", h.TransactionalID, "checkpoint_id", t.cfg.RestoreFrom)
+		}
+		p.Txns = own
+		out = append(out, p)
+	}
+	return out
 }

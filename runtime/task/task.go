@@ -58,6 +58,13 @@ type Config struct {
 	// RestoreMetadata is where RestoreFrom's _metadata is when it is not at
 	// chk-<n>/_metadata (a savepoint's; control.Generation.RestoreMetadata).
 	RestoreMetadata string
+	// RestoreStore, if set, is where RestoreFrom is: a restore point the
+	// job does not own (control.Generation.RestoreLocation, opened
+	// read-only by the replica), RestoreMetadata its _metadata's key in
+	// it. The task's state restores from it (state.Config.RestoreStore),
+	// and its sinks recover only the recorded transactions whose IDs are
+	// the job's own (leaveForeignTransactions).
+	RestoreStore *objstore.Store
 	// Skip lists input records the source drops unread (the generation's
 	// control.Generation.Skip).
 	Skip []control.Position
@@ -234,7 +241,7 @@ func (t *Task) Run() { t.started.Do(func() { go t.run() }) }
 func (t *Task) open(ctx context.Context, name string) error {
 	cfg := t.cfg
 	scfg := state.Config{
-		Dir: cfg.StateDir, Task: name, Store: cfg.Store, Cache: cfg.Cache,
+		Dir: cfg.StateDir, Task: name, Store: cfg.Store, RestoreStore: cfg.RestoreStore, Cache: cfg.Cache,
 		Logger: t.log, Registerer: cfg.Registerer, Now: cfg.Now,
 		RecordCacheBytes: cfg.RecordCacheBytes,
 	}
@@ -303,6 +310,9 @@ func (t *Task) open(ctx context.Context, name string) error {
 	// decided before anything is written.
 	var sinkPlan []sinkRecovery
 	recorded, err := recordedSinkPools(&opState, cfg.ID.Stage, cfg.Sinks, st.Sinks, cfg.MaxConcurrentCheckpoints)
+	if err == nil && cfg.RestoreStore != nil {
+		recorded = t.leaveForeignTransactions(recorded)
+	}
 	if err == nil {
 		sinkPlan, err = planSinkRecovery(cfg.Prefix, cfg.ID.Stage, int32(cfg.ID.Index), cfg.Sinks, st.Sinks, cfg.MaxConcurrentCheckpoints, recorded)
 	}
@@ -423,7 +433,11 @@ func (t *Task) openWatermarks(st *plan.Stage, restored *watermarkState) error {
 // or for another number of tasks of a downstream stage, is a permanent
 // failure of cause job: no restart fixes it, and nothing is written.
 func (t *Task) manifestHandle(ctx context.Context, name string) (string, error) {
-	md, err := checkpoint.ReadRestore(ctx, t.cfg.Store, t.cfg.RestoreFrom, t.cfg.RestoreMetadata)
+	store := t.cfg.Store
+	if t.cfg.RestoreStore != nil {
+		store = t.cfg.RestoreStore
+	}
+	md, err := checkpoint.ReadRestore(ctx, store, t.cfg.RestoreFrom, t.cfg.RestoreMetadata)
 	if err != nil {
 		return "", err
 	}
