@@ -488,7 +488,9 @@ func run(ctx context.Context, c config) (err error) {
 		if err != nil {
 			return fmt.Errorf("-profile: %w", err)
 		}
-		defer func() { benchutil.Info("profiles of the replicas stopped with SIGTERM: %s (go tool pprof -top %s/<job>-<replica>.cpu.pprof)", c.profile, c.profile) }()
+		defer func() {
+			benchutil.Info("profiles of the replicas stopped with SIGTERM: %s (go tool pprof -top %s/<job>-<replica>.cpu.pprof)", c.profile, c.profile)
+		}()
 	}
 	dir, err := os.MkdirTemp("", id+"-")
 	if err != nil {
