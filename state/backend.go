@@ -254,6 +254,9 @@ type Backend struct {
 	instance string // random, names the shared files this incarnation uploads
 	metrics  *metrics
 	restored *Manifest
+	// restoredAll are the manifests of a rescaling restore
+	// (RestoreKeyGroups), in key-group order; nil otherwise.
+	restoredAll []*Manifest
 
 	// Task goroutine only.
 	curKey      []byte
