@@ -1,0 +1,178 @@
+package task
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/weir-stream/weir/control"
+	"github.com/weir-stream/weir/eventtime"
+	"github.com/weir-stream/weir/keygroup"
+	"github.com/weir-stream/weir/kafkaio/sink"
+)
+
+// oldStage is the operator state of a downstream stage of n tasks among
+// maxPar key groups, read by ups upstream tasks, writing sink topic "out"
+// (partition = task index): task j has position 100*p+j in each of its
+// partitions p, input watermark 1000*p+u (pairs of even partitions idle),
+// chain watermark 10+j, and one recorded transaction of its pool.
+func oldStage(n, maxPar, ups int) []oldTask {
+	var olds []oldTask
+	for j := range n {
+		lo, hi := keygroup.Range(j, n, maxPar)
+		o := oldTask{index: j, keyGroups: [2]int{lo, hi}, keyed: true, sinks: true}
+		wm := &watermarkState{Current: int64(10 + j), Valve: eventtime.ValveState{Output: int64(10 + j)}}
+		for p := lo; p < hi; p++ {
+			o.op.Shuffle = append(o.op.Shuffle, control.Position{Topic: "s", Partition: int32(p), Offset: int64(100*p + j)})
+			for u := range ups {
+				wm.Valve.Inputs = append(wm.Valve.Inputs, int64(1000*p+u))
+				wm.Valve.Idle = append(wm.Valve.Idle, p%2 == 0)
+			}
+		}
+		o.op.Watermark = wm
+		pool := sink.PoolName("agg", "out")
+		h := sink.TxnHandle{Version: 2, TransactionalID: sink.TxnID("p.", pool, int32(j), 1), ProducerID: int64(j), Checkpoint: 4,
+			Marker: sink.TxnMarker{Topic: "out", Partition: int32(j)}}
+		o.op.SinkPools = []sinkPool{{Topic: "out", Pool: pool, Size: 3, Txns: []sink.TxnHandle{h}}}
+		olds = append(olds, o)
+	}
+	return olds
+}
+
+// restoreOf returns what new task i of m restores from olds (as
+// restoreSources and oldTasks choose them).
+func restoreOf(olds []oldTask, i, m, maxPar int) []oldTask {
+	handles := make([]string, len(olds))
+	for j := range olds {
+		handles[j] = fmt.Sprint(j)
+	}
+	rf := rescaleSources(handles, i, m, maxPar)
+	var out []oldTask
+	for j, o := range olds {
+		keyed := slices.Contains(rf.keyed, fmt.Sprint(j))
+		_, sinks := rf.sinks[j]
+		if keyed || sinks {
+			o.keyed, o.sinks = keyed, sinks
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Across every new task of a rescale, each shuffle partition's position
+// and each (partition, upstream) pair's watermark is taken from its old
+// owner exactly once, the chain watermark is the lowest of the old tasks'
+// it merges, and every old task's sink transactions are recovered by
+// exactly one new task, under the old task's own partition.
+func TestMergeOperatorState(t *testing.T) {
+	for _, tc := range []struct{ from, to, maxPar, ups, newUps int }{
+		{6, 3, 128, 2, 2}, {3, 8, 128, 2, 2}, {4, 4, 16, 3, 3}, {5, 2, 16, 1, 1},
+		{4, 4, 16, 2, 3}, {4, 4, 16, 3, 2}, // the upstream stage rescaled
+		{6, 3, 16, 2, 4},
+	} {
+		t.Run(fmt.Sprintf("%d-%d-of-%d-ups-%d-%d", tc.from, tc.to, tc.maxPar, tc.ups, tc.newUps), func(t *testing.T) {
+			olds := oldStage(tc.from, tc.maxPar, tc.ups)
+			positions := map[int32]int64{}
+			committed := map[string]int{} // transactional ID -> times recovered
+			for i := range tc.to {
+				lo, hi := keygroup.Range(i, tc.to, tc.maxPar)
+				mine := restoreOf(olds, i, tc.to, tc.maxPar)
+				op, moved, err := mergeOperatorState(mine, "agg", i, lo, hi, tc.newUps, specs("out"), []int{0}, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range op.Shuffle {
+					if _, dup := positions[p.Partition]; dup || int(p.Partition) < lo || int(p.Partition) >= hi {
+						t.Fatalf("task %d [%d,%d): position of partition %d (twice, or not its own)", i, lo, hi, p.Partition)
+					}
+					if owner := keygroup.Owner(int(p.Partition), tc.from, tc.maxPar); p.Offset != int64(100*int(p.Partition)+owner) {
+						t.Fatalf("task %d: partition %d at %d, want its old owner %d's", i, p.Partition, p.Offset, owner)
+					}
+					positions[p.Partition] = p.Offset
+				}
+				// Watermarks: each pair from its old owner, a new upstream
+				// at the output; the chain's the lowest merged.
+				wm := op.Watermark
+				if len(wm.Valve.Inputs) != (hi-lo)*tc.newUps {
+					t.Fatalf("task %d: %d valve inputs, want %d", i, len(wm.Valve.Inputs), (hi-lo)*tc.newUps)
+				}
+				lowest := int64(1 << 62)
+				for _, o := range mine {
+					if o.keyed {
+						lowest = min(lowest, o.op.Watermark.Current)
+					}
+				}
+				if wm.Current != lowest || wm.Valve.Output != lowest {
+					t.Fatalf("task %d: chain watermark %d, output %d; want %d", i, wm.Current, wm.Valve.Output, lowest)
+				}
+				for p := lo; p < hi; p++ {
+					for u := range tc.newUps {
+						in, idle := wm.Valve.Inputs[(p-lo)*tc.newUps+u], wm.Valve.Idle[(p-lo)*tc.newUps+u]
+						want, wantIdle := int64(1000*p+u), p%2 == 0
+						if u >= tc.ups {
+							want, wantIdle = lowest, false
+						}
+						if in != want || idle != wantIdle {
+							t.Fatalf("task %d: pair (%d, %d) at %d idle %v, want %d idle %v", i, p, u, in, idle, want, wantIdle)
+						}
+					}
+				}
+				// Sinks: its own old index as its own pool, the others
+				// retired under their partition.
+				recorded, err := recordedSinkPools(&op, "agg", specs("out"), []int{0}, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				plan, err := planSinkRecovery("p.", "agg", int32(i), specs("out"), []int{0}, 1, recorded)
+				if err == nil {
+					plan, err = planMovedSinks("p.", plan, moved)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range plan {
+					if r.index >= 0 && r.partition != int32(i) {
+						t.Fatalf("task %d opens its sink on partition %d", i, r.partition)
+					}
+					if r.index < 0 && (r.partition == int32(i) || int(r.partition)%tc.to != i) {
+						t.Fatalf("task %d retires the sink of old task %d", i, r.partition)
+					}
+					for _, h := range r.txns {
+						if !strings.HasSuffix(h.TransactionalID, fmt.Sprintf("-%d-1", r.partition)) {
+							t.Fatalf("task %d recovers %s under partition %d", i, h.TransactionalID, r.partition)
+						}
+						committed[h.TransactionalID]++
+					}
+				}
+			}
+			if len(positions) != tc.maxPar {
+				t.Fatalf("%d partitions have a position, want %d", len(positions), tc.maxPar)
+			}
+			if len(committed) != tc.from {
+				t.Fatalf("%d old tasks' transactions recovered, want %d: %v", len(committed), tc.from, committed)
+			}
+			for id, n := range committed {
+				if n != 1 {
+					t.Fatalf("transaction %s recovered %d times", id, n)
+				}
+			}
+		})
+	}
+}
+
+// An unchanged stage's state goes through the merge unchanged.
+func TestMergeOperatorStateUnchanged(t *testing.T) {
+	olds := oldStage(3, 16, 2)
+	for i, o := range olds {
+		lo, hi := keygroup.Range(i, 3, 16)
+		op, moved, err := mergeOperatorState([]oldTask{o}, "agg", i, lo, hi, 2, specs("out"), []int{0}, 1)
+		if err != nil || len(moved) > 0 {
+			t.Fatalf("task %d: moved %v, %v", i, moved, err)
+		}
+		if !reflect.DeepEqual(op, o.op) {
+			t.Fatalf("task %d: merged\n%+v\nwant\n%+v", i, op, o.op)
+		}
+	}
+}
