@@ -9,8 +9,8 @@ import (
 
 	"github.com/weir-stream/weir/control"
 	"github.com/weir-stream/weir/eventtime"
-	"github.com/weir-stream/weir/keygroup"
 	"github.com/weir-stream/weir/kafkaio/sink"
+	"github.com/weir-stream/weir/keygroup"
 )
 
 // oldStage is the operator state of a downstream stage of n tasks among

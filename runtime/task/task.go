@@ -260,7 +260,9 @@ func (t *Task) open(ctx context.Context, name string) error {
 			return fmt.Errorf("restore state from checkpoint %d (stage %s rescaled from %d to %d tasks): %w", cfg.RestoreFrom, cfg.ID.Stage, rf.from, st.Parallelism, err)
 		}
 		t.backend = b
-		read := func(ctx context.Context, h string) (*state.Manifest, error) { return state.ReadManifest(ctx, cfg.Store, h) }
+		read := func(ctx context.Context, h string) (*state.Manifest, error) {
+			return state.ReadManifest(ctx, cfg.Store, h)
+		}
 		if olds, err = oldTasks(ctx, b, rf, read); err != nil {
 			return fmt.Errorf("checkpoint %d: %w", cfg.RestoreFrom, err)
 		}
