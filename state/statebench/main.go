@@ -69,7 +69,7 @@ func main() {
 	flag.IntVar(&c.ops, "ops", 1_000_000, "operations per get/put measurement")
 	flag.StringVar(&c.dir, "dir", "", "work directory (default: a new temporary directory, removed at the end)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory")
-	flag.StringVar(&c.only, "only", "", "run only this benchmark: incremental, sync (after the incremental phase) or getput; for experiments")
+	flag.StringVar(&c.only, "only", "", "run only this benchmark: incremental, sync (after the incremental phase), getput or rescale; for experiments")
 	flag.IntVar(&c.l0Threshold, "l0-threshold", 0, "override Pebble's L0CompactionThreshold (experiments)")
 	flag.IntVar(&c.lbaseMiB, "lbase-mib", 0, "override Pebble's LBaseMaxBytes in MiB (experiments)")
 	flag.IntVar(&c.memtableMiB, "memtable-mib", 0, "override the memtable size in MiB (experiments)")
@@ -265,6 +265,9 @@ func run(c config) error {
 
 	if c.only == "getput" {
 		return getPut(c, cache)
+	}
+	if c.only == "rescale" {
+		return rescale(c, cache)
 	}
 	// 1. Incremental checkpoint cost.
 	big, err := newBench(c, cache, "big")
