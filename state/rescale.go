@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -192,38 +193,56 @@ func (b *Backend) rescaleFiles(ctx context.Context, ms []*Manifest) (RestoreInfo
 		return RestoreInfo{}, fmt.Errorf("state: mkdir %s: %w", scratch, err)
 	}
 
-	// Download everything at once: the base into db/ (restoreFiles), the
-	// others into scratch directories.
+	// Everything at once: the base is restored into db/ (restoreFiles);
+	// each other snapshot is downloaded into a scratch directory and its
+	// overlap copied into SST files as soon as it is there, in chunks of
+	// key groups on up to GOMAXPROCS goroutines in all.
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		errs  []error
 		info  RestoreInfo
 		bytes int64
+		ssts  []string
 	)
+	fail := func(err error) {
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	}
 	wg.Go(func() {
 		i, err := b.restoreFiles(ctx, ms[base])
 		mu.Lock()
-		defer mu.Unlock()
 		info = i
-		errs = append(errs, err)
+		mu.Unlock()
+		fail(err)
 	})
-	dirs := make([]string, len(ms))
+	copiers := make(chan struct{}, runtime.GOMAXPROCS(0))
 	for i, m := range ms {
-		if i == base {
-			continue
-		}
-		dirs[i] = fs.PathJoin(scratch, fmt.Sprint(i))
-		if len(m.Files) == 0 {
-			dirs[i] = "" // a snapshot of an empty database: nothing to copy
+		if i == base || len(m.Files) == 0 { // a snapshot of an empty database: nothing to copy
 			continue
 		}
 		wg.Go(func() {
-			n, err := b.download(ctx, m, dirs[i])
+			dir := fs.PathJoin(scratch, fmt.Sprint(i))
+			n, err := b.download(ctx, m, dir)
 			mu.Lock()
-			defer mu.Unlock()
 			bytes += n
-			errs = append(errs, err)
+			mu.Unlock()
+			if err != nil {
+				fail(err)
+				return
+			}
+			olo, ohi := b.overlap(m)
+			paths, err := b.copyKeyGroups(dir, m.Task, olo, ohi, fs.PathJoin(scratch, fmt.Sprintf("%d-", i)), copiers)
+			mu.Lock()
+			ssts = append(ssts, paths...)
+			mu.Unlock()
+			fail(err)
+			if err == nil {
+				fail(fs.RemoveAll(dir))
+			}
 		})
 	}
 	wg.Wait()
@@ -248,24 +267,6 @@ func (b *Backend) rescaleFiles(ctx context.Context, ms []*Manifest) (RestoreInfo
 	if mhi := ms[base].KeyGroups[1]; mhi > hi {
 		if err := b.excise(ctx, hi, mhi); err != nil {
 			return info, err
-		}
-	}
-	var ssts []string
-	for i, m := range ms {
-		if i == base || dirs[i] == "" {
-			continue
-		}
-		olo, ohi := b.overlap(m)
-		path := fs.PathJoin(scratch, fmt.Sprintf("%d.sst", i))
-		n, err := b.copyKeyGroups(dirs[i], m.Task, olo, ohi, path)
-		if err != nil {
-			return info, err
-		}
-		if n > 0 {
-			ssts = append(ssts, path)
-		}
-		if err := fs.RemoveAll(dirs[i]); err != nil {
-			return info, fmt.Errorf("state: remove %s: %w", dirs[i], err)
 		}
 	}
 	if len(ssts) > 0 {
@@ -314,16 +315,20 @@ func checkKeyGrouped(db pebble.Reader, task string) error {
 }
 
 // copyKeyGroups opens the database in dir (a snapshot of task, read-only)
-// and writes its keyed state of key groups [lo, hi) into an SST file at
-// path, for Ingest. It returns the number of entries written (0: no file).
-func (b *Backend) copyKeyGroups(dir, task string, lo, hi int, path string) (int, error) {
-	o := PebbleOptions(b.cache, b.fs, b.cfg.MemTableSize)
+// and writes its keyed state of key groups [lo, hi) into SST files named
+// prefix<n>.sst, for Ingest: one per chunk of key groups, the chunks
+// copied in parallel, each holding one of copiers while it runs. It
+// returns the files written (a chunk without entries writes none).
+func (b *Backend) copyKeyGroups(dir, task string, lo, hi int, prefix string, copiers chan struct{}) ([]string, error) {
+	// The database is not open yet: the shared cache is the Config's (nil:
+	// Pebble's own, for this read).
+	o := PebbleOptions(b.cfg.Cache, b.fs, b.cfg.MemTableSize)
 	o.ReadOnly = true
 	o.Logger = pebbleLogger{log: b.cfg.Logger, fault: b.fault}
 	if b.cfg.TunePebble != nil {
 		b.cfg.TunePebble(o)
 	}
-	var n int
+	var paths []string
 	err := b.guard(func() error {
 		src, err := pebble.Open(dir, o)
 		if err != nil {
@@ -333,39 +338,62 @@ func (b *Backend) copyKeyGroups(dir, task string, lo, hi int, path string) (int,
 		if err := checkKeyGrouped(src, task); err != nil {
 			return err
 		}
-		start, end := KeyGroupBounds(lo, hi)
-		it, err := src.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
-		if err != nil {
-			return err
+		chunks := min(cap(copiers), hi-lo)
+		written := make([]bool, chunks)
+		errs := make([]error, chunks)
+		var wg sync.WaitGroup
+		for c := range chunks {
+			wg.Go(func() {
+				copiers <- struct{}{}
+				defer func() { <-copiers }()
+				clo, chi := lo+(hi-lo)*c/chunks, lo+(hi-lo)*(c+1)/chunks
+				written[c], errs[c] = b.copyRange(src, clo, chi, fmt.Sprintf("%s%d.sst", prefix, c), o)
+			})
 		}
-		defer it.Close()
-		if !it.First() {
-			return it.Error()
-		}
-		f, err := b.fs.Create(path, vfs.WriteCategoryUnspecified)
-		if err != nil {
-			return err
-		}
-		w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), o.MakeWriterOptions(6, b.db.TableFormat()))
-		for valid := true; valid; valid = it.Next() {
-			v, err := it.ValueAndErr()
-			if err == nil {
-				err = w.Set(it.Key(), v)
+		wg.Wait()
+		for c, w := range written {
+			if w {
+				paths = append(paths, fmt.Sprintf("%s%d.sst", prefix, c))
 			}
-			if err != nil {
-				_ = w.Close()
-				return err
-			}
-			n++
 		}
-		if err := it.Error(); err != nil {
-			_ = w.Close()
-			return err
-		}
-		return w.Close() // syncs and closes f
+		return errors.Join(errs...)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("state: copy key groups [%d, %d) of task %s: %w", lo, hi, task, err)
+		return nil, fmt.Errorf("state: copy key groups [%d, %d) of task %s: %w", lo, hi, task, err)
 	}
-	return n, nil
+	return paths, nil
+}
+
+// copyRange writes src's entries of key groups [lo, hi) into an SST file
+// at path; it writes no file if there are none.
+func (b *Backend) copyRange(src *pebble.DB, lo, hi int, path string, o *pebble.Options) (bool, error) {
+	start, end := KeyGroupBounds(lo, hi)
+	it, err := src.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	if !it.First() {
+		return false, it.Error()
+	}
+	f, err := b.fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return false, err
+	}
+	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), o.MakeWriterOptions(6, o.FormatMajorVersion.MaxTableFormat()))
+	for valid := true; valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err == nil {
+			err = w.Set(it.Key(), v)
+		}
+		if err != nil {
+			_ = w.Close()
+			return false, err
+		}
+	}
+	if err := it.Error(); err != nil {
+		_ = w.Close()
+		return false, err
+	}
+	return true, w.Close() // syncs and closes f
 }

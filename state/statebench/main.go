@@ -53,6 +53,7 @@ type config struct {
 	memtableMiB     int
 	manifestKiB     int
 	recordCache     int64
+	bucket          string
 }
 
 func main() {
@@ -75,6 +76,7 @@ func main() {
 	flag.IntVar(&c.memtableMiB, "memtable-mib", 0, "override the memtable size in MiB (experiments)")
 	flag.IntVar(&c.manifestKiB, "manifest-kib", 0, "override Pebble's MaxManifestFileSize in KiB (experiments)")
 	flag.Int64Var(&c.recordCache, "record-cache-bytes", -1, "the backend's record cache (state.Config.RecordCacheBytes); off by default, so that the figures are Pebble's and the snapshot's own: with it on, the synchronous part also flushes up to this many bytes")
+	flag.StringVar(&c.bucket, "bucket", "file", "the bucket of the rescale benchmark: file (a local directory) or s3 (the server of WEIR_S3_ENDPOINT)")
 	flag.Parse()
 	if *short {
 		size, small = "32MiB", "8MiB"

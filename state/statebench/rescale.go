@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/internal/benchutil"
+	"github.com/weir-stream/weir/internal/s3test"
 	"github.com/weir-stream/weir/keygroup"
 	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/state/objstore"
@@ -28,7 +30,9 @@ const rescaleMaxParallelism = keygroup.DefaultMaxParallelism
 // 3 tasks from the 6 tasks' checkpoint and into 8 from the 3 tasks', each
 // against the restore of the same state at the same parallelism without
 // rescaling (3 from 3, 8 from 8). Every restore downloads (no local
-// recovery) from a file:// bucket; the figure is the sum of the new
+// recovery) from a file:// bucket (the page cache: downloads as fast as
+// they can be, the rescaling's own work weighs most) or, with -bucket s3,
+// from the S3 server of WEIR_S3_ENDPOINT; the figure is the sum of the new
 // tasks' restore durations (the work a rescale costs; on a replica they
 // restore in parallel), each new task in a fresh directory.
 func rescale(c config, cache *pebble.Cache) error {
@@ -37,11 +41,30 @@ func rescale(c config, cache *pebble.Cache) error {
 	if err := os.MkdirAll(filepath.Join(root, "bucket"), 0o755); err != nil {
 		return err
 	}
-	store, err := objstore.Open(ctx, "file://"+filepath.Join(root, "bucket"), "bench", objstore.Options{})
+	url := "file://" + filepath.Join(root, "bucket")
+	if c.bucket == "s3" {
+		u, ok := s3test.URLFromEnv()
+		if !ok {
+			return errors.New("-bucket s3: WEIR_S3_ENDPOINT is not set (make s3-up; eval \"$(bash scripts/s3.sh env)\")")
+		}
+		// A prefix of its own, deleted at the end.
+		url = u + "&prefix=" + fmt.Sprintf("statebench-rescale-%d/", time.Now().UnixNano())
+	}
+	benchutil.Info("rescaling restores from %s", url)
+	store, err := objstore.Open(ctx, url, "bench", objstore.Options{})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	defer func() {
+		objs, err := store.List(ctx, "")
+		for _, o := range objs {
+			err = errors.Join(err, store.Delete(ctx, o.Key))
+		}
+		if err != nil {
+			benchutil.Info("cleaning up the bucket: %v", err)
+		}
+	}()
 	n := int(c.size / int64(c.valueSize+24))
 	handles := map[int][]string{}
 	for _, p := range []int{3, 6, 8} {
