@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/weir-stream/weir/kafkaio/sink"
 	"github.com/weir-stream/weir/keygroup"
 	"github.com/weir-stream/weir/plan"
+	"github.com/weir-stream/weir/state"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -183,67 +185,105 @@ func TestMergeOperatorStateUnchanged(t *testing.T) {
 	}
 }
 
-// TestTwoStageRescale runs the two-stage job in-process with its
-// downstream stage at 3 tasks, then 2, then 5, each generation restored
-// from the previous one's checkpoint, whose _metadata is written but whose
+// TestRescaleStages runs the job in-process with its downstream stages at
+// one parallelism after another, each generation restored from the
+// previous one's checkpoint, whose _metadata is written but whose
 // completion no task heard: its pre-committed transactions are recovered
 // by the next generation's tasks, those of old tasks that no longer exist
 // by task j mod the new parallelism. An independent read_committed
 // consumer finds every key's counts exactly 1..N after each step, and no
 // transaction left open on the output. On kfake and on the real broker.
-func TestTwoStageRescale(t *testing.T) {
-	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
-		g := newGate()
-		defer g.open()
-		parallelism := 3
-		r := newRig(t, ctx, c, rigConfig{inParts: 2, outParts: 2, maxParallelism: twoStageMax,
-			build: func(name, in, out string) *stream.Job { return twoStageJob(name, in, out, twoStage, parallelism, g) }})
-		want := map[string]int{}
-		from := ckpt.ID(0)
-		steps := []int{3, 2, 5}
-		for step, p := range steps {
-			if p != parallelism {
-				// The job file with another key_by parallelism, same name.
-				parallelism = p
-				r.job = twoStageJob(r.job.Name(), r.in, r.out, twoStage, p, g)
-				pl, err := plan.Build(r.job, plan.Inputs{SourcePartitions: 2, MaxParallelism: twoStageMax, TopicPrefix: r.prefix})
-				if err != nil {
-					t.Fatal(err)
-				}
-				r.plan = pl
+//
+//   - two stages: count at 3, 2, 5 tasks;
+//   - three stages (main → mid → count, both downstream stages keyed and
+//     counting): mid at 3, 2, 4 and count at 2, 2, 3, so that count's
+//     second generation aligns and filters over another number of
+//     upstream writers than its checkpoint recorded, without itself
+//     being rescaled.
+func TestRescaleStages(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steps [][2]int // (mid, count) parallelism; mid 0: two stages
+	}{
+		{"two-stages", [][2]int{{0, 3}, {0, 2}, {0, 5}}},
+		{"three-stages", [][2]int{{3, 2}, {2, 2}, {4, 3}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) { rescaleStages(t, c, tc.steps) })
+		})
+	}
+}
+
+func rescaleStages(t *testing.T, c *kafkatest.Cluster, steps [][2]int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	g := newGate()
+	defer g.open()
+	build := func(name, in, out string, p [2]int) *stream.Job {
+		if p[0] == 0 {
+			return twoStageJob(name, in, out, twoStage, p[1], g)
+		}
+		return threeStageJob(name, in, out, p[0], p[1])
+	}
+	r := newRig(t, ctx, c, rigConfig{inParts: 2, outParts: 2, maxParallelism: twoStageMax,
+		build: func(name, in, out string) *stream.Job { return build(name, in, out, steps[0]) }})
+	want := map[string]int{}
+	from := ckpt.ID(0)
+	for step, p := range steps {
+		if step > 0 {
+			// The job file with other parallelisms, same name.
+			r.job = build(r.job.Name(), r.in, r.out, p)
+			pl, err := plan.Build(r.job, plan.Inputs{SourcePartitions: 2, MaxParallelism: twoStageMax, TopicPrefix: r.prefix})
+			if err != nil {
+				t.Fatal(err)
 			}
-			gn := r.newGen(uint64(step + 1))
-			tasks := r.openAll(ctx, gn, from)
-			if from > 0 {
-				// Open recovered checkpoint from's transactions: the
-				// output holds everything before it, once.
-				r.verifyCounts(ctx, want)
-			}
-			r.produce(ctx, want, keys(150, 30)...)
-			var up []*Task
-			for id, tk := range tasks {
-				if id.Stage == "main" {
-					up = append(up, tk)
-				}
-			}
-			r.waitConsumed(ctx, up...)
-			n := ckpt.ID(step + 1)
-			r.trigger(n, tasks)
-			acks := r.ackLog.wait(t, ctx, n, gn.n, slices.Collect(mapsKeys(tasks))...)
-			r.writeMetadata(ctx, n, gn.n, acks)
-			from = n
-			if step == len(steps)-1 {
-				r.complete(ctx, n, tasks)
-				r.verifyCounts(ctx, want)
-				break
-			}
-			// The generation ends before `complete n` reached it: the
-			// next one commits what each task pre-committed.
-			for _, tk := range tasks {
-				r.stop(tk)
+			r.plan = pl
+		}
+		gn := r.newGen(uint64(step + 1))
+		tasks := r.openAll(ctx, gn, from)
+		if from > 0 {
+			// Open recovered checkpoint from's transactions: the
+			// output holds everything before it, once.
+			r.verifyCounts(ctx, want)
+		}
+		r.produce(ctx, want, keys(150, 30)...)
+		var up []*Task
+		for id, tk := range tasks {
+			if id.Stage == "main" {
+				up = append(up, tk)
 			}
 		}
-	})
+		r.waitConsumed(ctx, up...)
+		n := ckpt.ID(step + 1)
+		r.trigger(n, tasks)
+		acks := r.ackLog.wait(t, ctx, n, gn.n, slices.Collect(mapsKeys(tasks))...)
+		r.writeMetadata(ctx, n, gn.n, acks)
+		from = n
+		if step == len(steps)-1 {
+			r.complete(ctx, n, tasks)
+			r.verifyCounts(ctx, want)
+			break
+		}
+		// The generation ends before `complete n` reached it: the
+		// next one commits what each task pre-committed.
+		for _, tk := range tasks {
+			r.stop(tk)
+		}
+	}
+}
+
+// threeStageJob re-keys the input by its value (main), counts per key in
+// stage mid (mid tasks), passes the count on keyed by the same key to
+// stage count (count tasks), which counts again and writes its count as
+// decimal text: 1..N per key if both stages' state moved intact.
+func threeStageJob(name, in, out string, mid, count int) *stream.Job {
+	j := stream.NewJob(name)
+	s := stream.From(j, stream.KafkaSource{Topics: []string{in}}, stream.RawCodec{})
+	byValue := stream.KeyBy(s, func(v []byte) ([]byte, error) { return v, nil }, stream.Named("mid"), stream.Parallelism(mid))
+	seen := stream.Count(byValue, "seen")
+	again := stream.KeyByCurrent(seen, stream.Named("count"), stream.Parallelism(count), stream.ShuffleCodec(state.Int64Codec{}))
+	n := stream.Count(again, "count")
+	text := stream.Map(n, func(c int64) (string, error) { return strconv.FormatInt(c, 10), nil })
+	stream.To(text, stream.KafkaSink{Topic: out, TransactionTimeout: testTxnTimeout}, stream.StringCodec{})
+	return j
 }
