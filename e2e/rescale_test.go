@@ -16,11 +16,13 @@ import (
 // TestRescaleWithState is issue 33's rescaling with state, through the
 // binary on the real broker: the two-stage count job (clicks keyed by
 // page, counted per page) on two replicas, its downstream stage at
-// job.parallelism 6, then 3, then 8, each change made as the operator
-// makes it (every replica stopped, the job file's parallelism changed,
-// the replicas started again), with input flowing all the while. One
-// replica is killed with SIGKILL while the tasks of the first rescaled
-// generation restore, and started again. The independent read_committed
+// job.parallelism 6, then 3, then 8, each change made as an operator
+// makes it, with input flowing all the while: 6 → 3 by stopping every
+// replica, changing the job file's parallelism and starting them again
+// (restored from the newest checkpoint), one replica killed with SIGKILL
+// while the rescaled tasks restore and started again; 3 → 8 by `processor
+// stop --savepoint`, the same change, and `processor resume` (restored
+// from the savepoint). The independent read_committed
 // verifier sees every page's counts continue 1..N over the whole history,
 // no gap, no repeat; every replica logs the compatible change and the
 // moved key groups; the last checkpoints are acknowledged by count/0 …
@@ -65,8 +67,25 @@ func TestRescaleWithState(t *testing.T) {
 	}
 	progress("parallelism 6")
 
+	storage := "--checkpoint.storage=file://" + filepath.Join(dir, "checkpoints")
+	cli := func(args ...string) string {
+		t.Helper()
+		cmd := reps.Command(ctx, args[0], append(args[1:], storage)...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("processor %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
 	for step, p := range []int{3, 8} {
 		from := jobFile.Parallelism
+		if step == 1 {
+			// As docs/operations.md ("Rescaling") does it: stop with a
+			// savepoint, change job.parallelism, start the replicas
+			// (they stay stopped), resume from the savepoint.
+			url := cli("stop", "--savepoint", "--target", "to-8")
+			t.Logf("stopped with savepoint %s (%d output records committed)", url, verifier.Seen())
+		}
 		reps.StopAll()
 		jobFile.Parallelism = p
 		if err := jobFile.Write(cfgFile); err != nil {
@@ -75,6 +94,21 @@ func TestRescaleWithState(t *testing.T) {
 		var procs []*e2etest.Proc
 		for _, id := range ids {
 			procs = append(procs, reps.Restart(id))
+		}
+		if step == 1 {
+			waitLog(t, procs, "stopped", time.Minute)
+			t.Logf("processor resume: %s", cli("resume"))
+			restored := false
+			deadline := time.Now().Add(time.Minute)
+			for !restored && time.Now().Before(deadline) {
+				for _, g := range commits.Records("generation") {
+					restored = restored || strings.Contains(g.Raw, `"restore_metadata":"savepoints/to-8/_metadata"`)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if !restored {
+				t.Fatalf("no generation restored from savepoint to-8; generations: %v", commits.Records("generation"))
+			}
 		}
 		if step == 0 {
 			// kill -9 a replica while the rescaled tasks restore: the
