@@ -3,9 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,4 +178,148 @@ func waitLog(t *testing.T, procs []*e2etest.Proc, s string, timeout time.Duratio
 	}
 	t.Fatalf("no replica logged %q within %v", s, timeout)
 	return ""
+}
+
+// TestRescaleWindowsWithState is TestRescaleWithState for the windowed
+// job of TestEventTimeWindowsUnderKills (tumbling 5 s windows of event
+// time per page, counted), with in-bound input only (no record is late):
+// the downstream stage at job.parallelism 6, then 3 (every replica
+// stopped and started again with the new file, one killed with SIGKILL
+// during the rescaling restore), then 8, while rounds of input arrive. Its
+// open windows, their timers and each key group's watermark move with
+// the key groups. The independent reader finds every (page, window)
+// result exactly once, with the count of the window's input records.
+func TestRescaleWindowsWithState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+	c := kafkatest.NewReal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	bin, err := e2etest.BuildProcessor(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := kafkatest.Name(t, "rescalewin")
+	input, output, late := job+"-clicks", job+"-counts", job+"-late"
+	for _, topic := range []string{input, output, late} {
+		c.CreateTopic(t, topic, partitions, nil)
+	}
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "job.yaml")
+	jobFile := e2etest.Job{Name: job, Input: input, Output: output, Brokers: c.Brokers, KeyBy: "page", Parallelism: 6,
+		Source: fmt.Sprintf("timestamp: {field: ts, format: unix_ms}, watermark: {max_out_of_orderness: %s, idle_timeout: %s}", etBound, etIdleTimeout),
+		Steps: []string{
+			fmt.Sprintf("window: {type: tumbling, size: %s, allowed_lateness: %s, late_topic: %s}", etSize, etLateness, late),
+			"aggregate: {op: count}",
+		}}
+	if err := jobFile.Write(cfgFile); err != nil {
+		t.Fatal(err)
+	}
+	commits := e2etest.WatchCommits(t, c.Brokers, job)
+	reader := e2etest.StartWindowReader(t, c.Brokers, output, late, "count")
+	t0 := windowOf(time.Now().Add(-3 * time.Minute).UnixMilli())
+	in := newETInput(t, c.Brokers, input, t0)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 33))
+	const preload = 50
+	for r := range preload {
+		in.round(ctx, rng, r, false)
+	}
+	reps := e2etest.NewReplicas(t, bin, cfgFile, dir, e2etest.ReplicaOptions{})
+	ids := []string{reps.Start(), reps.Start()}
+
+	// Rounds of in-bound input until the rescales are done (at most up
+	// to the idle partition's last round: every partition stays active).
+	var stop atomic.Bool
+	producerDone := make(chan struct{})
+	go func() {
+		defer close(producerDone)
+		for r := preload; r <= etIdleRound && !stop.Load() && ctx.Err() == nil; r++ {
+			in.round(ctx, rng, r, false)
+			time.Sleep(etRoundPause)
+		}
+	}()
+	defer func() { stop.Store(true); <-producerDone }()
+	waitFor := func(what string, timeout time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(timeout)
+		for !cond() {
+			if err := reps.Exited(); err != nil {
+				t.Fatal(err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v", what, timeout)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitFor("a committed result", 3*time.Minute, func() bool { n, _ := reader.Counts(); return n > 0 })
+	since := time.Now()
+	completedSince := func() bool {
+		cs := commits.Records("complete")
+		return len(cs) > 0 && cs[len(cs)-1].Arrived.After(since)
+	}
+	for step, p := range []int{3, 8} {
+		waitFor("a checkpoint completed since the last restart", 2*time.Minute, completedSince)
+		reps.StopAll()
+		jobFile.Parallelism = p
+		if err := jobFile.Write(cfgFile); err != nil {
+			t.Fatal(err)
+		}
+		var procs []*e2etest.Proc
+		for _, id := range ids {
+			procs = append(procs, reps.Restart(id))
+		}
+		if step == 0 {
+			victim := waitLog(t, procs, "stage rescaled, key groups moved", time.Minute)
+			reps.Kill(victim)
+			t.Logf("kill -9 replica %s during the rescaling restore", victim)
+			time.Sleep(time.Second)
+			reps.Restart(victim)
+		}
+		since = time.Now()
+		n, _ := reader.Counts()
+		t.Logf("parallelism %d: %d window results committed", p, n)
+	}
+	waitFor("a checkpoint completed after the last rescale", 2*time.Minute, completedSince)
+	stop.Store(true)
+	<-producerDone
+	in.flush(ctx)
+	recs, err := in.wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	every := func(string) bool { return true }
+	waitFor("every window accounted for", 3*time.Minute, func() bool {
+		ts, _, _ := tally(recs, reader.Results(), reader.Late())
+		_, open := settled(ts, every)
+		return open == 0
+	})
+	time.Sleep(time.Second) // a result too many shows itself
+	reps.StopAll()
+
+	ts, _, bad := tally(recs, reader.Results(), reader.Late())
+	bad = append(bad, reader.Violations()...)
+	windows := 0
+	for k, v := range ts {
+		switch {
+		case len(v.results) != 1:
+			bad = append(bad, fmt.Sprintf("window %s@%d: %d results, want exactly one", k.Key, k.Start, len(v.results)))
+		case v.late > 0:
+			bad = append(bad, fmt.Sprintf("window %s@%d: %d late records, but every input record is in bound", k.Key, k.Start, v.late))
+		case v.results[0].Count != int64(v.in):
+			bad = append(bad, fmt.Sprintf("window %s@%d: count %d, the input has %d", k.Key, k.Start, v.results[0].Count, v.in))
+		}
+		windows++
+	}
+	slices.Sort(bad)
+	if len(bad) > 20 {
+		bad = append(bad[:20], fmt.Sprintf("… and %d more", len(bad)-20))
+	}
+	for _, b := range bad {
+		t.Error(b)
+	}
+	e2etest.CheckCheckpointIDs(t, commits)
+	e2etest.CheckNoOpenTransactions(ctx, t, c.Brokers, job)
+	t.Logf("%d input records, %d windows, each result exactly once, downstream parallelism 6 → 3 → 8 with a kill -9", len(recs), windows)
 }
