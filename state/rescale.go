@@ -347,7 +347,13 @@ func (b *Backend) copyKeyGroups(dir, task string, lo, hi int, prefix string, cop
 				copiers <- struct{}{}
 				defer func() { <-copiers }()
 				clo, chi := lo+(hi-lo)*c/chunks, lo+(hi-lo)*(c+1)/chunks
-				written[c], errs[c] = b.copyRange(src, clo, chi, fmt.Sprintf("%s%d.sst", prefix, c), o)
+				// Guarded on its own goroutine: a failed disk makes
+				// Pebble panic (diskfault.go).
+				errs[c] = b.guard(func() error {
+					var err error
+					written[c], err = b.copyRange(src, clo, chi, fmt.Sprintf("%s%d.sst", prefix, c), o)
+					return err
+				})
 			})
 		}
 		wg.Wait()

@@ -257,7 +257,13 @@ func (t *Task) open(ctx context.Context, name string) error {
 		start := time.Now()
 		b, err := state.RestoreKeyGroups(ctx, scfg, rf.keyed)
 		if err != nil {
-			return fmt.Errorf("restore state from checkpoint %d (stage %s rescaled from %d to %d tasks): %w", cfg.RestoreFrom, cfg.ID.Stage, rf.from, st.Parallelism, err)
+			err = fmt.Errorf("restore state from checkpoint %d (stage %s rescaled from %d to %d tasks): %w", cfg.RestoreFrom, cfg.ID.Stage, rf.from, st.Parallelism, err)
+			if errors.Is(err, state.ErrKeyGroups) {
+				// The checkpoint's state cannot be divided among this
+				// many tasks: no retry changes that.
+				return &PermanentError{Cause: control.CauseJob, Err: err}
+			}
+			return err
 		}
 		t.backend = b
 		read := func(ctx context.Context, h string) (*state.Manifest, error) {
