@@ -52,6 +52,9 @@
 // goroutine, which Run waits for before it records the copy and before it
 // returns.
 //
+// RestoreKeyGroups, like Restore, downloads on goroutines it waits for,
+// and copies key groups on up to GOMAXPROCS more, which it waits for too.
+//
 // The package never imports coordinator, barrier or kafkaio, and holds no
 // package-level mutable state; loggers, metric registries, clocks and the
 // block cache are passed in.
