@@ -1,11 +1,13 @@
 package state
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -185,6 +187,16 @@ func (b *Backend) rescaleFiles(ctx context.Context, ms []*Manifest) (RestoreInfo
 			base = i
 		}
 	}
+	// A base of which the task owns less than half would be downloaded
+	// mostly to be excised: then there is none, the database starts empty
+	// and every snapshot is copied from the files it needs.
+	empty := &Manifest{Checkpoint: ms[0].Checkpoint, Savepoint: ms[0].Savepoint, Task: b.cfg.Task}
+	baseManifest := empty
+	if blo, bhi := b.overlap(ms[base]); 2*(bhi-blo) >= ms[base].KeyGroups[1]-ms[base].KeyGroups[0] {
+		baseManifest = ms[base]
+	} else {
+		base = -1
+	}
 	scratch := b.rescaleDir()
 	if err := fs.RemoveAll(scratch); err != nil {
 		return RestoreInfo{}, fmt.Errorf("state: remove %s: %w", scratch, err)
@@ -213,7 +225,7 @@ func (b *Backend) rescaleFiles(ctx context.Context, ms []*Manifest) (RestoreInfo
 		}
 	}
 	wg.Go(func() {
-		i, err := b.restoreFiles(ctx, ms[base])
+		i, err := b.restoreFiles(ctx, baseManifest)
 		mu.Lock()
 		info = i
 		mu.Unlock()
@@ -226,7 +238,8 @@ func (b *Backend) rescaleFiles(ctx context.Context, ms []*Manifest) (RestoreInfo
 		}
 		wg.Go(func() {
 			dir := fs.PathJoin(scratch, fmt.Sprint(i))
-			n, err := b.download(ctx, m, dir)
+			olo, ohi := b.overlap(m)
+			n, err := b.downloadKeyGroups(ctx, m, dir, olo, ohi)
 			mu.Lock()
 			bytes += n
 			mu.Unlock()
@@ -234,7 +247,6 @@ func (b *Backend) rescaleFiles(ctx context.Context, ms []*Manifest) (RestoreInfo
 				fail(err)
 				return
 			}
-			olo, ohi := b.overlap(m)
 			paths, err := b.copyKeyGroups(dir, m.Task, olo, ohi, fs.PathJoin(scratch, fmt.Sprintf("%d-", i)), copiers)
 			mu.Lock()
 			ssts = append(ssts, paths...)
@@ -254,18 +266,18 @@ func (b *Backend) rescaleFiles(ctx context.Context, ms []*Manifest) (RestoreInfo
 	if err := b.openDB(); err != nil {
 		return info, err
 	}
-	if err := checkKeyGrouped(b.db, ms[base].Task); err != nil {
+	if err := checkKeyGrouped(b.db, baseManifest.Task); err != nil {
 		return info, err
 	}
 	// The base's key groups that are not the task's.
 	lo, hi := b.cfg.KeyGroups[0], b.cfg.KeyGroups[1]
-	if mlo := ms[base].KeyGroups[0]; mlo < lo {
-		if err := b.excise(ctx, mlo, lo); err != nil {
+	if base >= 0 && ms[base].KeyGroups[0] < lo {
+		if err := b.excise(ctx, ms[base].KeyGroups[0], lo); err != nil {
 			return info, err
 		}
 	}
-	if mhi := ms[base].KeyGroups[1]; mhi > hi {
-		if err := b.excise(ctx, hi, mhi); err != nil {
+	if base >= 0 && ms[base].KeyGroups[1] > hi {
+		if err := b.excise(ctx, hi, ms[base].KeyGroups[1]); err != nil {
 			return info, err
 		}
 	}
@@ -278,6 +290,105 @@ func (b *Backend) rescaleFiles(ctx context.Context, ms []*Manifest) (RestoreInfo
 		return info, fmt.Errorf("state: remove %s: %w", scratch, err)
 	}
 	return info, nil
+}
+
+// downloadKeyGroups downloads into dir what of snapshot m its key groups
+// [lo, hi) need: every file but the SSTs; then, in place of each SST, a
+// sparse file of its size, on which Pebble opens the snapshot read-only
+// and tells each SST's key bounds (from the snapshot's MANIFEST, reading
+// no SST); then the SSTs whose bounds overlap [lo, hi), over their
+// placeholders. The others stay placeholders: an iterator bounded to
+// [lo, hi) never opens a file outside its bounds. It returns the bytes
+// downloaded.
+func (b *Backend) downloadKeyGroups(ctx context.Context, m *Manifest, dir string, lo, hi int) (int64, error) {
+	var ssts, others []FileEntry
+	for _, f := range m.Files {
+		if strings.HasSuffix(f.Name, ".sst") && !f.Inline {
+			ssts = append(ssts, f)
+		} else {
+			others = append(others, f)
+		}
+	}
+	part := *m
+	part.Files = others
+	n, err := b.download(ctx, &part, dir)
+	if err != nil || len(ssts) == 0 {
+		return n, err
+	}
+	for _, f := range ssts {
+		if err := sparseFile(b.fs, b.fs.PathJoin(dir, f.Name), f.Size); err != nil {
+			return n, fmt.Errorf("state: placeholder %s: %w", f.Name, err)
+		}
+	}
+	bounds, err := b.sstBounds(dir, m.Task)
+	if err != nil {
+		return n, err
+	}
+	start, end := KeyGroupBounds(lo, hi)
+	part.Files = nil
+	for _, f := range ssts {
+		kb, ok := bounds[f.Name]
+		if !ok || (bytes.Compare(kb[0], end) < 0 && bytes.Compare(kb[1], start) >= 0) {
+			part.Files = append(part.Files, f) // overlapping, or not known: needed
+		}
+	}
+	m2, err := b.download(ctx, &part, dir)
+	return n + m2, err
+}
+
+// sparseFile creates name as a file of size bytes that occupies no disk.
+func sparseFile(fs vfs.FS, name string, size int64) error {
+	f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	if size > 0 {
+		if _, err := f.WriteAt([]byte{0}, size-1); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// sstBounds opens the database in dir read-only and returns each SST's
+// smallest and largest user key, by file name.
+func (b *Backend) sstBounds(dir, task string) (map[string][2][]byte, error) {
+	out := map[string][2][]byte{}
+	err := b.guard(func() error {
+		db, err := pebble.Open(dir, b.readOnlyOptions())
+		if err != nil {
+			return fmt.Errorf("open the snapshot of task %s: %w", task, err)
+		}
+		defer db.Close()
+		levels, err := db.SSTables()
+		if err != nil {
+			return err
+		}
+		for _, level := range levels {
+			for _, t := range level {
+				out[t.FileNum.String()+".sst"] = [2][]byte{slices.Clone(t.Smallest.UserKey), slices.Clone(t.Largest.UserKey)}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: key bounds of the snapshot of task %s: %w", task, err)
+	}
+	return out, nil
+}
+
+// readOnlyOptions are the options of an old task's snapshot opened
+// read-only. The database is not open yet: the shared cache is the
+// Config's (nil: Pebble's own, for this read).
+func (b *Backend) readOnlyOptions() *pebble.Options {
+	o := PebbleOptions(b.cfg.Cache, b.fs, b.cfg.MemTableSize)
+	o.ReadOnly = true
+	o.Logger = pebbleLogger{log: b.cfg.Logger, fault: b.fault}
+	if b.cfg.TunePebble != nil {
+		b.cfg.TunePebble(o)
+	}
+	return o
 }
 
 // excise removes key groups [lo, hi) from the database.
@@ -320,14 +431,7 @@ func checkKeyGrouped(db pebble.Reader, task string) error {
 // copied in parallel, each holding one of copiers while it runs. It
 // returns the files written (a chunk without entries writes none).
 func (b *Backend) copyKeyGroups(dir, task string, lo, hi int, prefix string, copiers chan struct{}) ([]string, error) {
-	// The database is not open yet: the shared cache is the Config's (nil:
-	// Pebble's own, for this read).
-	o := PebbleOptions(b.cfg.Cache, b.fs, b.cfg.MemTableSize)
-	o.ReadOnly = true
-	o.Logger = pebbleLogger{log: b.cfg.Logger, fault: b.fault}
-	if b.cfg.TunePebble != nil {
-		b.cfg.TunePebble(o)
-	}
+	o := b.readOnlyOptions()
 	var paths []string
 	err := b.guard(func() error {
 		src, err := pebble.Open(dir, o)

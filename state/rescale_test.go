@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/keygroup"
 	"github.com/weir-stream/weir/state/objstore"
@@ -32,6 +34,13 @@ func oldTasks(t *testing.T, store *objstore.Store, n, maxPar int, id ckpt.ID) ([
 		cfg.MaxParallelism = maxPar
 		lo, hi := keygroup.Range(j, n, maxPar)
 		cfg.KeyGroups = [2]int{lo, hi}
+		// Small files, so that a compaction leaves SSTs of a few key
+		// groups each, and a restore downloads only some of them.
+		cfg.TunePebble = func(o *pebble.Options) {
+			for i := range o.TargetFileSizes {
+				o.TargetFileSizes[i] = 2 << 10
+			}
+		}
 		b := openTest(t, cfg)
 		kv, _ := NewValueState(b, "kv", StringCodec{})
 		m, _ := NewMapState(b, "m", StringCodec{}, Int64Codec{})
@@ -57,6 +66,18 @@ func oldTasks(t *testing.T, store *objstore.Store, n, maxPar int, id ckpt.ID) ([
 				if err := flushDB(b); err != nil {
 					t.Fatal(err)
 				}
+			}
+		}
+		// Most of the state compacted into small files; the rest in
+		// the WAL.
+		start, end := KeyGroupBounds(0, keygroup.Limit)
+		if err := b.DB().Compact(context.Background(), start, end, true); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 20 {
+			k := fmt.Sprintf("key-%d", i)
+			if g := keygroup.Of([]byte(k), maxPar); g >= lo && g < hi {
+				put(t, kv, k, "wal")
 			}
 		}
 		for k, v := range logicalEntries(t, b) {
@@ -110,6 +131,7 @@ func TestRestoreKeyGroups(t *testing.T) {
 			store, _ := newStore(t)
 			handles, byGroup := oldTasks(t, store, tc.from, tc.maxPar, 7)
 			total := 0
+			var downloaded, whole int64
 			for i := range tc.to {
 				lo, hi := keygroup.Range(i, tc.to, tc.maxPar)
 				want := map[string]string{}
@@ -120,11 +142,30 @@ func TestRestoreKeyGroups(t *testing.T) {
 				cfg := testConfig(t, store, t.TempDir())
 				cfg.Task = fmt.Sprintf("agg-%d", i)
 				cfg.MaxParallelism, cfg.KeyGroups = tc.maxPar, [2]int{lo, hi}
-				b, err := RestoreKeyGroups(ctx, cfg, overlapping(handles, tc.from, tc.maxPar, lo, hi))
+				mine := overlapping(handles, tc.from, tc.maxPar, lo, hi)
+				b, err := RestoreKeyGroups(ctx, cfg, mine)
 				if err != nil {
 					t.Fatalf("task %d: %v", i, err)
 				}
 				t.Cleanup(func() { _ = b.Close(ctx) })
+				var all int64 // what downloading the snapshots whole would cost
+				for _, h := range mine {
+					m, err := ReadManifest(ctx, store, h)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, f := range m.Files {
+						if !f.Inline {
+							all += f.Size
+						}
+					}
+				}
+				got := b.RestoreInfo().DownloadedBytes
+				if got > all {
+					t.Fatalf("task %d downloaded %d bytes, more than the snapshots' %d", i, got, all)
+				}
+				downloaded += got
+				whole += all
 				if got := logicalEntries(t, b); !maps.Equal(got, want) {
 					t.Fatalf("task %d [%d,%d): %d entries, want %d", i, lo, hi, len(got), len(want))
 				}
@@ -157,6 +198,12 @@ func TestRestoreKeyGroups(t *testing.T) {
 			if want := len(mergedEntries(byGroup)); total != want {
 				t.Fatalf("new tasks hold %d entries, the old ones %d", total, want)
 			}
+			// Growing, a task owns less than half of an old task's key
+			// groups and downloads only the files that hold them.
+			if tc.to >= 2*tc.from && downloaded >= whole {
+				t.Fatalf("the new tasks downloaded %d bytes, all of the %d of the snapshots they overlap", downloaded, whole)
+			}
+			t.Logf("downloaded %d bytes of the %d the overlapping snapshots hold", downloaded, whole)
 		})
 	}
 }
