@@ -26,13 +26,16 @@ import (
 // groups is one key range, and the new database is put together from
 // whole ranges:
 //
-//   - the snapshot with the largest overlap is restored as Restore does
-//     (from the local copy if this directory holds exactly it, otherwise
-//     downloaded), and the key groups outside the task's range are
-//     excised from it (Pebble's Excise: virtual SSTs, no rewrite);
-//   - every other overlapping snapshot is downloaded into a scratch
-//     directory (at the same time as the first), opened read-only, and its
-//     overlapping range is copied into one SST file that the database
+//   - the snapshot with the largest overlap, if the task owns at least
+//     half of its key groups, is restored as Restore does (from the local
+//     copy if this directory holds exactly it, otherwise downloaded), and
+//     the key groups outside the task's range are excised from it
+//     (Pebble's Excise: virtual SSTs, no rewrite); otherwise the database
+//     starts empty;
+//   - of every other overlapping snapshot, the files the task's key
+//     groups need are downloaded into a scratch directory (at the same
+//     time as the first; downloadKeyGroups), it is opened read-only, and
+//     its overlapping range is copied into SST files that the database
 //     ingests (Pebble's Ingest: no memtable, no WAL, no compaction).
 //
 // Nothing of it is used before it is complete: a failure closes the
