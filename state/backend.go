@@ -372,7 +372,10 @@ func (b *Backend) resetDir() error {
 
 func (b *Backend) restoreDir() string { return b.fs.PathJoin(b.cfg.Dir, "restore.tmp") }
 
-func (b *Backend) openDB() error {
+func (b *Backend) openDB() error { return b.openDBWith(nil) }
+
+// openDBWith opens the database with tune applied to its options last.
+func (b *Backend) openDBWith(tune func(*pebble.Options)) error {
 	cache := b.cfg.Cache
 	if cache == nil {
 		cache = pebble.NewCache(64 << 20)
@@ -384,6 +387,9 @@ func (b *Backend) openDB() error {
 	o.Logger = pebbleLogger{log: b.cfg.Logger, fault: b.fault}
 	if b.cfg.TunePebble != nil {
 		b.cfg.TunePebble(o)
+	}
+	if tune != nil {
+		tune(o)
 	}
 	var db *pebble.DB
 	err := b.guard(func() error {

@@ -190,16 +190,6 @@ func (b *Backend) rescaleFiles(ctx context.Context, ms []*Manifest) (RestoreInfo
 			base = i
 		}
 	}
-	// A base of which the task owns less than half would be downloaded
-	// mostly to be excised: then there is none, the database starts empty
-	// and every snapshot is copied from the files it needs.
-	empty := &Manifest{Checkpoint: ms[0].Checkpoint, Savepoint: ms[0].Savepoint, Task: b.cfg.Task}
-	baseManifest := empty
-	if blo, bhi := b.overlap(ms[base]); 2*(bhi-blo) >= ms[base].KeyGroups[1]-ms[base].KeyGroups[0] {
-		baseManifest = ms[base]
-	} else {
-		base = -1
-	}
 	scratch := b.rescaleDir()
 	if err := fs.RemoveAll(scratch); err != nil {
 		return RestoreInfo{}, fmt.Errorf("state: remove %s: %w", scratch, err)
@@ -228,7 +218,10 @@ func (b *Backend) rescaleFiles(ctx context.Context, ms []*Manifest) (RestoreInfo
 		}
 	}
 	wg.Go(func() {
-		i, err := b.restoreFiles(ctx, baseManifest)
+		blo, bhi := b.overlap(ms[base])
+		i, err := b.restoreFiles(ctx, ms[base], func(ctx context.Context, m *Manifest, dir string) (int64, error) {
+			return b.downloadKeyGroups(ctx, m, dir, blo, bhi)
+		})
 		mu.Lock()
 		info = i
 		mu.Unlock()
@@ -266,20 +259,30 @@ func (b *Backend) rescaleFiles(ctx context.Context, ms []*Manifest) (RestoreInfo
 	}
 	info.DownloadedBytes += bytes
 
-	if err := b.openDB(); err != nil {
+	// The base may hold placeholders of SSTs outside the task's key
+	// groups (downloadKeyGroups): until they are excised, nothing may
+	// read them, so the first open runs no compaction and loads no table
+	// statistics; the database is opened again, as always, once they are
+	// gone from it.
+	if err := b.openDBWith(func(o *pebble.Options) {
+		o.DisableAutomaticCompactions = true
+		o.DisableTableStats = true
+	}); err != nil {
 		return info, err
 	}
-	if err := checkKeyGrouped(b.db, baseManifest.Task); err != nil {
+	if err := checkKeyGrouped(b.db, ms[base].Task); err != nil {
 		return info, err
 	}
-	// The base's key groups that are not the task's.
+	// The base's key groups that are not the task's: every placeholder
+	// lies wholly in one of these ranges, and Pebble drops such a file
+	// from the database without opening it.
 	lo, hi := b.cfg.KeyGroups[0], b.cfg.KeyGroups[1]
-	if base >= 0 && ms[base].KeyGroups[0] < lo {
+	if ms[base].KeyGroups[0] < lo {
 		if err := b.excise(ctx, ms[base].KeyGroups[0], lo); err != nil {
 			return info, err
 		}
 	}
-	if base >= 0 && ms[base].KeyGroups[1] > hi {
+	if ms[base].KeyGroups[1] > hi {
 		if err := b.excise(ctx, hi, ms[base].KeyGroups[1]); err != nil {
 			return info, err
 		}
@@ -288,6 +291,16 @@ func (b *Backend) rescaleFiles(ctx context.Context, ms []*Manifest) (RestoreInfo
 		if err := b.guard(func() error { return b.db.Ingest(ctx, ssts) }); err != nil {
 			return info, fmt.Errorf("state: ingest key groups: %w", err)
 		}
+	}
+	if err := b.guard(b.db.Close); err != nil {
+		b.db = nil
+		b.cache.Unref()
+		return info, fmt.Errorf("state: close pebble %s: %w", b.dbDir, err)
+	}
+	b.db = nil
+	b.cache.Unref()
+	if err := b.openDB(); err != nil {
+		return info, err
 	}
 	if err := fs.RemoveAll(scratch); err != nil {
 		return info, fmt.Errorf("state: remove %s: %w", scratch, err)

@@ -79,7 +79,7 @@ func Restore(ctx context.Context, cfg Config, handle string) (*Backend, error) {
 	if err := b.checkKeyGroups(handle, m); err != nil {
 		return nil, err
 	}
-	info, err := b.restoreFiles(ctx, m)
+	info, err := b.restoreFiles(ctx, m, b.download)
 	if err != nil {
 		return nil, err
 	}
@@ -126,8 +126,10 @@ func (b *Backend) checkKeyGroups(handle string, m *Manifest) error {
 func (b *Backend) RestoreInfo() RestoreInfo { return b.restoreInfo }
 
 // restoreFiles builds the database directory for m: in restore.tmp/, then
-// renamed to db/, so that a crash never leaves a half-restored db/.
-func (b *Backend) restoreFiles(ctx context.Context, m *Manifest) (RestoreInfo, error) {
+// renamed to db/, so that a crash never leaves a half-restored db/. The
+// files come from the local copy, or else from fetch (download, or
+// downloadKeyGroups' part of them).
+func (b *Backend) restoreFiles(ctx context.Context, m *Manifest, fetch func(context.Context, *Manifest, string) (int64, error)) (RestoreInfo, error) {
 	fs := b.fs
 	tmp := b.restoreDir()
 	if err := fs.RemoveAll(tmp); err != nil {
@@ -154,7 +156,7 @@ func (b *Backend) restoreFiles(ctx context.Context, m *Manifest) (RestoreInfo, e
 		}
 	}
 	if !empty && !info.Local {
-		n, err := b.download(ctx, m, tmp)
+		n, err := fetch(ctx, m, tmp)
 		if err != nil {
 			_ = fs.RemoveAll(tmp)
 			return info, err
