@@ -26,12 +26,11 @@ import (
 // groups is one key range, and the new database is put together from
 // whole ranges:
 //
-//   - the snapshot with the largest overlap, if the task owns at least
-//     half of its key groups, is restored as Restore does (from the local
-//     copy if this directory holds exactly it, otherwise downloaded), and
-//     the key groups outside the task's range are excised from it
-//     (Pebble's Excise: virtual SSTs, no rewrite); otherwise the database
-//     starts empty;
+//   - the snapshot with the largest overlap is restored as Restore does
+//     (from the local copy if this directory holds exactly it, otherwise
+//     downloaded in part: downloadKeyGroups), and the key groups outside
+//     the task's range are excised from it (Pebble's Excise: virtual
+//     SSTs, no rewrite);
 //   - of every other overlapping snapshot, the files the task's key
 //     groups need are downloaded into a scratch directory (at the same
 //     time as the first; downloadKeyGroups), it is opened read-only, and
