@@ -1,6 +1,7 @@
 // Command statebench measures the state backend (package state): the cost
 // of incremental checkpoints, the duration of a snapshot's synchronous part,
-// restore throughput, and keyed get/put throughput against raw Pebble. It
+// restore throughput, keyed get/put throughput against raw Pebble, and
+// restore with rescaling against restore without (rescale.go). It
 // prints one line per figure:
 //
 //	result: <name> = <value> <unit>
@@ -415,7 +416,11 @@ func run(c config) error {
 	_ = os.RemoveAll(filepath.Join(c.dir, "big"))
 
 	// 4. Keyed get/put through the state API versus raw Pebble.
-	return getPut(c, cache)
+	if err := getPut(c, cache); err != nil {
+		return err
+	}
+	// 5. Restore with rescaling against restore without.
+	return rescale(c, cache)
 }
 
 // syncPart measures the synchronous part of snapshots taken after a fixed
