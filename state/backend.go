@@ -49,7 +49,8 @@ var (
 type Config struct {
 	// Dir is the task's local state directory, state.dir/<job>/<task>. The
 	// backend owns everything below it: db/ (the live Pebble database),
-	// snap/ (local snapshot copies for local recovery) and restore.tmp/.
+	// snap/ (local snapshot copies for local recovery), restore.tmp/ and
+	// rescale.tmp/ (RestoreKeyGroups).
 	Dir string
 	// Task is the task ID; it names the task's objects in the store.
 	Task string
@@ -357,9 +358,10 @@ func newBackend(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// resetDir removes the live database, local snapshots and restore leftovers.
+// resetDir removes the live database, local snapshots and restore (and
+// rescaling restore) leftovers.
 func (b *Backend) resetDir() error {
-	for _, d := range []string{b.dbDir, b.snapDir, b.restoreDir()} {
+	for _, d := range []string{b.dbDir, b.snapDir, b.restoreDir(), b.rescaleDir()} {
 		if err := b.fs.RemoveAll(d); err != nil {
 			return fmt.Errorf("state: remove %s: %w", d, err)
 		}
