@@ -49,7 +49,8 @@ var (
 type Config struct {
 	// Dir is the task's local state directory, state.dir/<job>/<task>. The
 	// backend owns everything below it: db/ (the live Pebble database),
-	// snap/ (local snapshot copies for local recovery) and restore.tmp/.
+	// snap/ (local snapshot copies for local recovery), restore.tmp/ and
+	// rescale.tmp/ (RestoreKeyGroups).
 	Dir string
 	// Task is the task ID; it names the task's objects in the store.
 	Task string
@@ -263,6 +264,9 @@ type Backend struct {
 	instance string // random, names the shared files this incarnation uploads
 	metrics  *metrics
 	restored *Manifest
+	// restoredAll are the manifests of a rescaling restore
+	// (RestoreKeyGroups), in key-group order; nil otherwise.
+	restoredAll []*Manifest
 
 	// Task goroutine only.
 	curKey      []byte
@@ -363,9 +367,10 @@ func newBackend(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// resetDir removes the live database, local snapshots and restore leftovers.
+// resetDir removes the live database, local snapshots and restore (and
+// rescaling restore) leftovers.
 func (b *Backend) resetDir() error {
-	for _, d := range []string{b.dbDir, b.snapDir, b.restoreDir()} {
+	for _, d := range []string{b.dbDir, b.snapDir, b.restoreDir(), b.rescaleDir()} {
 		if err := b.fs.RemoveAll(d); err != nil {
 			return fmt.Errorf("state: remove %s: %w", d, err)
 		}
@@ -378,7 +383,10 @@ func (b *Backend) resetDir() error {
 
 func (b *Backend) restoreDir() string { return b.fs.PathJoin(b.cfg.Dir, "restore.tmp") }
 
-func (b *Backend) openDB() error {
+func (b *Backend) openDB() error { return b.openDBWith(nil) }
+
+// openDBWith opens the database with tune applied to its options last.
+func (b *Backend) openDBWith(tune func(*pebble.Options)) error {
 	cache := b.cfg.Cache
 	if cache == nil {
 		cache = pebble.NewCache(64 << 20)
@@ -390,6 +398,9 @@ func (b *Backend) openDB() error {
 	o.Logger = pebbleLogger{log: b.cfg.Logger, fault: b.fault}
 	if b.cfg.TunePebble != nil {
 		b.cfg.TunePebble(o)
+	}
+	if tune != nil {
+		tune(o)
 	}
 	var db *pebble.DB
 	err := b.guard(func() error {

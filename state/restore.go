@@ -68,10 +68,7 @@ func Restore(ctx context.Context, cfg Config, handle string) (*Backend, error) {
 		return nil, fmt.Errorf("%w: restore needs an object store", ErrSnapshot)
 	}
 	start := time.Now()
-	src, foreign := b.cfg.Store, b.cfg.RestoreStore != nil
-	if foreign {
-		src = b.cfg.RestoreStore
-	}
+	src, foreign := b.restoreStore()
 	m, err := ReadManifest(ctx, src, handle)
 	if err != nil {
 		return nil, err
@@ -83,7 +80,9 @@ func Restore(ctx context.Context, cfg Config, handle string) (*Backend, error) {
 	if err := b.checkKeyGroups(handle, m); err != nil {
 		return nil, err
 	}
-	info, err := b.restoreFiles(ctx, src, m, !foreign)
+	info, err := b.restoreFiles(ctx, m, func(ctx context.Context, m *Manifest, dir string) (int64, error) {
+		return b.download(ctx, src, m, dir)
+	}, !foreign)
 	if err != nil {
 		return nil, err
 	}
@@ -126,12 +125,24 @@ func (b *Backend) checkKeyGroups(handle string, m *Manifest) error {
 	return nil
 }
 
+// restoreStore is where a restore reads its snapshots: RestoreStore
+// (foreign: a store the job does not own, never linked locally nor
+// reused by later snapshots), or else the job's own store.
+func (b *Backend) restoreStore() (src *objstore.Store, foreign bool) {
+	if b.cfg.RestoreStore != nil {
+		return b.cfg.RestoreStore, true
+	}
+	return b.cfg.Store, false
+}
+
 // RestoreInfo returns how the backend was restored (zero if opened empty).
 func (b *Backend) RestoreInfo() RestoreInfo { return b.restoreInfo }
 
 // restoreFiles builds the database directory for m: in restore.tmp/, then
-// renamed to db/, so that a crash never leaves a half-restored db/.
-func (b *Backend) restoreFiles(ctx context.Context, src *objstore.Store, m *Manifest, mayLink bool) (RestoreInfo, error) {
+// renamed to db/, so that a crash never leaves a half-restored db/. The
+// files come from the local copy if mayLink, or else from fetch (download,
+// or downloadKeyGroups' part of them).
+func (b *Backend) restoreFiles(ctx context.Context, m *Manifest, fetch func(context.Context, *Manifest, string) (int64, error), mayLink bool) (RestoreInfo, error) {
 	fs := b.fs
 	tmp := b.restoreDir()
 	if err := fs.RemoveAll(tmp); err != nil {
@@ -158,7 +169,7 @@ func (b *Backend) restoreFiles(ctx context.Context, src *objstore.Store, m *Mani
 		}
 	}
 	if !empty && !info.Local {
-		n, err := b.download(ctx, src, m, tmp)
+		n, err := fetch(ctx, m, tmp)
 		if err != nil {
 			_ = fs.RemoveAll(tmp)
 			return info, err

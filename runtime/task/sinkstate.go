@@ -148,9 +148,13 @@ func legacyIndex(bySink [][]sink.TxnHandle, k int) int {
 // sinkRecovery is what a task's restore does with one sink.
 type sinkRecovery struct {
 	// index is the sink's index in Job.Sinks; -1 for a sink the job no
-	// longer has, which is retired: its transactions committed, its pool
-	// fenced (sink.Retire).
+	// longer has, or one of an old task of another index (a rescaled
+	// stage, rescale.go), which is retired: its transactions committed,
+	// its pool fenced (sink.Retire).
 	index int
+	// partition is the task index the pool's transactional IDs carry:
+	// the restoring task's, or the old task's whose sink it retires.
+	partition int32
 	// pool is the pool the sink runs now; for a retired sink, the one the
 	// checkpoint recorded.
 	pool sinkPool
@@ -179,7 +183,7 @@ func planSinkRecovery(prefix, stage string, partition int32, specs []stream.Kafk
 	used := make([]bool, len(rec))
 	var plan []sinkRecovery
 	for _, i := range stageSinks {
-		r := sinkRecovery{index: i, pool: poolOf(stage, specs[i], maxConcurrent)}
+		r := sinkRecovery{index: i, partition: partition, pool: poolOf(stage, specs[i], maxConcurrent)}
 		if k, ok := byTopic[specs[i].Topic]; ok {
 			used[k] = true
 			r.txns = rec[k].Txns
@@ -191,26 +195,46 @@ func planSinkRecovery(prefix, stage string, partition int32, specs []stream.Kafk
 	}
 	for k, p := range rec {
 		if !used[k] && (len(p.Txns) > 0 || p.Size > 0) {
-			plan = append(plan, sinkRecovery{index: -1, pool: p, txns: p.Txns})
+			plan = append(plan, sinkRecovery{index: -1, partition: partition, pool: p, txns: p.Txns})
 		}
 	}
+	return plan, checkSinkOwners(prefix, plan)
+}
 
+// planMovedSinks adds to plan the retirement of the sinks of old tasks of
+// other indices that a rescaled task recovers (rescale.go): every pool
+// they recorded is retired under its own partition, its transactions
+// committed and its transactional IDs fenced.
+func planMovedSinks(prefix string, plan []sinkRecovery, moved []movedSinks) ([]sinkRecovery, error) {
+	for _, m := range moved {
+		for _, p := range m.pools {
+			if len(p.Txns) > 0 || p.Size > 0 {
+				plan = append(plan, sinkRecovery{index: -1, partition: m.partition, pool: p, txns: p.Txns})
+			}
+		}
+	}
+	return plan, checkSinkOwners(prefix, plan)
+}
+
+// checkSinkOwners refuses a plan in which a transactional ID would be
+// touched by two entries.
+func checkSinkOwners(prefix string, plan []sinkRecovery) error {
 	owner := map[string]int{} // transactional ID -> the plan entry that touches it
 	for k, r := range plan {
-		ids := r.pool.txnIDs(prefix, partition)
+		ids := r.pool.txnIDs(prefix, r.partition)
 		ids = append(ids, r.fence...)
 		for _, h := range r.txns {
 			ids = append(ids, h.TransactionalID)
 		}
 		for _, id := range ids {
 			if o, ok := owner[id]; ok && o != k {
-				return nil, fmt.Errorf("transactional ID %s belongs to two sinks, %s and %s: the checkpoint's sink transactions cannot be recovered safely",
+				return fmt.Errorf("transactional ID %s belongs to two sinks, %s and %s: the checkpoint's sink transactions cannot be recovered safely",
 					id, plan[o].name(), r.name())
 			}
 			owner[id] = k
 		}
 	}
-	return plan, nil
+	return nil
 }
 
 // name names the sink in messages: its topic, or its pool if the topic is
