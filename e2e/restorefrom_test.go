@@ -26,11 +26,15 @@ import (
 // with the same flag: B restores the savepoint again, as long as no
 // checkpoint of its own completed. Later a replica restarted with the flag
 // still set resumes from B's newest checkpoint and logs that it ignores the
-// flag. The independent read_committed verifier sees every key's counts
+// flag. The count is per user after a key_by (a downstream stage): A runs
+// it with 6 tasks, B restores it with 3 (the relocated savepoint's key
+// groups move) and is then rescaled to 8 by a stop with a savepoint, a
+// changed job.parallelism and resume (docs/operations.md, "Rescaling").
+// The independent read_committed verifier sees every key's counts
 // continue 1..N over both jobs, no gap and no repeat; A's savepoint is
 // never written to by B, and no transaction of either job is left open.
 func TestRestoreFromAnotherJob(t *testing.T) {
-	r := startSavepointRun(t, "restorefrom", e2etest.Job{})
+	r := startSavepointRun(t, "restorefrom", e2etest.Job{KeyBy: "user", Parallelism: 6})
 	ctx := t.Context()
 	verifier, in := r.verifier, r.in
 	stopFlow := in.Flow(ctx, 1000)
@@ -67,7 +71,7 @@ func TestRestoreFromAnotherJob(t *testing.T) {
 	jobB := r.job + "-b"
 	dirB := t.TempDir()
 	cfgB := filepath.Join(dirB, "job.yaml")
-	j := e2etest.Job{Name: jobB, Input: r.job + "-clicks", Output: r.job + "-counts", Brokers: r.c.Brokers}
+	j := e2etest.Job{Name: jobB, Input: r.job + "-clicks", Output: r.job + "-counts", Brokers: r.c.Brokers, KeyBy: "user", Parallelism: 3}
 	if err := j.Write(cfgB); err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +82,13 @@ func TestRestoreFromAnotherJob(t *testing.T) {
 	clB := e2etest.NewReplicas(t, r.bin, cfgB, dirB, e2etest.ReplicaOptions{HTTP: true,
 		Flags: []string{"--restore-from=" + restoreFrom, "--checkpoint.min_pause=3s"}})
 	b0, b1 := clB.Start(), clB.Start()
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, id := range []string{b0, b1} {
+				t.Logf("replica %s of %s, the end of its log:\n%s", id, jobB, tail(clB.Proc(id).Log(), 60))
+			}
+		}
+	})
 	stopFlow = in.Flow(ctx, 1000)
 	for first := true; first; {
 		select {
@@ -97,6 +108,7 @@ func TestRestoreFromAnotherJob(t *testing.T) {
 	if _, err := verifier.WaitAdvance(time.Now(), 2*time.Minute); err != nil {
 		t.Fatalf("job %s commits no output after its restore: %v", jobB, err)
 	}
+	waitLog(t, []*e2etest.Proc{clB.Proc(b0), clB.Proc(b1)}, "stage count: parallelism 6 → 3: key groups move", time.Minute)
 
 	// A replica restarted with the flag still set resumes from B's newest
 	// checkpoint, and says why it ignores the flag.
@@ -106,6 +118,32 @@ func TestRestoreFromAnotherJob(t *testing.T) {
 	if log := p.Log(); !strings.Contains(log, "--restore-from ignored") {
 		t.Fatalf("%s restarted with the flag: no line saying it is ignored:\n%s", b0, tail(log, 40))
 	}
+
+	// B rescaled 3 → 8: stop with a savepoint, job.parallelism 8, the
+	// replicas started again with the new file (the flag still set, and
+	// ignored), resume.
+	cliB := func(args ...string) string {
+		t.Helper()
+		out, err := clB.Command(ctx, args[0], append(args[1:], "--checkpoint.storage=file://"+filepath.Join(dirB, "checkpoints"))...).Output()
+		if err != nil {
+			t.Fatalf("processor %s (job %s): %v\n%s", strings.Join(args, " "), jobB, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	t.Logf("job %s stopped with savepoint %s (%d output records committed)", jobB, cliB("stop", "--savepoint", "--target", "to-8", "--timeout", "2m"), verifier.Seen())
+	clB.StopAll()
+	j.Parallelism = 8
+	if err := j.Write(cfgB); err != nil {
+		t.Fatal(err)
+	}
+	procs := []*e2etest.Proc{clB.Restart(b0), clB.Restart(b1)}
+	waitLog(t, procs, "stopped", time.Minute)
+	t.Logf("processor resume: %s", cliB("resume"))
+	waitLog(t, procs, "stage count: parallelism 3 → 8: key groups move", 2*time.Minute)
+	if _, err := verifier.WaitAdvance(time.Now(), 2*time.Minute); err != nil {
+		t.Fatalf("job %s commits no output after it was rescaled: %v", jobB, err)
+	}
+
 	stopFlow()
 	if err := in.Flush(ctx); err != nil {
 		t.Fatal(err)

@@ -280,7 +280,7 @@ func (t *Task) open(ctx context.Context, name string) error {
 		}
 		t.backend = b
 		read := func(ctx context.Context, h string) (*state.Manifest, error) {
-			return state.ReadManifest(ctx, cfg.Store, h)
+			return state.ReadManifest(ctx, t.restoreStore(), h)
 		}
 		if olds, err = oldTasks(ctx, b, rf, read); err != nil {
 			return fmt.Errorf("checkpoint %d: %w", cfg.RestoreFrom, err)
@@ -466,6 +466,15 @@ func (t *Task) openWatermarks(st *plan.Stage, restored *watermarkState) error {
 	return nil
 }
 
+// restoreStore is where the task's restore point is: RestoreStore, a
+// store another job owns, or else the job's own.
+func (t *Task) restoreStore() *objstore.Store {
+	if t.cfg.RestoreStore != nil {
+		return t.cfg.RestoreStore
+	}
+	return t.cfg.Store
+}
+
 // restoreSources reads checkpoint RestoreFrom's _metadata and returns what
 // the task restores from it: its own manifest; nothing, for a task of the
 // source stage that the checkpoint has no state for because the input
@@ -480,11 +489,7 @@ func (t *Task) openWatermarks(st *plan.Stage, restored *watermarkState) error {
 // or with no state for the task's downstream stage, is a permanent failure
 // of cause job: no restart fixes it, and nothing is written.
 func (t *Task) restoreSources(ctx context.Context, name string) (restoreFrom, error) {
-	store := t.cfg.Store
-	if t.cfg.RestoreStore != nil {
-		store = t.cfg.RestoreStore
-	}
-	md, err := checkpoint.ReadRestore(ctx, store, t.cfg.RestoreFrom, t.cfg.RestoreMetadata)
+	md, err := checkpoint.ReadRestore(ctx, t.restoreStore(), t.cfg.RestoreFrom, t.cfg.RestoreMetadata)
 	if err != nil {
 		return restoreFrom{}, err
 	}
