@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/weir-stream/weir/internal/e2etest"
 	"github.com/weir-stream/weir/internal/kafkatest"
+	"github.com/weir-stream/weir/internal/s3test"
 )
 
 // TestRescaleWithState is issue 33's rescaling with state, through the
@@ -185,10 +187,13 @@ func waitLog(t *testing.T, procs []*e2etest.Proc, s string, timeout time.Duratio
 // time per page, counted), with in-bound input only (no record is late):
 // the downstream stage at job.parallelism 6, then 3 (every replica
 // stopped and started again with the new file, one killed with SIGKILL
-// during the rescaling restore), then 8, while rounds of input arrive. Its
-// open windows, their timers and each key group's watermark move with
-// the key groups. The independent reader finds every (page, window)
-// result exactly once, with the count of the window's input records.
+// during the rescaling restore), then 8 under another job name: the job
+// stops with a savepoint, whose folder is copied to another bucket path
+// on S3, and job B restores it there with `run --restore-from`, while
+// rounds of input arrive. Its open windows, their timers and each key
+// group's watermark move with the key groups. The independent reader
+// finds every (page, window) result exactly once, with the count of the
+// window's input records.
 func TestRescaleWindowsWithState(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test: skipped with -short")
@@ -261,14 +266,49 @@ func TestRescaleWindowsWithState(t *testing.T) {
 	}
 	for step, p := range []int{3, 8} {
 		waitFor("a checkpoint completed since the last restart", 2*time.Minute, completedSince)
-		reps.StopAll()
-		jobFile.Parallelism = p
-		if err := jobFile.Write(cfgFile); err != nil {
-			t.Fatal(err)
-		}
 		var procs []*e2etest.Proc
-		for _, id := range ids {
-			procs = append(procs, reps.Restart(id))
+		if step == 1 {
+			// Moved: the job stops with a savepoint, the savepoint's
+			// folder goes to another bucket path, job B restores it.
+			stopCmd := reps.Command(ctx, "stop", "--savepoint", "--target", "moved", "--timeout", "2m",
+				"--checkpoint.storage=file://"+filepath.Join(dir, "checkpoints"))
+			if out, err := stopCmd.CombinedOutput(); err != nil {
+				t.Fatalf("processor stop --savepoint: %v\n%s", err, out)
+			}
+			reps.StopAll()
+			bucket, s3url := s3test.Bucket(t)
+			from := filepath.Join(dir, "checkpoints", job, "savepoints", "moved")
+			n := copyToBucket(ctx, t, bucket, from, "moved/windows/")
+			u, err := url.Parse(s3url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.Path = "/moved/windows"
+			jobFile.Name = job + "-b"
+			jobFile.Parallelism = p
+			dirB := t.TempDir()
+			cfgB := filepath.Join(dirB, "job.yaml")
+			if err := jobFile.Write(cfgB); err != nil {
+				t.Fatal(err)
+			}
+			commits = e2etest.WatchCommits(t, c.Brokers, jobFile.Name)
+			reps = e2etest.NewReplicas(t, bin, cfgB, dirB, e2etest.ReplicaOptions{Flags: []string{"--restore-from=" + u.String()}})
+			ids = []string{reps.Start(), reps.Start()}
+			for _, id := range ids {
+				procs = append(procs, reps.Proc(id))
+			}
+			t.Logf("job %s stopped with savepoint moved (%d objects copied to %s); job %s restores it with parallelism %d",
+				job, n, u.String(), jobFile.Name, p)
+			waitLog(t, procs, "parallelism 3 → 8: key groups move", time.Minute)
+		} else {
+			reps.StopAll()
+			jobFile.Parallelism = p
+			if err := jobFile.Write(cfgFile); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids {
+				procs = append(procs, reps.Restart(id))
+			}
 		}
 		if step == 0 {
 			victim := waitLog(t, procs, "stage rescaled, key groups moved", time.Minute)
