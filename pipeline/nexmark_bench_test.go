@@ -81,4 +81,3 @@ func nexmarkBatch(tb testing.TB, n int) []stream.Record {
 	}
 	return in
 }
-
