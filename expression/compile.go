@@ -113,8 +113,11 @@ func Compile(src string, want Type) (*Program, error) {
 	}
 	fields, ok := valueFields(checked.Node())
 	field, isField := valueField(checked.Node())
+	path, isPath := valuePath(checked.Node())
+	scaled, factor, isScaled := scaledPath(checked.Node())
 	return &Program{src: src, want: want, result: checked.Node().Type(), uses: usedVars(prog.Node()), prog: prog, fields: fields, wholeValue: !ok,
-		field: field, isField: isField, required: requiredFields(checked.Node())}, nil
+		field: field, isField: isField, path: path, isPath: isPath, scaled: scaled, factor: factor, isScaled: isScaled,
+		required: requiredFields(checked.Node())}, nil
 }
 
 // Check returns an *Error if p's result can never be of one of the types

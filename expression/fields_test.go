@@ -122,3 +122,44 @@ func TestValueFieldsProjection(t *testing.T) {
 		}
 	})
 }
+
+// TestValuePath: ValuePath recognises plain reads of value at any depth,
+// and ScaledPath a floating-point constant times one; anything else is
+// neither.
+func TestValuePath(t *testing.T) {
+	for _, tc := range []struct {
+		src    string
+		path   []string
+		scaled []string
+		c      float64
+	}{
+		{`value.a`, []string{"a"}, nil, 0},
+		{`value.bid.price`, []string{"bid", "price"}, nil, 0},
+		{`value?.a?.b.c`, []string{"a", "b", "c"}, nil, 0},
+		{`value["b c"].d`, []string{"b c", "d"}, nil, 0},
+		{`0.908 * value.bid.price`, nil, []string{"bid", "price"}, 0.908},
+		{`value.a.b * 2.5`, nil, []string{"a", "b"}, 2.5},
+		{`2 * value.a`, nil, nil, 0},
+		{`0.5 + value.a`, nil, nil, 0},
+		{`0.5 * value.a + 1.0`, nil, nil, 0},
+		{`value.a[0]`, nil, nil, 0},
+		{`value.a[0].b`, nil, nil, 0},
+		{`value`, nil, nil, 0},
+		{`headers.a`, nil, nil, 0},
+		{`value.a.b > 1`, nil, nil, 0},
+		{`value.a.b ?? 0`, nil, nil, 0},
+	} {
+		p, err := Compile(tc.src, Any)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		path, ok := p.ValuePath()
+		if ok != (tc.path != nil) || !slices.Equal(path, tc.path) {
+			t.Errorf("%s: ValuePath() = %q, %v; want %q", tc.src, path, ok, tc.path)
+		}
+		scaled, c, ok := p.ScaledPath()
+		if ok != (tc.scaled != nil) || !slices.Equal(scaled, tc.scaled) || c != tc.c {
+			t.Errorf("%s: ScaledPath() = %q, %v, %v; want %q, %v", tc.src, scaled, c, ok, tc.scaled, tc.c)
+		}
+	}
+}

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"strconv"
 	"unicode/utf8"
-
-	"github.com/weir-stream/weir/internal/jsontext"
 )
 
 // This file reads top-level fields of a JSON object from its text without
-// parsing the rest: the fast path of the projections (projectJSON), of
-// `key_by: {field}` (rawField) and of a map that copies fields (mapStep).
+// parsing the rest: the fast path of the projections (projectJSON) and of
+// `key_by: {field}` (rawField); paths.go reads paths of any depth.
 // A record's value has been checked as JSON where it was read
 // (JSONCodec.Decode) or written by Weir (RecCodec), so the scanner only
 // finds the extent of each field; on anything it does not expect (a key
@@ -246,51 +244,6 @@ func appendAsEncodedUTF8(dst, t []byte) ([]byte, bool) {
 		i += n
 	}
 	return append(dst, t...), true
-}
-
-// copyFields returns the JSON text of the object {names[i]: value.src[i],
-// …} built from the fields src of the JSON object b, as AppendJSON writes
-// the object that map's expressions value.src[i] build (a field that b
-// lacks is null); texts is scratch space of len(src). Each value is copied
-// as written where that is how AppendJSON writes it (appendAsEncoded), and
-// decoded and encoded otherwise. ok is false if b cannot be scanned.
-func copyFields(b []byte, names, src []string, texts [][]byte) (out []byte, ok bool) {
-	clear(texts)
-	if !scanObject(b, func(k, x []byte) {
-		for i, s := range src {
-			if string(k) == s {
-				texts[i] = x // the last one if the name repeats, as DecodeJSON
-			}
-		}
-	}) {
-		return nil, false
-	}
-	out = make([]byte, 0, len(b)+8*len(names))
-	out = append(out, '{')
-	for i, n := range names {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = jsontext.AppendText(out, n)
-		out = append(out, ':')
-		x := texts[i]
-		if x == nil {
-			out = append(out, "null"...)
-			continue
-		}
-		var copied bool
-		if out, copied = appendAsEncoded(out, x); copied {
-			continue
-		}
-		v, _, err := DecodeJSON(x)
-		if err != nil {
-			return nil, false
-		}
-		if out, err = AppendJSON(out, v, nil); err != nil {
-			return nil, false
-		}
-	}
-	return append(out, '}'), true
 }
 
 // fieldTextKey appends to dst the key that expression.Evaluator.Key gives

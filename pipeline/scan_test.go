@@ -150,36 +150,6 @@ func BenchmarkProjectJSON(b *testing.B) {
 	}
 }
 
-// TestCopyFieldsProperty: the object that map copies from a value's text
-// is, byte for byte, what map writes when it evaluates value.f over the
-// decoded value.
-func TestCopyFieldsProperty(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		doc := jsonObject(t, 0)
-		v, _, err := DecodeJSON([]byte(doc))
-		if err != nil {
-			t.Skip("not JSON")
-		}
-		src := rapid.SliceOfN(rapid.SampledFrom([]string{"page", "user", "pagé", "amount", "x"}), 1, 4).Draw(t, "src")
-		names := rapid.SliceOfNDistinct(rapid.SampledFrom([]string{"a", "b", "c", "d", "é\""}), len(src), len(src), rapid.ID).Draw(t, "names")
-		got, ok := copyFields([]byte(doc), names, src, make([][]byte, len(src)))
-		if !ok {
-			if !strings.Contains(doc, `\`) {
-				t.Fatalf("%s: not copied", doc)
-			}
-			return // a key with an escape: map evaluates the expressions
-		}
-		o := map[string]any{}
-		for i, n := range names {
-			o[n] = v.(map[string]any)[src[i]]
-		}
-		want, err := AppendJSON(nil, o, names)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("%s: copied %s, map writes %s (%v)", doc, got, want, err)
-		}
-	})
-}
-
 // TestFieldTextKeyProperty: where key_by reads value.f's key from the
 // text, it is the key the expression gives over the decoded value.
 func TestFieldTextKeyProperty(t *testing.T) {

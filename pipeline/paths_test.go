@@ -1,0 +1,149 @@
+package pipeline
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/weir-stream/weir/expression"
+)
+
+// mapByEval is what map writes when it evaluates its fields' expressions
+// srcs over doc decoded: the path that copyPaths replaces.
+func mapByEval(t interface{ Fatalf(string, ...any) }, doc string, names, srcs []string) ([]byte, error) {
+	v, _, err := DecodeJSON([]byte(doc))
+	if err != nil {
+		t.Fatalf("%s: %v", doc, err)
+	}
+	ev := expression.NewEvaluator()
+	o := make(map[string]any, len(names))
+	for i, src := range srcs {
+		p, err := expression.Compile(src, expression.Any)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		x, err := ev.Eval(p, &expression.Vars{Value: v})
+		if err != nil {
+			return nil, err
+		}
+		o[names[i]] = x
+	}
+	return AppendJSON(nil, o, names)
+}
+
+// mapByCopy is what map's fast path writes for the fields srcs over doc;
+// ok is false where it gives up (and map evaluates).
+func mapByCopy(t interface{ Fatalf(string, ...any) }, doc string, names, srcs []string) ([]byte, bool) {
+	var paths [][]string
+	var how []pathCopy
+	for _, src := range srcs {
+		p, err := expression.Compile(src, expression.Any)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if path, ok := p.ValuePath(); ok {
+			paths, how = append(paths, path), append(how, pathCopy{})
+		} else if path, c, ok := p.ScaledPath(); ok {
+			paths, how = append(paths, path), append(how, pathCopy{scaled: true, factor: c})
+		} else {
+			t.Fatalf("%s: neither a path nor a scaled path", src)
+		}
+	}
+	fp := compilePaths(paths)
+	return copyPaths(nil, []byte(doc), names, fp, how, make([][]byte, len(fp.nodes)))
+}
+
+// TestCopyPathsTable: on values whose reading has edges, the fast path
+// writes exactly what evaluating the fields writes, or gives up where it
+// must (a key with an escape, a missing or non-object member before the
+// last, a scaled value that is not an integer).
+func TestCopyPathsTable(t *testing.T) {
+	names := []string{"auction", "price", "é\"x", "date_time"}
+	q0 := []string{"value.bid.auction", "value.bid.price", `value["bid"]["extra"]`, "value.date_time"}
+	q1 := []string{"value.bid.auction", "0.908 * value.bid.price", `value["bid"]["extra"]`, "value.date_time"}
+	for _, tc := range []struct {
+		doc    string
+		want   string // "" where the fast path gives up
+		wantQ1 string // q1's, "" where it gives up
+	}{
+		{`{"event_type":2,"date_time":17,"bid":{"auction":1000,"price":53856,"extra":"xy"}}`,
+			`{"auction":1000,"price":53856,"é\"x":"xy","date_time":17}`, `{"auction":1000,"price":48901.248,"é\"x":"xy","date_time":17}`},
+		{` { "bid" : { "price" : -0 , "auction" : [1, {"a": "}"}] , "extra" : "pagé\u00e9\n" } } `,
+			`{"auction":[1,{"a":"}"}],"price":0,"é\"x":"pagéé\n","date_time":null}`, `{"auction":[1,{"a":"}"}],"price":0,"é\"x":"pagéé\n","date_time":null}`},
+		// duplicate keys: the last wins, at each level, and a member of an
+		// earlier object of the name is gone
+		{`{"bid":{"price":1,"extra":"a"},"bid":{"price":2}}`, `{"auction":null,"price":2,"é\"x":null,"date_time":null}`, `{"auction":null,"price":1.816,"é\"x":null,"date_time":null}`},
+		{`{"bid":{"price":1,"price":3.5}}`, `{"auction":null,"price":3.5,"é\"x":null,"date_time":null}`, ""},
+		{`{"bid":{"price":1},"bid":null}`, "", ""},
+		// nested objects and floats are decoded and written as map writes them
+		{`{"bid":{"auction":{"z":1,"a":[1.50,1e3]},"price":12345678901234567890}}`,
+			`{"auction":{"a":[1.5,1000],"z":1},"price":12345678901234567000,"é\"x":null,"date_time":null}`, ""},
+		// a missing intermediate object: evaluating says (an error)
+		{`{"date_time":1}`, "", ""},
+		{`{"bid":"x"}`, "", ""},
+		{`{"bid":[{"price":1}]}`, "", ""},
+		{`[1]`, "", ""},
+		// an escaped key on the path: the scanner gives up
+		{`{"bid":{"pr\u0069ce":1}}`, "", ""},
+		{`{"b\u0069d":{"price":1},"bid":{"price":2}}`, "", ""},
+		// an escaped key off the path is skipped
+		{`{"x":{"a\"b":1},"bid":{"price":2,"y":{"\u0041":1}}}`, `{"auction":null,"price":2,"é\"x":null,"date_time":null}`, `{"auction":null,"price":1.816,"é\"x":null,"date_time":null}`},
+		{`{"bid":{}}`, `{"auction":null,"price":null,"é\"x":null,"date_time":null}`, ""},
+		{"{\"bid\":{\"extra\":\"\u2028\xff\"}}", `{"auction":null,"price":null,"é\"x":"\u2028\ufffd","date_time":null}`, ""},
+	} {
+		for q, srcs := range map[string][]string{"q0": q0, "q1": q1} {
+			want := tc.want
+			if q == "q1" {
+				want = tc.wantQ1
+			}
+			got, ok := mapByCopy(t, tc.doc, names, srcs)
+			eval, err := mapByEval(t, tc.doc, names, srcs)
+			switch {
+			case want == "" && ok:
+				t.Errorf("%s %s: copied %s, want the expressions evaluated", q, tc.doc, got)
+			case want != "" && (!ok || string(got) != want):
+				t.Errorf("%s %s: copied %s (%v), want %s", q, tc.doc, got, ok, want)
+			case ok && (err != nil || !bytes.Equal(got, eval)):
+				t.Errorf("%s %s: copied %s, evaluating writes %s (%v)", q, tc.doc, got, eval, err)
+			}
+		}
+	}
+}
+
+// TestCopyPathsProperty: for random documents and paths, the fast path
+// writes, byte for byte, what evaluating the fields writes; and it gives
+// up only where it must.
+func TestCopyPathsProperty(t *testing.T) {
+	keys := []string{"page", "user", "pagé", "amount", "x"}
+	rapid.Check(t, func(t *rapid.T) {
+		doc := jsonObject(t, 0)
+		n := rapid.IntRange(1, 4).Draw(t, "fields")
+		names := rapid.SliceOfNDistinct(rapid.SampledFrom([]string{"a", "b", "c", "d", "é\""}), n, n, rapid.ID).Draw(t, "names")
+		srcs := make([]string, n)
+		scaled := false
+		for i := range srcs {
+			path := rapid.SliceOfN(rapid.SampledFrom(keys), 1, 3).Draw(t, "path")
+			var b strings.Builder
+			b.WriteString("value")
+			for _, k := range path {
+				b.WriteString("[" + strconv.Quote(k) + "]")
+			}
+			srcs[i] = b.String()
+			if rapid.IntRange(0, 4).Draw(t, "scaled") == 0 {
+				srcs[i] = "0.908 * " + srcs[i]
+				scaled = true
+			}
+		}
+		got, ok := mapByCopy(t, doc, names, srcs)
+		eval, err := mapByEval(t, doc, names, srcs)
+		switch {
+		case ok && (err != nil || !bytes.Equal(got, eval)):
+			t.Fatalf("%s %q: copied %s, evaluating writes %s (%v)", doc, srcs, got, eval, err)
+		case !ok && err == nil && !scaled && !strings.Contains(doc, `\`):
+			t.Fatalf("%s %q: not copied, evaluating writes %s", doc, srcs, eval)
+		}
+	})
+}
