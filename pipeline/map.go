@@ -79,8 +79,7 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 	c.transformStep(path, "map", m.OnError, m.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
 		if copies != nil && r.raw != nil {
 			t.texts = slices.Grow(t.texts[:0], len(copies.nodes))[:len(copies.nodes)]
-			dst := make([]byte, 0, len(r.raw)+8*len(names))
-			if raw, ok := copyPaths(dst, r.raw, names, copies, how, t.texts); ok {
+			if raw, ok := copyPaths(r.raw, names, copies, how, t.texts); ok {
 				if w != nil {
 					w.checkTexts(heads, headTexts(t, copies))
 				}

@@ -183,20 +183,29 @@ type pathCopy struct {
 // built from the paths fp of the JSON object b, as AppendJSON writes the
 // object that map's expressions build over the decoded value (a path the
 // last object lacks is null); how[i] says how field i is computed, texts
-// is scratch space of len(fp.nodes). Each value is copied as written
+// is scratch space of len(fp.nodes). The text is a new slice. Each value is copied as written
 // where that is how AppendJSON writes it (appendAsEncoded), and decoded
 // and encoded otherwise. ok is false if b cannot be scanned, or if a
 // field's expression must be evaluated to say what it gives (a path
 // through a missing member, a scaled path that is not an integer).
-func copyPaths(dst, b []byte, names []string, fp *fieldPaths, how []pathCopy, texts [][]byte) (out []byte, ok bool) {
+func copyPaths(b []byte, names []string, fp *fieldPaths, how []pathCopy, texts [][]byte) (out []byte, ok bool) {
 	if !fp.locate(b, texts) {
-		return dst, false
+		return nil, false
 	}
+	size := 2 // what the object takes when its values are copied
+	for i, n := range names {
+		x := len(texts[fp.leaf[i]])
+		if how[i].scaled {
+			x = 24 // the longest float64 AppendJSONNumber writes
+		}
+		size += len(n) + 4 + max(x, 4)
+	}
+	dst := make([]byte, 0, size)
 	out = append(dst, '{')
 	for i, n := range names {
 		x, ok := fp.text(i, texts)
 		if !ok {
-			return dst, false
+			return nil, false
 		}
 		if i > 0 {
 			out = append(out, ',')
@@ -205,14 +214,14 @@ func copyPaths(dst, b []byte, names []string, fp *fieldPaths, how []pathCopy, te
 		out = append(out, ':')
 		if how[i].scaled {
 			if x == nil || !isIntegerText(x) {
-				return dst, false
+				return nil, false
 			}
 			v, ok := parseInt(x)
 			if f := float64(v) * how[i].factor; ok && finite(f) {
 				out = AppendJSONNumber(out, f)
 				continue
 			}
-			return dst, false
+			return nil, false
 		}
 		if x == nil {
 			out = append(out, "null"...)
@@ -224,10 +233,10 @@ func copyPaths(dst, b []byte, names []string, fp *fieldPaths, how []pathCopy, te
 		}
 		v, _, err := DecodeJSON(x)
 		if err != nil {
-			return dst, false
+			return nil, false
 		}
 		if out, err = AppendJSON(out, v, nil); err != nil {
-			return dst, false
+			return nil, false
 		}
 	}
 	return append(out, '}'), true

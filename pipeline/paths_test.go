@@ -53,7 +53,7 @@ func mapByCopy(t interface{ Fatalf(string, ...any) }, doc string, names, srcs []
 		}
 	}
 	fp := compilePaths(paths)
-	return copyPaths(nil, []byte(doc), names, fp, how, make([][]byte, len(fp.nodes)))
+	return copyPaths([]byte(doc), names, fp, how, make([][]byte, len(fp.nodes)))
 }
 
 // TestCopyPathsTable: on values whose reading has edges, the fast path
