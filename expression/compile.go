@@ -115,8 +115,10 @@ func Compile(src string, want Type) (*Program, error) {
 	field, isField := valueField(checked.Node())
 	path, isPath := valuePath(checked.Node())
 	scaled, factor, isScaled := scaledPath(checked.Node())
+	cmpPath, cmpOp, cmpConst, isCmp := comparedPath(checked.Node())
 	return &Program{src: src, want: want, result: checked.Node().Type(), uses: usedVars(prog.Node()), prog: prog, fields: fields, wholeValue: !ok,
 		field: field, isField: isField, path: path, isPath: isPath, scaled: scaled, factor: factor, isScaled: isScaled,
+		cmp: cmpPath, cmpOp: cmpOp, cmpConst: cmpConst, isCmp: isCmp,
 		required: requiredFields(checked.Node())}, nil
 }
 

@@ -134,6 +134,12 @@ type Program struct {
 	scaled   []string
 	factor   float64
 	isScaled bool
+	// cmp, cmpOp and cmpConst are the parts of a comparison of a path
+	// with an integer (ComparedPath).
+	cmp      []string
+	cmpOp    string
+	cmpConst int64
+	isCmp    bool
 	// required are the fields RequiredFields returns.
 	required []string
 }
@@ -174,6 +180,15 @@ func (p *Program) ValuePath() (path []string, ok bool) { return p.path, p.isPath
 // that an int64 holds (as ValuePath says), its result is float64(x) * c.
 func (p *Program) ScaledPath() (path []string, c float64, ok bool) {
 	return p.scaled, p.factor, p.isScaled
+}
+
+// ComparedPath returns the path, the operator (==, !=, <, <=, > or >=)
+// and the integer c if the expression compares a path, as ValuePath's,
+// with an integer literal; a literal on the left is moved to the right
+// (10 < value.n is value.n > 10). Where the path reads a JSON integer x
+// that an int64 holds, its result is x op c.
+func (p *Program) ComparedPath() (path []string, op string, c int64, ok bool) {
+	return p.cmp, p.cmpOp, p.cmpConst, p.isCmp
 }
 
 // Source returns the expression's source text.

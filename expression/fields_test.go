@@ -163,3 +163,33 @@ func TestValuePath(t *testing.T) {
 		}
 	}
 }
+
+// TestComparedPath: ComparedPath recognises a path compared with an
+// integer literal, on either side.
+func TestComparedPath(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		path []string
+		op   string
+		c    int64
+	}{
+		{`value.event_type == 2`, []string{"event_type"}, "==", 2},
+		{`value.bid.price >= -5`, []string{"bid", "price"}, ">=", -5},
+		{`10 < value.n`, []string{"n"}, ">", 10},
+		{`3 != value?.a?.b`, []string{"a", "b"}, "!=", 3},
+		{`value.n == 2.0`, nil, "", 0},
+		{`value.n == "2"`, nil, "", 0},
+		{`value.n + 1 == 2`, nil, "", 0},
+		{`value.n in [2]`, nil, "", 0},
+		{`offset == 2`, nil, "", 0},
+	} {
+		p, err := Compile(tc.src, Bool)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		path, op, c, ok := p.ComparedPath()
+		if ok != (tc.path != nil) || !slices.Equal(path, tc.path) || op != tc.op || c != tc.c {
+			t.Errorf("%s: ComparedPath() = %q, %q, %d, %v; want %q, %q, %d", tc.src, path, op, c, ok, tc.path, tc.op, tc.c)
+		}
+	}
+}

@@ -241,3 +241,45 @@ func copyPaths(b []byte, names []string, fp *fieldPaths, how []pathCopy, texts [
 	}
 	return append(out, '}'), true
 }
+
+// pathCompare is a comparison of a path with an integer
+// (expression.Program.ComparedPath), decided from a value's text.
+type pathCompare struct {
+	paths *fieldPaths // the one path
+	op    string
+	c     int64
+}
+
+// eval returns the comparison's result over the JSON object b, if the
+// path reads an integer that an int64 holds (as DecodeJSON decodes it);
+// ok is false otherwise (a missing or null field, another type, a path
+// through a missing member, b not scanned): the expression decides.
+func (pc *pathCompare) eval(t *evalTask, b []byte) (result, ok bool) {
+	t.texts = slices.Grow(t.texts[:0], len(pc.paths.nodes))[:len(pc.paths.nodes)]
+	if !pc.paths.locate(b, t.texts) {
+		return false, false
+	}
+	x, ok := pc.paths.text(0, t.texts)
+	if !ok || x == nil || !isIntegerText(x) {
+		return false, false
+	}
+	v, ok := parseInt(x)
+	if !ok {
+		return false, false
+	}
+	switch pc.op {
+	case "==":
+		return v == pc.c, true
+	case "!=":
+		return v != pc.c, true
+	case "<":
+		return v < pc.c, true
+	case "<=":
+		return v <= pc.c, true
+	case ">":
+		return v > pc.c, true
+	case ">=":
+		return v >= pc.c, true
+	}
+	return false, false
+}

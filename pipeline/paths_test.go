@@ -147,3 +147,90 @@ func TestCopyPathsProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestPathCompareProperty: where a filter decides a comparison of a path
+// with an integer from the text, it decides as the expression does over
+// the decoded value; and it decides from the text wherever the path reads
+// an integer.
+func TestPathCompareProperty(t *testing.T) {
+	keys := []string{"page", "user", "pagé", "amount", "x"}
+	rapid.Check(t, func(t *rapid.T) {
+		doc := jsonObject(t, 0)
+		v, _, err := DecodeJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		path := rapid.SliceOfN(rapid.SampledFrom(keys), 1, 3).Draw(t, "path")
+		src := "value"
+		for _, k := range path {
+			src += "[" + strconv.Quote(k) + "]"
+		}
+		c := rapid.SampledFrom([]string{"0", "7", "-3", "9223372036854775807"}).Draw(t, "c")
+		op := rapid.SampledFrom([]string{"==", "!=", "<", "<=", ">", ">="}).Draw(t, "op")
+		if rapid.Bool().Draw(t, "flip") {
+			src = c + " " + op + " " + src
+		} else {
+			src = src + " " + op + " " + c
+		}
+		p, err := expression.Compile(src, expression.Bool)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		fpath, fop, k, ok := p.ComparedPath()
+		if !ok {
+			t.Fatalf("%s: not a compared path", src)
+		}
+		pc := &pathCompare{paths: compilePaths([][]string{fpath}), op: fop, c: k}
+		got, ok := pc.eval(&evalTask{}, []byte(doc))
+		want, werr := expression.NewEvaluator().Bool(p, &expression.Vars{Value: v})
+		x := v
+		isInt := true
+		for _, k := range path {
+			o, isObj := x.(map[string]any)
+			if !isObj {
+				isInt = false
+				break
+			}
+			x = o[k]
+		}
+		_, isInt64 := x.(int64)
+		isInt = isInt && isInt64
+		switch {
+		case ok && (werr != nil || got != want):
+			t.Fatalf("%s over %s: %v from the text, %v (%v) evaluated", src, doc, got, want, werr)
+		case !ok && isInt && !strings.Contains(doc, `\`):
+			t.Fatalf("%s over %s: not decided from the text", src, doc)
+		}
+	})
+}
+
+// TestPathCompareTable: every operator on each side of the constant, over
+// integers below, at and above it, and over what the text cannot decide.
+func TestPathCompareTable(t *testing.T) {
+	for _, x := range []string{"6", "7", "8", "-0", "7.0", "7e0", `"7"`, "null", "true", "9223372036854775808", "[7]", `{"n":7}`, ""} {
+		doc := `{"event_type":0,"bid":{"n":` + x + `,"m":1}}`
+		if x == "" {
+			doc = `{"event_type":0,"bid":{"m":1}}`
+		}
+		v, _, err := DecodeJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		for _, op := range []string{"==", "!=", "<", "<=", ">", ">="} {
+			for _, src := range []string{"value.bid.n " + op + " 7", "7 " + op + " value.bid.n", "value.bid.n " + op + " 0"} {
+				p, err := expression.Compile(src, expression.Bool)
+				if err != nil {
+					t.Fatalf("%s: %v", src, err)
+				}
+				fpath, fop, k, _ := p.ComparedPath()
+				pc := &pathCompare{paths: compilePaths([][]string{fpath}), op: fop, c: k}
+				got, ok := pc.eval(&evalTask{}, []byte(doc))
+				want, werr := expression.NewEvaluator().Bool(p, &expression.Vars{Value: v})
+				decidable := x == "6" || x == "7" || x == "8" || x == "-0"
+				if ok != decidable || ok && (werr != nil || got != want) {
+					t.Errorf("%s over %s: %v (%v) from the text, %v (%v) evaluated", src, doc, got, ok, want, werr)
+				}
+			}
+		}
+	}
+}
