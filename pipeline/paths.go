@@ -283,3 +283,20 @@ func (pc *pathCompare) eval(t *evalTask, b []byte) (result, ok bool) {
 	}
 	return false, false
 }
+
+// pathTextKey appends to dst the key that expression.Evaluator.Key gives
+// the read of the one path of fp over the JSON object b, read from the
+// path's text if that text is the key (textKey's cases, a path the last
+// object lacks being null); texts is scratch space of len(fp.nodes). ok
+// is false otherwise, and if b cannot be scanned or a member on the way
+// is missing or not an object: the caller evaluates the expression.
+func pathTextKey(dst, b []byte, fp *fieldPaths, texts [][]byte) (key []byte, ok bool) {
+	if !fp.locate(b, texts) {
+		return dst, false
+	}
+	text, ok := fp.text(0, texts)
+	if !ok {
+		return dst, false
+	}
+	return textKey(dst, text)
+}

@@ -234,3 +234,70 @@ func TestPathCompareTable(t *testing.T) {
 		}
 	}
 }
+
+// TestPathTextKeyProperty: where key_by reads a path's key from the text,
+// it is the key the expression gives over the decoded value; and it reads
+// it from the text wherever that text is a plain string, an integer, a
+// literal or missing under objects.
+func TestPathTextKeyProperty(t *testing.T) {
+	keys := []string{"page", "user", "pagé", "amount", "x"}
+	ev := expression.NewEvaluator()
+	rapid.Check(t, func(t *rapid.T) {
+		doc := jsonObject(t, 0)
+		v, _, err := DecodeJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		path := rapid.SliceOfN(rapid.SampledFrom(keys), 1, 3).Draw(t, "path")
+		src := "value"
+		for _, k := range path {
+			src += "[" + strconv.Quote(k) + "]"
+		}
+		p, err := expression.Compile(src, expression.Any)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		fpath, _ := p.ValuePath()
+		fp := compilePaths([][]string{fpath})
+		got, ok := pathTextKey(nil, []byte(doc), fp, make([][]byte, len(fp.nodes)))
+		want, werr := ev.Key(p, &expression.Vars{Value: v}, nil)
+		switch {
+		case ok && (werr != nil || !bytes.Equal(got, want)):
+			t.Fatalf("%s over %s: key from the text %q, the expression's %q (%v)", src, doc, got, want, werr)
+		case !ok && werr == nil && !strings.Contains(doc, `\`) && !strings.ContainsAny(doc, "é.eE[{") && !strings.Contains(doc, "-0"):
+			// only escapes, non-ASCII text, floats, -0 and containers
+			// (besides bad paths) may send the key to the expression
+			t.Fatalf("%s over %s: not read from the text, the expression's %q", src, doc, want)
+		}
+	})
+}
+
+// TestKeyByNestedPath: key_by on a nested member keys by it, from the
+// text, and by evaluating where the text does not say.
+func TestKeyByNestedPath(t *testing.T) {
+	for doc, want := range map[string]string{
+		`{"auction":{"seller":1001,"id":7}}`:    "1001",
+		`{"auction":{"seller":"ann"}}`:          "ann",
+		`{"auction":{"seller":1.50}}`:           "1.5",
+		`{"auction":{"id":7}}`:                  "null",
+		`{"auction":{"seller":1},"auction":{}}`: "null",
+		`{"auction":{"sell\u0065r":"a\u0041"}}`: "aA",
+	} {
+		p, err := expression.Compile("value.auction.seller", expression.Any)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fpath, _ := p.ValuePath()
+		fp := compilePaths([][]string{fpath})
+		v, _, _ := DecodeJSON([]byte(doc))
+		key, ok := pathTextKey(nil, []byte(doc), fp, make([][]byte, len(fp.nodes)))
+		if !ok {
+			if key, err = expression.NewEvaluator().Key(p, &expression.Vars{Value: v}, nil); err != nil {
+				t.Fatalf("%s: %v", doc, err)
+			}
+		}
+		if string(key) != want {
+			t.Errorf("%s: key %q (from the text: %v), want %q", doc, key, ok, want)
+		}
+	}
+}

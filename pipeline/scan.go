@@ -257,6 +257,13 @@ func fieldTextKey(dst, b []byte, name string) (key []byte, ok bool) {
 	if !ok {
 		return dst, false
 	}
+	return textKey(dst, text)
+}
+
+// textKey appends to dst the key that expression.Evaluator.Key gives a
+// value whose JSON text is text (nil: a missing field, null), if the text
+// is that key (fieldTextKey's cases); ok is false otherwise.
+func textKey(dst, text []byte) (key []byte, ok bool) {
 	switch {
 	case text == nil:
 		return append(dst, "null"...), true
