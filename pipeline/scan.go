@@ -134,10 +134,18 @@ func isNumberByte(c byte) bool {
 // (quotes included), or 0 if it does not end.
 func skipString(b []byte) int {
 	for i := 1; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return 0
+		}
+		i += j
+		// The quote ends the string unless an odd number of backslashes
+		// escapes it (the opening quote is no backslash).
+		k := i - 1
+		for b[k] == '\\' {
+			k--
+		}
+		if (i-1-k)%2 == 0 {
 			return i + 1
 		}
 	}

@@ -200,3 +200,25 @@ func TestScalarArgsProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestSkipStringProperty: skipString finds the end of a string as a
+// byte-by-byte reading of its escapes does, on any text.
+func TestSkipStringProperty(t *testing.T) {
+	ref := func(b []byte) int {
+		for i := 1; i < len(b); i++ {
+			switch b[i] {
+			case '\\':
+				i++
+			case '"':
+				return i + 1
+			}
+		}
+		return 0
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		b := []byte(`"` + rapid.StringOfN(rapid.SampledFrom([]rune{'"', '\\', 'a', 'é'}), 0, 12, -1).Draw(t, "text"))
+		if got, want := skipString(b), ref(b); got != want {
+			t.Fatalf("%q: %d, want %d", b, got, want)
+		}
+	})
+}
