@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -102,6 +103,15 @@ func Compile(src string, want Type) (*Program, error) {
 	if err := checkResult(checked.Node().Type(), want); err != nil {
 		return nil, err
 	}
+	// The predicate is read from the expression as written: expr-lang's
+	// optimizer folds `x || true` into true where the program that runs
+	// evaluates x (and fails if x does).
+	var intPred *IntPredicate
+	if want == Bool {
+		if raw, err := expr.Compile(src, append(slices.Clip(opts), expr.Optimize(false))...); err == nil {
+			intPred, _ = intPredicate(raw.Node())
+		}
+	}
 	opts = append(opts, expr.Env(runEnv), expr.Patch(fetchPatcher{}))
 	if strings.ContainsAny(src, "/%") {
 		opts = append(opts, expr.Patch(divisionPatcher{}))
@@ -115,10 +125,9 @@ func Compile(src string, want Type) (*Program, error) {
 	field, isField := valueField(checked.Node())
 	path, isPath := valuePath(checked.Node())
 	scaled, factor, isScaled := scaledPath(checked.Node())
-	cmpPath, cmpOp, cmpConst, isCmp := comparedPath(checked.Node())
 	return &Program{src: src, want: want, result: checked.Node().Type(), uses: usedVars(prog.Node()), prog: prog, fields: fields, wholeValue: !ok,
 		field: field, isField: isField, path: path, isPath: isPath, scaled: scaled, factor: factor, isScaled: isScaled,
-		cmp: cmpPath, cmpOp: cmpOp, cmpConst: cmpConst, isCmp: isCmp,
+		intPred:  intPred,
 		required: requiredFields(checked.Node())}, nil
 }
 

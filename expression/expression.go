@@ -134,12 +134,8 @@ type Program struct {
 	scaled   []string
 	factor   float64
 	isScaled bool
-	// cmp, cmpOp and cmpConst are the parts of a comparison of a path
-	// with an integer (ComparedPath).
-	cmp      []string
-	cmpOp    string
-	cmpConst int64
-	isCmp    bool
+	// intPred is the expression as an IntPredicate, if it is one.
+	intPred *IntPredicate
 	// required are the fields RequiredFields returns.
 	required []string
 }
@@ -182,14 +178,10 @@ func (p *Program) ScaledPath() (path []string, c float64, ok bool) {
 	return p.scaled, p.factor, p.isScaled
 }
 
-// ComparedPath returns the path, the operator (==, !=, <, <=, > or >=)
-// and the integer c if the expression compares a path, as ValuePath's,
-// with an integer literal; a literal on the left is moved to the right
-// (10 < value.n is value.n > 10). Where the path reads a JSON integer x
-// that an int64 holds, its result is x op c.
-func (p *Program) ComparedPath() (path []string, op string, c int64, ok bool) {
-	return p.cmp, p.cmpOp, p.cmpConst, p.isCmp
-}
+// IntPredicate returns the expression compiled to run on integers
+// without boxing, if it is a boolean expression of integer members of
+// value and integer literals (see IntPredicate).
+func (p *Program) IntPredicate() (*IntPredicate, bool) { return p.intPred, p.intPred != nil }
 
 // Source returns the expression's source text.
 func (p *Program) Source() string { return p.src }

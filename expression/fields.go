@@ -173,30 +173,3 @@ func scaledPath(n ast.Node) ([]string, float64, bool) {
 	path, ok := valuePath(right)
 	return path, c.Value, ok
 }
-
-// comparedPath returns the path, the operator and the constant c if the
-// expression n (as written) compares a path (valuePath's) with an integer
-// literal: value.a.b == 2, 10 < value.n (returned as value.n > 10).
-func comparedPath(n ast.Node) ([]string, string, int64, bool) {
-	b, ok := n.(*ast.BinaryNode)
-	if !ok {
-		return nil, "", 0, false
-	}
-	flip := map[string]string{"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-	op, isCmp := flip[b.Operator]
-	if !isCmp {
-		return nil, "", 0, false
-	}
-	left, right := b.Left, b.Right
-	if _, isConst := left.(*ast.IntegerNode); isConst {
-		left, right = right, left
-	} else {
-		op = b.Operator
-	}
-	c, isConst := right.(*ast.IntegerNode)
-	path, isPath := valuePath(left)
-	if !isConst || !isPath {
-		return nil, "", 0, false
-	}
-	return path, op, int64(c.Value), true
-}

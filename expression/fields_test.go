@@ -164,32 +164,53 @@ func TestValuePath(t *testing.T) {
 	}
 }
 
-// TestComparedPath: ComparedPath recognises a path compared with an
-// integer literal, on either side.
-func TestComparedPath(t *testing.T) {
+// TestIntPredicate: IntPredicate recognises boolean expressions of
+// integer members and literals, as written (not as the optimizer folds
+// them), and evaluates them.
+func TestIntPredicate(t *testing.T) {
 	for _, tc := range []struct {
-		src  string
-		path []string
-		op   string
-		c    int64
+		src   string
+		paths [][]string
+		vals  []int64
+		want  bool
 	}{
-		{`value.event_type == 2`, []string{"event_type"}, "==", 2},
-		{`value.bid.price >= -5`, []string{"bid", "price"}, ">=", -5},
-		{`10 < value.n`, []string{"n"}, ">", 10},
-		{`3 != value?.a?.b`, []string{"a", "b"}, "!=", 3},
-		{`value.n == 2.0`, nil, "", 0},
-		{`value.n == "2"`, nil, "", 0},
-		{`value.n + 1 == 2`, nil, "", 0},
-		{`value.n in [2]`, nil, "", 0},
-		{`offset == 2`, nil, "", 0},
+		{`value.event_type == 2`, [][]string{{"event_type"}}, []int64{2}, true},
+		{`value.event_type == 2 && value.bid.auction % 123 == 0`, [][]string{{"event_type"}, {"bid", "auction"}}, []int64{2, 246}, true},
+		{`value.event_type == 2 and value.bid.auction % 123 == 0`, [][]string{{"event_type"}, {"bid", "auction"}}, []int64{2, 247}, false},
+		{`10 < value.n || not (value.m >= -1)`, [][]string{{"n"}, {"m"}}, []int64{5, -2}, true},
+		{`-value.n * 2 + value.n - 1 != value?.a?.b`, [][]string{{"n"}, {"a", "b"}}, []int64{3, -4}, false},
+		{`value.n == value.n`, [][]string{{"n"}}, []int64{1}, true},
+		{`value.n > 1 || true`, [][]string{{"n"}}, []int64{0}, true},
+		{`value.n == 2.0`, nil, nil, false},
+		{`value.n / 2 == 1`, nil, nil, false},
+		{`value.n == "2"`, nil, nil, false},
+		{`value.n in [2]`, nil, nil, false},
+		{`offset == 2`, nil, nil, false},
+		{`(value.n ?? 0) > 1`, nil, nil, false},
+		{`len(value.s) > 1`, nil, nil, false},
 	} {
 		p, err := Compile(tc.src, Bool)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.src, err)
 		}
-		path, op, c, ok := p.ComparedPath()
-		if ok != (tc.path != nil) || !slices.Equal(path, tc.path) || op != tc.op || c != tc.c {
-			t.Errorf("%s: ComparedPath() = %q, %q, %d, %v; want %q, %q, %d", tc.src, path, op, c, ok, tc.path, tc.op, tc.c)
+		pred, ok := p.IntPredicate()
+		if ok != (tc.paths != nil) {
+			t.Errorf("%s: IntPredicate() %v, want %v", tc.src, ok, tc.paths != nil)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if !reflect.DeepEqual(pred.Paths(), tc.paths) {
+			t.Errorf("%s: paths %q, want %q", tc.src, pred.Paths(), tc.paths)
+		}
+		if got, ok := pred.Eval(tc.vals); !ok || got != tc.want {
+			t.Errorf("%s over %v: %v (%v), want %v", tc.src, tc.vals, got, ok, tc.want)
+		}
+	}
+	if p, _ := Compile(`value.a.b`, Any); p != nil {
+		if _, ok := p.IntPredicate(); ok {
+			t.Error("an expression that is not a condition is an IntPredicate")
 		}
 	}
 }

@@ -18,13 +18,10 @@ func (c *compiler) filter(path string, f *config.FilterStep) {
 	// its fields stays undecoded (evalTask.view).
 	rd := readsOf(p)
 	w := c.watchFields(path, p)
-	// A comparison of a path with an integer (value.event_type == 2) is
-	// decided on the field's text where it is an integer (comparePath);
-	// the expression runs otherwise.
-	var cmp *pathCompare
-	if fpath, op, k, ok := p.ComparedPath(); ok {
-		cmp = &pathCompare{paths: compilePaths([][]string{fpath}), op: op, c: k}
-	}
+	// A condition over integer members (value.event_type == 2 &&
+	// value.bid.auction % 123 == 0) is decided on the members' text where
+	// each is an integer (pathPredicate); the expression runs otherwise.
+	cmp := newPathPredicate(p)
 	c.transformStep(path, "filter", f.OnError, f.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
 		if cmp != nil && r.raw != nil {
 			if keep, ok := cmp.eval(t, r.raw); ok {

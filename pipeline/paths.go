@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 
+	"github.com/weir-stream/weir/expression"
 	"github.com/weir-stream/weir/internal/jsontext"
 )
 
@@ -242,46 +243,46 @@ func copyPaths(b []byte, names []string, fp *fieldPaths, how []pathCopy, texts [
 	return append(out, '}'), true
 }
 
-// pathCompare is a comparison of a path with an integer
-// (expression.Program.ComparedPath), decided from a value's text.
-type pathCompare struct {
-	paths *fieldPaths // the one path
-	op    string
-	c     int64
+// pathPredicate is a filter's condition over integer members of the
+// value (expression.IntPredicate), decided from the value's text.
+type pathPredicate struct {
+	paths *fieldPaths
+	pred  *expression.IntPredicate
 }
 
-// eval returns the comparison's result over the JSON object b, if the
-// path reads an integer that an int64 holds (as DecodeJSON decodes it);
-// ok is false otherwise (a missing or null field, another type, a path
-// through a missing member, b not scanned): the expression decides.
-func (pc *pathCompare) eval(t *evalTask, b []byte) (result, ok bool) {
-	t.texts = slices.Grow(t.texts[:0], len(pc.paths.nodes))[:len(pc.paths.nodes)]
-	if !pc.paths.locate(b, t.texts) {
-		return false, false
-	}
-	x, ok := pc.paths.text(0, t.texts)
-	if !ok || x == nil || !isIntegerText(x) {
-		return false, false
-	}
-	v, ok := parseInt(x)
+// newPathPredicate returns the pathPredicate of p, nil if p is not an
+// IntPredicate.
+func newPathPredicate(p *expression.Program) *pathPredicate {
+	pred, ok := p.IntPredicate()
 	if !ok {
+		return nil
+	}
+	return &pathPredicate{paths: compilePaths(pred.Paths()), pred: pred}
+}
+
+// eval returns the condition's result over the JSON object b, if each
+// path it reads holds an integer that an int64 holds (as DecodeJSON
+// decodes it); ok is false otherwise (a missing or null member, another
+// type, a path through a missing member, b not scanned, a % by zero): the
+// expression decides.
+func (pp *pathPredicate) eval(t *evalTask, b []byte) (result, ok bool) {
+	t.texts = slices.Grow(t.texts[:0], len(pp.paths.nodes))[:len(pp.paths.nodes)]
+	if !pp.paths.locate(b, t.texts) {
 		return false, false
 	}
-	switch pc.op {
-	case "==":
-		return v == pc.c, true
-	case "!=":
-		return v != pc.c, true
-	case "<":
-		return v < pc.c, true
-	case "<=":
-		return v <= pc.c, true
-	case ">":
-		return v > pc.c, true
-	case ">=":
-		return v >= pc.c, true
+	t.ints = t.ints[:0]
+	for i := range pp.paths.leaf {
+		x, ok := pp.paths.text(i, t.texts)
+		if !ok || x == nil || !isIntegerText(x) {
+			return false, false
+		}
+		v, ok := parseInt(x)
+		if !ok {
+			return false, false
+		}
+		t.ints = append(t.ints, v)
 	}
-	return false, false
+	return pp.pred.Eval(t.ints)
 }
 
 // pathTextKey appends to dst the key that expression.Evaluator.Key gives
