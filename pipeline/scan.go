@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
 )
@@ -213,11 +214,8 @@ func parseInt(t []byte) (int64, bool) {
 func appendAsEncoded(dst, t []byte) ([]byte, bool) {
 	switch t[0] {
 	case '"':
-		s := t[1 : len(t)-1]
-		for _, c := range s {
-			if c < 0x20 || c == '\\' || c >= utf8.RuneSelf {
-				return appendAsEncodedUTF8(dst, t)
-			}
+		if !plainASCII(t[1 : len(t)-1]) {
+			return appendAsEncodedUTF8(dst, t)
 		}
 		return append(dst, t...), true
 	case 't', 'f', 'n':
@@ -230,6 +228,29 @@ func appendAsEncoded(dst, t []byte) ([]byte, bool) {
 		return dst, false
 	}
 	return append(dst, t...), true
+}
+
+// plainASCII reports whether every byte of s is ASCII text that a JSON
+// string holds as is: none below 0x20, no backslash, none of 0x80 and
+// above. It reads eight bytes at a time (the tests of "has a byte less
+// than n" and "has a zero byte" of Bit Twiddling Hacks, exact as a yes or
+// no).
+func plainASCII(s []byte) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for len(s) >= 8 {
+		x := binary.LittleEndian.Uint64(s)
+		bs := x ^ ones*'\\'
+		if (x|(x-ones*0x20)&^x|(bs-ones)&^bs)&highs != 0 {
+			return false
+		}
+		s = s[8:]
+	}
+	for _, c := range s {
+		if c < 0x20 || c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // appendAsEncodedUTF8 is appendAsEncoded of a string with a byte that is

@@ -222,3 +222,20 @@ func TestSkipStringProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestPlainASCIIProperty: plainASCII, eight bytes at a time, agrees with
+// a byte-by-byte check on any text.
+func TestPlainASCIIProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := rapid.SliceOfN(rapid.SampledFrom([]byte{0, 0x1f, 0x20, 'a', '\\', '"', 0x5b, 0x5d, 0x7f, 0x80, 0xc3, 0xff}), 0, 40).Draw(t, "s")
+		want := true
+		for _, c := range s {
+			if c < 0x20 || c == '\\' || c >= 0x80 {
+				want = false
+			}
+		}
+		if got := plainASCII(s); got != want {
+			t.Fatalf("%q: %v, want %v", s, got, want)
+		}
+	})
+}
