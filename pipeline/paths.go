@@ -184,11 +184,12 @@ type pathCopy struct {
 // built from the paths fp of the JSON object b, as AppendJSON writes the
 // object that map's expressions build over the decoded value (a path the
 // last object lacks is null); how[i] says how field i is computed, texts
-// is scratch space of len(fp.nodes). The text is a new slice. Each value is copied as written
-// where that is how AppendJSON writes it (appendAsEncoded), and decoded
-// and encoded otherwise. ok is false if b cannot be scanned, or if a
-// field's expression must be evaluated to say what it gives (a path
-// through a missing member, a scaled path that is not an integer).
+// is scratch space of len(fp.nodes). The text is a new slice. Each value
+// is copied as written where that is how AppendJSON writes it
+// (appendAsEncoded), and decoded and encoded otherwise. ok is false if b
+// cannot be scanned, or if a field's expression must be evaluated to say
+// what it gives (a path through a missing member, a scaled path that is
+// not an integer, a number out of a float64's range, which fails it).
 func copyPaths(b []byte, names []string, fp *fieldPaths, how []pathCopy, texts [][]byte) (out []byte, ok bool) {
 	if !fp.locate(b, texts) {
 		return nil, false
@@ -233,8 +234,8 @@ func copyPaths(b []byte, names []string, fp *fieldPaths, how []pathCopy, texts [
 			continue
 		}
 		v, _, err := DecodeJSON(x)
-		if err != nil {
-			return nil, false
+		if err != nil || !allFinite(v) {
+			return nil, false // a number out of range fails the expression
 		}
 		if out, err = AppendJSON(out, v, nil); err != nil {
 			return nil, false
@@ -300,4 +301,27 @@ func pathTextKey(dst, b []byte, fp *fieldPaths, texts [][]byte) (key []byte, ok 
 		return dst, false
 	}
 	return textKey(dst, text)
+}
+
+// allFinite reports whether the decoded value v holds no number that
+// JSON cannot write (1e400 decodes to +Inf): an expression whose result
+// holds one fails.
+func allFinite(v any) bool {
+	switch x := v.(type) {
+	case float64:
+		return finite(x)
+	case map[string]any:
+		for _, e := range x {
+			if !allFinite(e) {
+				return false
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if !allFinite(e) {
+				return false
+			}
+		}
+	}
+	return true
 }

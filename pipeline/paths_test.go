@@ -92,6 +92,9 @@ func TestCopyPathsTable(t *testing.T) {
 		// an escaped key off the path is skipped
 		{`{"x":{"a\"b":1},"bid":{"price":2,"y":{"\u0041":1}}}`, `{"auction":null,"price":2,"é\"x":null,"date_time":null}`, `{"auction":null,"price":1.816,"é\"x":null,"date_time":null}`},
 		{`{"bid":{}}`, `{"auction":null,"price":null,"é\"x":null,"date_time":null}`, ""},
+		// a number out of a float64's range fails the expression
+		{`{"bid":{"extra":1e400}}`, "", ""},
+		{`{"bid":{"extra":[1,{"a":-1e400}]}}`, "", ""},
 		{"{\"bid\":{\"extra\":\"\u2028\xff\"}}", `{"auction":null,"price":null,"é\"x":"\u2028\ufffd","date_time":null}`, ""},
 	} {
 		for q, srcs := range map[string][]string{"q0": q0, "q1": q1} {
