@@ -54,3 +54,28 @@ func TestBusyTime(t *testing.T) {
 		t.Fatalf("idle %v, backpressured %v, busy %v ms/s; want 400, 600, 0", idle, blocked, busy)
 	}
 }
+
+// BenchmarkBusyTimeWrite is what busy-time accounting adds to one output
+// write (timeWrite, and for one write in busySample two clock reads):
+// compare with the count job's CPU per record (docs/benchmarks.md).
+func BenchmarkBusyTimeWrite(b *testing.B) {
+	bt := busyTime{on: true}
+	now := time.Now
+	for b.Loop() {
+		if bt.timeWrite() {
+			start := now()
+			bt.wroteFor(now().Sub(start))
+		}
+	}
+}
+
+// BenchmarkBusyTimePoll is what it adds to one poll of the task's input
+// (two clock reads), which hands the task a batch of records.
+func BenchmarkBusyTimePoll(b *testing.B) {
+	bt := busyTime{on: true}
+	now := time.Now
+	for b.Loop() {
+		polled := now()
+		bt.polledFor(now().Sub(polled))
+	}
+}
