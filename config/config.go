@@ -413,6 +413,20 @@ type HTTP struct {
 	// Pprof also serves Go's profiler under /debug/pprof/ (net/http/pprof).
 	// Off by default: profiles show internals, and a CPU profile costs CPU.
 	Pprof bool `mapstructure:"pprof"`
+	// ReportInterval is how often the replica writes its report (its
+	// tasks' figures, whether it coordinates) to the ack topic, from which
+	// every replica's REST API shows the whole job (docs/api.md).
+	ReportInterval time.Duration `mapstructure:"report_interval"`
+	// Admin configures the REST API's write actions.
+	Admin HTTPAdmin `mapstructure:"admin"`
+}
+
+// HTTPAdmin configures the REST API's write actions (savepoint, stop,
+// resume): off unless Enabled, and then only with the bearer token held
+// in TokenFile (a mounted Kubernetes Secret).
+type HTTPAdmin struct {
+	Enabled   bool   `mapstructure:"enabled"`
+	TokenFile string `mapstructure:"token_file"`
 }
 
 // Log configures logging.
@@ -467,7 +481,7 @@ func Default() Config {
 			BlockCacheBytes:  256 << 20,
 			RecordCacheBytes: 8 << 20,
 		},
-		HTTP:    HTTP{Address: ":9464"},
+		HTTP:    HTTP{Address: ":9464", ReportInterval: 5 * time.Second},
 		Log:     Log{Level: "info", Format: "text"},
 		Process: Process{GracePeriod: 30 * time.Second, LivenessTimeout: 2 * time.Minute},
 	}
