@@ -72,10 +72,10 @@ type Fold struct {
 	// coordinator triggers only when every task runs, so all did, also
 	// when their running records are gone from the ack topic.
 	triggered bool
-	failed  *control.Failed
-	stopped *control.Stopped
-	ckpts   map[ckpt.ID]*Checkpoint
-	reports map[string]control.ReplicaReport // newest per replica
+	failed    *control.Failed
+	stopped   *control.Stopped
+	ckpts     map[ckpt.ID]*Checkpoint
+	reports   map[string]control.ReplicaReport // newest per replica
 }
 
 // New returns an empty fold for job name.

@@ -121,7 +121,7 @@ type Replica struct {
 	check restoreCheck
 
 	ready   atomic.Bool
-	isCoord atomic.Bool // while the coordinator runner runs here: Coordinator
+	isCoord atomic.Bool             // while the coordinator runner runs here: Coordinator
 	waiting atomic.Pointer[string]  // read by Waiting, for /readyz
 	running atomic.Pointer[running] // the newest generation read, for the membership's join metadata
 	heart   *Heartbeat              // Run's loop beats it: the /livez answer
