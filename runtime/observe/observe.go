@@ -183,6 +183,10 @@ func (o *Observer) run(ctx context.Context) error {
 	}
 }
 
+// SetStore sets the checkpoint storage the Observer reads _metadata from,
+// before Run.
+func (o *Observer) SetStore(s *objstore.Store) { o.opts.Store = s }
+
 // Loaded is closed once the history has been read.
 func (o *Observer) Loaded() <-chan struct{} { return o.loaded }
 

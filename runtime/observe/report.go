@@ -195,16 +195,21 @@ func (r *Reporter) Report() control.ReplicaReport {
 	return rep
 }
 
-// Run reports every Interval until ctx ends. A failed send is logged (at
-// most once a minute) and the next report tried in time.
+// Run reports every Interval until ctx ends, from the replica's first
+// generation on (before it, the control topics may not exist yet). A
+// failed send is logged (at most once a minute) and the next report tried
+// in time.
 func (r *Reporter) Run(ctx context.Context) {
 	tick := time.NewTicker(r.Interval)
 	defer tick.Stop()
 	var warned time.Time
 	for {
-		sctx, cancel := context.WithTimeout(ctx, r.Interval)
-		err := r.Sender.Send(sctx, r.Report())
-		cancel()
+		var err error
+		if r.Self.Generation() > 0 {
+			sctx, cancel := context.WithTimeout(ctx, r.Interval)
+			err = r.Sender.Send(sctx, r.Report())
+			cancel()
+		}
 		if err != nil && ctx.Err() == nil && time.Since(warned) > time.Minute {
 			warned = time.Now()
 			r.Logger.Warn("replica report not written to the ack topic; the job's view on other replicas misses this replica's figures", "err", err)

@@ -263,6 +263,10 @@ func (r *Replica) Generation() uint64 {
 	return 0
 }
 
+// KafkaOpts are the options every Kafka client of the replica starts
+// from (its connection's settings and client ID).
+func (r *Replica) KafkaOpts() []kgo.Opt { return slices.Clip(r.kopts) }
+
 // ReplicaID is the replica's name in the group and in assignments.
 func (r *Replica) ReplicaID() string { return r.opts.ReplicaID }
 
