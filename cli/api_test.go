@@ -291,5 +291,3 @@ func TestAPIShowsFailedCheckpoints(t *testing.T) {
 		})
 	})
 }
-
-
