@@ -98,6 +98,12 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/job/stop", s.admin("stop", s.stop))
 	mux.HandleFunc("POST /api/v1/job/resume", s.admin("resume", s.resume))
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/v1/job/savepoint", "/api/v1/job/stop", "/api/v1/job/resume":
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, r.URL.Path+" takes POST")
+			return
+		}
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (docs/api.md)")
 	})
 }
