@@ -139,7 +139,7 @@ func TestJobShape(t *testing.T) {
 	if code != 200 {
 		t.Fatal(code, j)
 	}
-	if got, want := keys(j), "coordinator,generation,last_checkpoint,name,plan,replicas,restore_from,state,tasks"; got != want {
+	if got, want := keys(j), "coordinator,generation,last_checkpoint,live_replicas,name,plan,replicas,restore_from,state,tasks"; got != want {
 		t.Errorf("job keys %s, want %s", got, want)
 	}
 	if j["state"] != "running" || j["coordinator"] != "r1" || j["generation"] != 3.0 {

@@ -352,6 +352,10 @@ type Job struct {
 	// coordinator role ("" if none did).
 	Coordinator string    `json:"coordinator"`
 	Replicas    []Replica `json:"replicas"`
+	// LiveReplicas counts the replicas whose last report is recent: 0
+	// while no replica runs (the control topics keep the state of a job
+	// whose replicas are all gone).
+	LiveReplicas int `json:"live_replicas"`
 	// Tasks are the generation's tasks, sorted, with their placement and
 	// status.
 	Tasks []Task `json:"tasks"`
@@ -443,6 +447,9 @@ func (f *Fold) Job(nowMS, reportTTL int64) Job {
 	var coordTS int64
 	for id, rep := range f.reports {
 		live := nowMS-rep.TS <= reportTTL
+		if live {
+			j.LiveReplicas++
+		}
 		if _, placed := reps[id]; !placed && !live {
 			continue
 		}

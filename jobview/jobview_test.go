@@ -37,7 +37,7 @@ func TestJobStates(t *testing.T) {
 	f.Apply(control.ReplicaReport{Replica: "r2", TS: 950, Gen: 2}) // alive, without tasks
 	f.Apply(control.ReplicaReport{Replica: "r3", TS: 10, Gen: 1})  // gone
 	j = f.Job(1000, 500)
-	if j.State != StateRunning || j.Coordinator != "r1" {
+	if j.State != StateRunning || j.Coordinator != "r1" || j.LiveReplicas != 2 {
 		t.Fatalf("running: %+v", j)
 	}
 	if len(j.Replicas) != 3 || j.Replicas[0].ID != "r0" || j.Replicas[0].ReportedMS != 0 || len(j.Replicas[0].Tasks) != 2 ||
