@@ -7,9 +7,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -289,5 +292,75 @@ func TestAPIShowsFailedCheckpoints(t *testing.T) {
 			}
 			return fmt.Sprintf("no failed checkpoint with its reason: %+v", cs.Checkpoints)
 		})
+	})
+}
+
+// TestStatusThroughTheBinary runs the built processor on the count job
+// and reads `processor status` (text and --json) beside it, on kfake and
+// on the real broker: the same job, tasks and coordinator as the running
+// replica's REST API shows.
+func TestStatusThroughTheBinary(t *testing.T) {
+	bin := buildProcessor(t)
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		job := kafkatest.Name(t, "st")
+		_, file := countJobOn(t, c, job, job+"-in", job+"-out")
+		addr := freeAddr(t)
+		run := exec.Command(bin, "run", "-c", file, "--http.address", addr, "--http.report_interval", "200ms", "--process.replica_id", "solo")
+		var runLog lockedBuffer
+		run.Stdout, run.Stderr = &runLog, &runLog
+		if err := run.Start(); err != nil {
+			t.Fatal(err)
+		}
+		runDone := make(chan error, 1)
+		go func() { runDone <- run.Wait() }()
+		defer func() {
+			_ = run.Process.Signal(syscall.SIGTERM)
+			if err := <-runDone; err != nil {
+				t.Errorf("run: %v\n%s", err, runLog.String())
+			}
+			if t.Failed() {
+				t.Logf("run's log:\n%s", runLog.String())
+			}
+		}()
+		var j api.JobResponse
+		eventually(t, 60*time.Second, func() string {
+			j = api.JobResponse{}
+			if code := getJSON(t, "http://"+addr+"/api/v1/job", &j); code != http.StatusOK {
+				return fmt.Sprintf("status %d", code)
+			}
+			if j.State != jobview.StateRunning || j.Coordinator != "solo" || j.LastCheckpoint == nil {
+				return fmt.Sprintf("job %+v", j.Job)
+			}
+			return ""
+		})
+
+		out, err := exec.Command(bin, "status", "-c", file).CombinedOutput()
+		if err != nil {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		text := string(out)
+		for _, want := range []string{"job " + job + ": running, generation ", "coordinator: solo", "TASK", "completed"} {
+			if !strings.Contains(text, want) {
+				t.Fatalf("status does not say %q:\n%s", want, text)
+			}
+		}
+		for _, task := range j.Tasks {
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(task.ID.String()) + `\s+solo\s+running$`).MatchString(text) {
+				t.Fatalf("status does not show task %s on solo, running:\n%s", task.ID, text)
+			}
+		}
+		out, err = exec.Command(bin, "status", "-c", file, "--json").Output()
+		if err != nil {
+			t.Fatalf("status --json: %v\n%s", err, out)
+		}
+		var st Status
+		if err := json.Unmarshal(out, &st); err != nil {
+			t.Fatalf("status --json: %v\n%s", err, out)
+		}
+		if st.Job.Name != job || st.Job.Generation != j.Generation || len(st.Job.Tasks) != len(j.Tasks) || st.Job.Coordinator != "solo" ||
+			len(st.Checkpoints) == 0 || st.Checkpoints[0].ID < j.LastCheckpoint.ID {
+			t.Fatalf("status --json %+v, the API's job %+v", st, j.Job)
+		}
+		t.Logf("\n%s", text)
 	})
 }
