@@ -51,6 +51,10 @@ bench-kafkaio: ## Benchmark on the real broker: raw franz-go pipe vs Weir source
 bench: build ## Product benchmark on the real broker: YAML count job vs raw franz-go pipe, checkpoint durations, e2e latency, recovery after kill -9 (ARGS=-short for a quick check; ARGS=-tls: plaintext vs SASL_SSL throughput and CPU; ARGS=-two-stage: the views-per-page job vs a raw two-hop pipe, 3 passes each (-passes); ARGS=-window: the tumbling-window job vs a raw two-hop pipe, checkpoints with 1M open windows, window-end-to-result delay; ARGS=-yaml: the YAML language job (filter, map, key_by expression, multi-aggregate) vs a raw two-hop pipe, 3 passes each; ARGS=-expr: the cost of one expression evaluation, expr-lang vs cel-go, no broker; ARGS=-formats: decode and encode per record, Avro and Protobuf vs JSON, no broker; ARGS=-avro: the count job on Avro input vs the raw pipe, with the real schema registry; ARGS=-rolling: a rolling update of the count job on 3 replicas to v2 under steady input, time to v2's first committed output; ARGS='-grow-partitions 3': partitions added one at a time to a running count job's input, each timed from its addition to its first committed output)
 	WEIR_SERVICES="kafka$(if $(findstring -avro,$(ARGS)), registry)" bash scripts/with-services.sh $(GO) run ./internal/tools/bench -processor $(BIN)/processor $(ARGS)
 
+.PHONY: bench-api
+bench-api: build ## The REST API's latency p50/p99 under the count job's full load on the real broker (bench -api; ARGS=-short for a quick check, ARGS='-replicas 2' to ask two replicas)
+	WEIR_SERVICES=kafka bash scripts/with-services.sh $(GO) run ./internal/tools/bench -processor $(BIN)/processor -api $(ARGS)
+
 .PHONY: bench-nexmark
 bench-nexmark: build ## Nexmark on the real broker: each YAML query of examples/nexmark (exactly-once sinks, a checkpoint every second) over 10M generated events vs the raw pipe, CPU per event, checkpoint durations, state size (ARGS=-short: 1M events)
 	WEIR_SERVICES=kafka bash scripts/with-services.sh $(GO) run ./internal/tools/nexmarkbench -processor $(BIN)/processor $(ARGS)
