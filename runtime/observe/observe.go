@@ -137,11 +137,17 @@ func (o *Observer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		o.opts.Logger.Warn("following the control topics for the job's view; starting again", "err", err)
+		pause := 2 * time.Second
+		if errors.Is(err, ErrNeverRan) {
+			// The replica beside creates them in a moment.
+			pause = 200 * time.Millisecond
+		} else {
+			o.opts.Logger.Warn("following the control topics for the job's view; starting again", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(2 * time.Second):
+		case <-time.After(pause):
 		}
 	}
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/weir-stream/weir/internal/benchutil"
@@ -13,14 +15,24 @@ import (
 
 // apiEndpoints are the REST API's read endpoints the -api run asks, in
 // turn (docs/api.md).
-var apiEndpoints = []string{"/api/v1/job", "/api/v1/job/metrics", "/api/v1/checkpoints?limit=20", "/api/v1/checkpoints/1"}
+// lastCheckpoint stands for /api/v1/checkpoints/<the newest completed
+// checkpoint the last /api/v1/job answer named>.
+var apiEndpoints = []string{"/api/v1/job", "/api/v1/job/metrics", "/api/v1/checkpoints?limit=20", lastCheckpoint, baseline}
+
+const lastCheckpoint = "/api/v1/checkpoints/<last>"
+
+// baseline is asked in turn with the API, and reported apart: /healthz
+// does nothing, so its latency is the replica's HTTP server and scheduler
+// under the job's load, what the API's figures are to be compared with.
+const baseline = "/healthz"
 
 // runAPI is an -api run (issue 34): the count job with the first -replicas
 // entry of replicas processes the preloaded input at full speed while this
 // process asks every replica's REST API, in turn, every endpoint in
 // apiEndpoints, one request every -api-every (a closed loop: one at a
-// time). Latencies count from the job's first committed output to its
-// last, that is under the job's full load; the figures are p50, p99 and
+// time). Latencies count from the moment every replica is ready and a
+// sink wrote its first record to the job's last committed output, that is
+// under the job's full load; the figures are p50, p99 and
 // the maximum over every request, and per endpoint in the log. The job's
 // throughput is printed as well, to compare with a run without -api.
 func (b *bench) runAPI(ctx context.Context) error {
@@ -42,26 +54,62 @@ func (b *bench) runAPI(ctx context.Context) error {
 			return err
 		}
 	}
+	// Every replica ready (the generation of all of them running, after
+	// the one the first replica started alone) before the first request
+	// counts: a steady load, not a start-up.
+	for _, p := range procs {
+		if _, err := j.waitReady(ctx, p, 2*time.Minute); err != nil {
+			return err
+		}
+	}
 	client := &http.Client{Timeout: 10 * time.Second}
+	var last uint64 // the newest completed checkpoint, from /api/v1/job
 	get := func(url string) (time.Duration, int, error) {
 		t0 := time.Now()
 		resp, err := client.Get(url)
 		if err != nil {
 			return 0, 0, err
 		}
-		_, err = io.Copy(io.Discard, resp.Body)
+		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		return time.Since(t0), resp.StatusCode, err
+		d := time.Since(t0)
+		var j struct {
+			Last *struct {
+				ID uint64 `json:"id"`
+			} `json:"last_checkpoint"`
+		}
+		if strings.HasSuffix(url, "/api/v1/job") && json.Unmarshal(body, &j) == nil && j.Last != nil {
+			last = j.Last.ID
+		}
+		return d, resp.StatusCode, err
 	}
 	all := []time.Duration{}
 	per := map[string][]time.Duration{}
 	failed := 0
+	answered := map[string]bool{} // by replica, once it answered 200: its API has read the job's history
+	processing := false           // once a sink wrote its first record
 	tick := time.NewTicker(b.c.apiEvery)
 	defer tick.Stop()
 	deadline := time.After(10 * time.Minute)
 	for i := 0; ; i++ {
 		select {
 		case <-cnt.reached:
+			// The same requests once the job has processed its input
+			// (idle but for its checkpoints): the API's own cost.
+			var idle []time.Duration
+			for k := range 200 {
+				ep := apiEndpoints[k%(len(apiEndpoints)-2)] // the API's endpoints without a path parameter
+				d, status, err := get("http://" + procs[k%n].http + ep)
+				if err != nil || status != http.StatusOK {
+					return fmt.Errorf("GET %s once idle: status %d, %v", ep, status, err)
+				}
+				idle = append(idle, d)
+				if err := sleep(ctx, b.c.apiEvery); err != nil {
+					return err
+				}
+			}
+			benchutil.Info("once the job is idle, 200 requests: p50 %.2f ms, p99 %.2f ms", ms(pct(idle, 50)), ms(pct(idle, 99)))
+			benchutil.Result("api_latency_idle_p99", "%.2f", ms(pct(idle, 99)), "ms")
 			return b.apiResults(j, start, time.Unix(0, cnt.doneAt.Load()), all, per, failed)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -74,16 +122,31 @@ func (b *bench) runAPI(ctx context.Context) error {
 		}
 		ep := apiEndpoints[i%len(apiEndpoints)]
 		p := procs[(i/len(apiEndpoints))%n]
-		d, status, err := get("http://" + p.http + ep)
-		if cnt.first.Load() == 0 {
-			continue // starting: the API may not answer yet
+		path := ep
+		if ep == lastCheckpoint {
+			if last == 0 {
+				continue
+			}
+			path = fmt.Sprintf("/api/v1/checkpoints/%d", last)
+		}
+		d, status, err := get("http://" + p.http + path)
+		if err == nil && status == http.StatusOK {
+			answered[p.id] = true
+		}
+		if !processing && j.scrapeSum(ctx, "weir_sink_records_written_total") > 0 {
+			processing = true
+		}
+		if !processing || !answered[p.id] {
+			continue // starting: the API answers 503 until it has read the job's history
 		}
 		if err != nil || status != http.StatusOK {
 			failed++
 			benchutil.Info("GET %s on %s: status %d, %v", ep, p.id, status, err)
 			continue
 		}
-		all = append(all, d)
+		if ep != baseline {
+			all = append(all, d)
+		}
 		per[ep] = append(per[ep], d)
 	}
 }
