@@ -547,6 +547,7 @@ func (t *Task) loop() error {
 				return out.err
 			}
 		}
+		t.met.count(len(el.records), &out.n) // and what timers emitted since
 		if now := t.cfg.Now(); !now.Before(nextTimers) {
 			if err := t.chain.FireTimers(now, out); err != nil {
 				return fmt.Errorf("timers: %w", err)
