@@ -364,3 +364,73 @@ func TestStatusThroughTheBinary(t *testing.T) {
 		t.Logf("\n%s", text)
 	})
 }
+
+// TestAPIAfterAReplicaIsKilled runs two replicas of the built processor
+// and kills one with SIGKILL: once the group's session timeout has passed,
+// the survivor's API shows every task on it, in a new generation, running,
+// and the killed replica without tasks or a recent report. On kfake and
+// the real broker.
+func TestAPIAfterAReplicaIsKilled(t *testing.T) {
+	bin := buildProcessor(t)
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		job := kafkatest.Name(t, "kill")
+		_, file := countJobOn(t, c, job, job+"-in", job+"-out")
+		start := func(id string) (*exec.Cmd, string, *lockedBuffer, chan struct{}) {
+			addr := freeAddr(t)
+			cmd := exec.Command(bin, "run", "-c", file, "--http.address", addr, "--http.report_interval", "200ms",
+				"--process.replica_id", id, "--state.dir", t.TempDir(), "--kafka.session_timeout", "6s")
+			log := &lockedBuffer{}
+			cmd.Stdout, cmd.Stderr = log, log
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{}) // closed when the process has exited
+			go func() { _ = cmd.Wait(); close(done) }()
+			t.Cleanup(func() {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				<-done
+				if t.Failed() {
+					t.Logf("replica %s's log:\n%s", id, log.String())
+				}
+			})
+			return cmd, addr, log, done
+		}
+		_, addrA, _, _ := start("a")
+		cmdB, _, _, doneB := start("b")
+		var before api.JobResponse
+		eventually(t, 60*time.Second, func() string {
+			before = api.JobResponse{}
+			getJSON(t, "http://"+addrA+"/api/v1/job", &before)
+			placed := map[string]int{}
+			for _, task := range before.Tasks {
+				placed[task.Replica]++
+			}
+			if before.State != jobview.StateRunning || placed["a"] == 0 || placed["b"] == 0 || before.LiveReplicas != 2 {
+				return fmt.Sprintf("job %+v", before.Job)
+			}
+			return ""
+		})
+		if err := cmdB.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-doneB
+		eventually(t, 60*time.Second, func() string {
+			var j api.JobResponse
+			getJSON(t, "http://"+addrA+"/api/v1/job", &j)
+			for _, task := range j.Tasks {
+				if task.Replica != "a" || task.Status != jobview.TaskRunning {
+					return fmt.Sprintf("task %s on %s, %s", task.ID, task.Replica, task.Status)
+				}
+			}
+			if j.Generation <= before.Generation || j.State != jobview.StateRunning || len(j.Tasks) != len(before.Tasks) || j.LiveReplicas != 1 {
+				return fmt.Sprintf("job %+v", j.Job)
+			}
+			for _, r := range j.Replicas {
+				if r.ID == "b" {
+					return fmt.Sprintf("the killed replica still listed: %+v", r)
+				}
+			}
+			return ""
+		})
+	})
+}
