@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -296,4 +297,13 @@ func TestAdmin(t *testing.T) {
 	if code, _ := postAPI(t, on.URL+"/api/v1/job/resume", "Bearer new-token", ""); code != 403 {
 		t.Errorf("no token file: %d", code)
 	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
