@@ -37,16 +37,17 @@ import (
 // ever started it.
 var ErrNeverRan = errors.New("observe: the job's control topics do not exist (the job never ran)")
 
-// ackWindow is how many of the ack topic's newest offsets Load reads.
-const ackWindow = 200_000
+// recentWindow is how many of the trigger and ack topics' newest offsets
+// Load reads.
+const recentWindow = 200_000
 
 // metadataWindow is how many of the newest checkpoints get their figures
 // from _metadata when the topics no longer hold their trigger or acks.
 const metadataWindow = 50
 
 // Load reads the job's history from the commit, trigger and ack topics
-// (in that order: the generation first, then what refers to it; of the ack
-// topic its newest ackWindow offsets) and the
+// (in that order: the generation first, then what refers to it; of the
+// trigger and ack topics their newest recentWindow offsets) and the
 // _metadata of the newest completed checkpoints that need it (store may be
 // nil: then none). It returns the fold and each topic's end, where a tail
 // continues.
@@ -55,13 +56,15 @@ func Load(ctx context.Context, opts []kgo.Opt, topics controltopic.Topics, store
 	ends := map[control.Topic]int64{}
 	for _, t := range []control.Topic{control.TopicCommit, control.TopicTrigger, control.TopicAck} {
 		read := controltopic.ReadHistory
-		if t == control.TopicAck {
-			// A day of every task's acks can be millions of records: the
-			// newest ackWindow hold the recent checkpoints' acks and
-			// the replicas' last reports; older completed checkpoints
-			// take their tasks from _metadata.
+		if t != control.TopicCommit {
+			// A day of every task's acks, and the triggers and aborts of
+			// the trigger topic's active segment (compaction leaves it
+			// alone, up to a week), can be millions of records: the
+			// newest recentWindow hold the recent checkpoints' and the
+			// replicas' last reports; older completed checkpoints take
+			// their trigger time and tasks from _metadata.
 			read = func(ctx context.Context, opts []kgo.Opt, ts controltopic.Topics, t control.Topic) (controltopic.History, error) {
-				return controltopic.ReadRecent(ctx, opts, ts, t, ackWindow)
+				return controltopic.ReadRecent(ctx, opts, ts, t, recentWindow)
 			}
 		}
 		h, err := read(ctx, opts, topics, t)
