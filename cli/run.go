@@ -177,6 +177,12 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 		return err
 	}
 
+	topics := controltopic.NewTopics(cfg.Kafka.TopicPrefix)
+	acks, err := controltopic.NewAckWriter(rep.KafkaOpts(), topics)
+	if err != nil {
+		return err
+	}
+	defer acks.Close() // after the reporter stopped (deferred below)
 	// The reports and the job's view run beside the replica, until it
 	// returns.
 	bgCtx, bgCancel := context.WithCancel(ctx)
@@ -185,12 +191,6 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 		bgCancel()
 		bg.Wait()
 	}()
-	topics := controltopic.NewTopics(cfg.Kafka.TopicPrefix)
-	acks, err := controltopic.NewAckWriter(rep.KafkaOpts(), topics)
-	if err != nil {
-		return err
-	}
-	defer acks.Close()
 	reporter := &observe.Reporter{
 		Self: rep, Sender: acks, Interval: cfg.HTTP.ReportInterval, Logger: log,
 		Figures: &observe.GatheredFigures{Gatherer: gatherer, SourceStage: func() string { return sourceStage(job) }, Logger: log},
