@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
-	"path"
 	"strconv"
 	"strings"
 
@@ -106,28 +104,24 @@ func checkAgainst(ctx context.Context, out io.Writer, cfg *config.Config, job *s
 // openAgainst opens the object store that against names and returns the
 // key of its _metadata object ("" for latest). against is "latest", a
 // checkpoint (12, chk-12) or savepoint (savepoints/NAME) of the job's
-// checkpoint.storage, or a URL of a checkpoint's or savepoint's folder
-// (or of its _metadata) in any object store: <root>/<job>/chk-12,
-// <root>/<job>/savepoints/NAME.
+// checkpoint.storage, or a URL in any object store of what `run
+// --restore-from` takes (checkpoint.OpenSource): a checkpoint's folder
+// <root>/<job>/chk-12, a savepoint's <root>/<job>/savepoints/NAME, or a
+// savepoint's folder copied anywhere, each with or without /_metadata.
+// A URL's store is read-only.
 func openAgainst(ctx context.Context, cfg *config.Config, against string) (*objstore.Store, string, error) {
-	storage, job, rel := cfg.Checkpoint.Storage, cfg.Job.Name, strings.TrimSuffix(against, "/")
 	if strings.Contains(against, "://") {
-		u, err := url.Parse(against)
+		src, err := checkpoint.ParseSource(against)
 		if err != nil {
-			return nil, "", fmt.Errorf("--against %s: %w", against, err)
+			return nil, "", fmt.Errorf("--against: %w", err)
 		}
-		p := strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/_metadata")
-		dir, last := path.Split(p)
-		if parent, kind := path.Split(strings.TrimSuffix(dir, "/")); kind == "savepoints" {
-			dir, last = parent, "savepoints/"+last
+		p, err := checkpoint.OpenSource(ctx, src.Location, objstore.Options{})
+		if err != nil {
+			return nil, "", fmt.Errorf("--against: %w", err)
 		}
-		root, jobName := path.Split(strings.TrimSuffix(dir, "/"))
-		if jobName == "" || last == "" {
-			return nil, "", fmt.Errorf("--against %s: want <root>/<job>/chk-<n> or <root>/<job>/savepoints/<name>", against)
-		}
-		u.Path = strings.TrimSuffix(root, "/")
-		storage, job, rel = u.String(), jobName, last
+		return p.Store, p.Key, nil
 	}
+	rel := strings.TrimSuffix(against, "/")
 	key := ""
 	switch {
 	case rel == "latest":
@@ -140,7 +134,7 @@ func openAgainst(ctx context.Context, cfg *config.Config, against string) (*objs
 		}
 		key = objstore.MetadataKey(ckpt.ID(id))
 	}
-	store, err := objstore.Open(ctx, storage, job, objstore.Options{})
+	store, err := objstore.Open(ctx, cfg.Checkpoint.Storage, cfg.Job.Name, objstore.Options{})
 	if err != nil {
 		return nil, "", err
 	}

@@ -277,6 +277,39 @@ func TestPoisonRecordStopsTheJob(t *testing.T) {
 
 		// Stable: nothing restarts for 10 s; the metric says why.
 		time.Sleep(10 * time.Second)
+
+		// Monitoring does not go blind: every replica exports the lag of
+		// every input partition (its sources are closed), as the offsets
+		// of the newest completed checkpoint leave it; the alerts' inputs
+		// are there, and the chart's WeirJobFailed fires on them, alone.
+		lags := inputLag(ctx, t, c, j.in, "_weir."+name+".source")
+		for _, p := range []*proc{a, b} {
+			for part, lag := range lags {
+				series := fmt.Sprintf(`weir_source_lag_records{partition="%d",topic="%s"}`, part, j.in)
+				if v := p.metric(t, series); v != fmt.Sprint(lag) {
+					t.Errorf("replica %s: %s = %s while the job is failed, want %d", p.id, series, v, lag)
+				}
+			}
+			if v := p.metric(t, "weir_replica_ready"); v != "0" {
+				t.Errorf("replica %s: weir_replica_ready = %s while the job is failed", p.id, v)
+			}
+			if v := p.metric(t, "weir_checkpoint_last_completed_timestamp_seconds"); v == "0" {
+				t.Errorf("replica %s: no last completed checkpoint time while the job is failed", p.id)
+			}
+		}
+		if lags[int32(bad.Partition)] == 0 {
+			t.Errorf("lag %v: the poison record's partition %d is not behind", lags, bad.Partition)
+		}
+		_, scraped := a.get("/metrics")
+		checkAlerts(t, "weir-poison", scraped, map[string][]firing{
+			"WeirJobFailed": {{
+				labels: map[string]string{"severity": "critical", "job": "weir-poison", "cause": "record"},
+				annotations: map[string]string{
+					"summary":     "Weir job weir-poison failed permanently (cause record)",
+					"description": "No replica runs the job's tasks until `processor resume`. /readyz and the replicas' log say why and how to resume; runbook: docs/operations.md, WeirJobFailed.",
+				},
+			}},
+		})
 		later := j.start(ctx, "c", failFile)
 		waitFor(t, "a replica started later reports the failure", time.Minute, func() bool { return failedOn(later) })
 		time.Sleep(2 * time.Second)

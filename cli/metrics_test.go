@@ -72,7 +72,7 @@ func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
 	reg := &recordingRegisterer{Registry: prometheus.NewRegistry()}
 	var registered map[string]bool
 	runUntilCheckpoints(t, 2, func(ctx context.Context, logOut io.Writer, onCommitted func(ckpt.ID)) error {
-		return serveWith(ctx, cfg, nil, logOut, onCommitted, reg.Registry, reg)
+		return serveWith(ctx, cfg, nil, logOut, onCommitted, reg.Registry, reg, nil)
 	}, func() { registered = reg.names() })
 
 	doc, err := os.ReadFile("../docs/metrics.md")

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/weir-stream/weir/api"
+	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/format"
@@ -35,7 +36,8 @@ import (
 )
 
 func newRunCmd(job *stream.Job) *cobra.Command {
-	var file string
+	var file, restoreFrom string
+	var prof profileFiles
 	cmd := &cobra.Command{
 		Use:   "run -c FILE",
 		Short: "Run one replica of a job",
@@ -56,9 +58,22 @@ transactions, leaves the group and exits 0 within process.grace_period.`,
 			if err != nil {
 				return err
 			}
+			var restore *checkpoint.Source
+			if restoreFrom != "" {
+				src, err := checkpoint.ParseSource(restoreFrom)
+				if err != nil {
+					return err
+				}
+				restore = &src
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			err = serve(ctx, cfg, job, cmd.ErrOrStderr(), nil)
+			stopProfiles, err := prof.start()
+			if err != nil {
+				return err
+			}
+			reg := prometheus.NewRegistry()
+			err = errors.Join(serveWith(ctx, cfg, job, cmd.ErrOrStderr(), nil, reg, reg, restore), stopProfiles())
 			if err != nil && cfg.Log.Format == "json" {
 				// Every line on stderr is then a JSON log line, the
 				// reason the replica stopped included.
@@ -70,6 +85,8 @@ transactions, leaves the group and exits 0 within process.grace_period.`,
 	}
 	addConfigFlags(cmd.Flags(), &file)
 	addAllowNonRestoredFlag(cmd.Flags())
+	addProfileFlags(cmd.Flags(), &prof)
+	cmd.Flags().StringVar(&restoreFrom, "restore-from", "", "start the job from this savepoint or retained checkpoint (the URL processor savepoint prints, a checkpoint's folder <storage>/<job>/chk-<n>, or a savepoint's folder copied anywhere), of this job or another; honoured once: a replica started later with the same value resumes from the job's newest checkpoint (add #2 to restore the same point again)")
 	return cmd
 }
 
@@ -140,13 +157,15 @@ func errorString(err error) string { return err.Error() }
 // completed checkpoint.
 func serve(ctx context.Context, cfg *config.Config, job *stream.Job, logOut io.Writer, onCommitted func(ckpt.ID)) error {
 	reg := prometheus.NewRegistry()
-	return serveWith(ctx, cfg, job, logOut, onCommitted, reg, reg)
+	return serveWith(ctx, cfg, job, logOut, onCommitted, reg, reg, nil)
 }
 
 // serveWith is serve with the registry /metrics serves (gatherer) and the
 // registerer the replica registers its metrics with, normally the same
 // registry; a test wraps the registerer to see every metric registered.
-func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOut io.Writer, onCommitted func(ckpt.ID), gatherer prometheus.Gatherer, reg prometheus.Registerer) error {
+// restore is run's --restore-from (nil: none).
+func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOut io.Writer, onCommitted func(ckpt.ID),
+	gatherer prometheus.Gatherer, reg prometheus.Registerer, restore *checkpoint.Source) error {
 	log := newLogger(cfg, logOut)
 	registries, err := newRegistries(log, reg)
 	if err != nil {
@@ -171,7 +190,7 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 	}
 	rep, err := replica.New(ctx, replica.Options{
 		Config: cfg, Job: job, ReplicaID: cfg.Process.ReplicaID, Fingerprint: fp,
-		Logger: log, Registerer: reg, OnCommitted: onCommitted,
+		Logger: log, Registerer: reg, OnCommitted: onCommitted, RestoreFrom: restore,
 	})
 	if err != nil {
 		return err
@@ -200,6 +219,48 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 		defer bg.Done()
 		reporter.Run(bgCtx)
 	}()
+	// readiness is the /readyz answer: whether the replica is ready, and
+	// why (not).
+	readiness := func() (bool, string) {
+		if req := rep.PendingRestore(); req != "" && rep.Refused() == nil && (rep.Failure() != nil || rep.Stopped() != nil) {
+			// Ready, so that a rolling update that sets restoreFrom on a
+			// stopped job goes on to the next pod (docs/deploy.md).
+			return true, "waiting: the job is stopped or failed; this replica's --restore-from " + req +
+				" starts it when a replica with it holds the coordinator role"
+		}
+		if f := rep.Failure(); f != nil {
+			return false, "not ready: " + f.String() + "; to resume: " + f.Resume()
+		}
+		if s := rep.Stopped(); s != nil {
+			return false, "not ready: " + s.String()
+		}
+		if e := rep.Refused(); e != nil {
+			return false, "not ready: " + e.Error()
+		}
+		if err := registries.unavailable(); err != nil {
+			return false, "not ready: " + err.Error() + " (retrying)"
+		}
+		if !rep.Ready() {
+			return false, "not ready: tasks not running (starting, restoring, or waiting for Kafka, the object store or a full local state disk)"
+		}
+		if msg := rep.Waiting(); msg != "" {
+			// Ready: this replica's file is not the one running, and
+			// it takes its share once it is (a rolling update).
+			return true, msg
+		}
+		return true, "ready"
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "weir", Subsystem: "replica", Name: "ready",
+		Help: "1 while the replica is ready (/readyz answers 200): it runs every task it was assigned, or waits to take its share under a rolling update; 0 while it is starting, restoring, refused, or the job is failed or stopped.",
+	}, func() float64 {
+		if ready, _ := readiness(); ready {
+			return 1
+		}
+		return 0
+	})); err != nil {
+		return err
+	}
 
 	var srv *http.Server
 	if cfg.HTTP.Address != "" {
@@ -236,33 +297,12 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		mux.HandleFunc("/livez", livez(rep.Heartbeat(), cfg.Process.LivenessTimeout))
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if f := rep.Failure(); f != nil {
-				http.Error(w, "not ready: "+f.String()+"; to resume: "+f.Resume(), http.StatusServiceUnavailable)
+			ready, msg := readiness()
+			if !ready {
+				http.Error(w, msg, http.StatusServiceUnavailable)
 				return
 			}
-			if s := rep.Stopped(); s != nil {
-				http.Error(w, "not ready: "+s.String(), http.StatusServiceUnavailable)
-				return
-			}
-			if e := rep.Refused(); e != nil {
-				http.Error(w, "not ready: "+e.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			if err := registries.unavailable(); err != nil {
-				http.Error(w, "not ready: "+err.Error()+" (retrying)", http.StatusServiceUnavailable)
-				return
-			}
-			if !rep.Ready() {
-				http.Error(w, "not ready: tasks not running (starting, restoring, or waiting for Kafka, the object store or a full local state disk)", http.StatusServiceUnavailable)
-				return
-			}
-			if msg := rep.Waiting(); msg != "" {
-				// Ready: this replica's file is not the one running,
-				// and it takes its share once it is (a rolling update).
-				fmt.Fprintln(w, msg)
-				return
-			}
-			fmt.Fprintln(w, "ready")
+			fmt.Fprintln(w, msg)
 		})
 		ln, err := net.Listen("tcp", cfg.HTTP.Address)
 		if err != nil {

@@ -122,6 +122,7 @@ func takeSavepoint(ctx context.Context, cmd *cobra.Command, cfg *config.Config, 
 	fmt.Fprintf(out, "savepoint %s requested (request %s); waiting for the coordinator\n", target, req.Request)
 
 	var id ckpt.ID // the savepoint's checkpoint ID, once triggered
+	var gen uint64 // and its generation
 	for {
 		rec, err := tail.Next(ctx)
 		if err != nil {
@@ -136,7 +137,7 @@ func takeSavepoint(ctx context.Context, cmd *cobra.Command, cfg *config.Config, 
 		switch m := rec.Msg.(type) {
 		case control.Trigger:
 			if m.Request == req.Request {
-				id = m.ID
+				id, gen = m.ID, m.Gen
 				fmt.Fprintf(out, "savepoint %s is checkpoint %d (generation %d); waiting for it to complete\n", target, id, m.Gen)
 			}
 		case control.Abort:
@@ -164,6 +165,13 @@ func takeSavepoint(ctx context.Context, cmd *cobra.Command, cfg *config.Config, 
 			}
 		case control.Failed:
 			return fmt.Errorf("job %s failed while the savepoint was taken (cause %s: %s)", cfg.Job.Name, m.Cause, m.Reason)
+		case control.Generation:
+			// A new generation aborts every pending checkpoint. A new
+			// coordinator knows only the newest trigger, so it may write
+			// no abort of this one: the generation is the answer.
+			if id != 0 && m.Gen > gen {
+				return fmt.Errorf("savepoint %d (%s) failed: generation %d started (a replica joined, left or took over the coordinator role); request it again", id, target, m.Gen)
+			}
 		}
 	}
 }

@@ -64,22 +64,37 @@ checkpoint needs.`,
 	return cmd
 }
 
-// restorePoint returns the ID and _metadata of the job's newest completed
-// checkpoint, from its commit topic (0 if none).
+// restorePoint returns the ID and _metadata of the job's restore point,
+// from its commit topic (0 if none): its newest completed checkpoint, or,
+// until a checkpoint completes after it, a point of the job's own storage
+// that a generation restored with run --restore-from (a rollback).
 func restorePoint(ctx context.Context, cfg *config.Config, opts []kgo.Opt) (ckpt.ID, string, error) {
 	topics := controltopic.NewTopics(cfg.Kafka.TopicPrefix)
 	hist, err := controltopic.ReadHistory(ctx, opts, topics, control.TopicCommit)
 	if err != nil {
 		return 0, "", fmt.Errorf("read %s: %w", topics.Commit, err)
 	}
-	var id ckpt.ID
+	id, md := restorePointOf(hist.Records, cfg.Checkpoint.Storage, cfg.Job.Name)
+	return id, md, nil
+}
+
+// restorePointOf is restorePoint from the commit topic's records.
+func restorePointOf(recs []controltopic.Record, storage, job string) (ckpt.ID, string) {
+	var newest, id ckpt.ID
 	var md string
-	for _, r := range hist.Records {
-		if c, ok := r.Msg.(control.Complete); ok && c.ID > id {
-			id, md = c.ID, c.Metadata
+	for _, r := range recs {
+		switch m := r.Msg.(type) {
+		case control.Complete:
+			if m.ID > newest {
+				newest, id, md = m.ID, m.ID, m.Metadata
+			}
+		case control.Generation:
+			if key, own := checkpoint.OwnKey(m.RestoreLocation, storage, job); own {
+				id, md = m.RestoreFrom, key
+			}
 		}
 	}
-	return id, md, nil
+	return id, md
 }
 
 // savepointNames returns the names of the savepoints in store: the folders

@@ -246,8 +246,10 @@ func compareStages(old, cur *Schema, add adder) {
 		case c.Name == SourceStage:
 			// One task per input partition: compareSources says it.
 		case o.Parallelism != c.Parallelism:
-			add(Refused, "stage "+c.Name, "", "parallelism %d, the checkpoint's is %d: a downstream stage's parallelism cannot change with its state yet; set it back (job.parallelism: %d, or the key_by's parallelism; job.parallelism 0 follows the input's partition count)",
-				c.Parallelism, o.Parallelism, o.Parallelism)
+			// Its tasks' state is filed by key group: each new task
+			// restores its range of key groups from the old tasks that
+			// held them (docs/state.md, "Rescaling").
+			add(Compatible, "stage "+c.Name, "", "parallelism %d → %d: key groups move", o.Parallelism, c.Parallelism)
 		}
 	}
 }

@@ -156,8 +156,8 @@ func TestUpgradeMatrix(t *testing.T) {
 			allowed: true, withFlag: true, mentioned: []string{"input partitions 4 → 6"}},
 		{name: "input partitions fewer", old: base, cur: base, oldParts: 6, curParts: 4, allowed: false, withFlag: false,
 			mentioned: []string{"have 4 partitions, the checkpoint's had 6"}},
-		{name: "downstream parallelism", old: base, cur: base, extraCur: "  parallelism: 2\n", allowed: false, withFlag: false,
-			mentioned: []string{"stage aggregate: parallelism 2, the checkpoint's is 4"}},
+		{name: "downstream parallelism", old: base, cur: base, extraCur: "  parallelism: 2\n", allowed: true, withFlag: true,
+			mentioned: []string{"stage aggregate: parallelism 4 → 2: key groups move"}},
 		{name: "max parallelism", old: base, cur: base, extraCur: "  max_parallelism: 64\n", allowed: false, withFlag: false,
 			mentioned: []string{"job.max_parallelism is 64, the checkpoint's is 128"}},
 	} {

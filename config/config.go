@@ -413,6 +413,10 @@ type HTTP struct {
 	// Pprof also serves Go's profiler under /debug/pprof/ (net/http/pprof).
 	// Off by default: profiles show internals, and a CPU profile costs CPU.
 	Pprof bool `mapstructure:"pprof"`
+	// BusyTime accounts each task's busy, backpressured and idle time
+	// (weir_task_busy_ms_per_second...); off saves its small cost
+	// (docs/benchmarks.md).
+	BusyTime bool `mapstructure:"busy_time"`
 	// ReportInterval is how often the replica writes its report (its
 	// tasks' figures, whether it coordinates) to the ack topic, from which
 	// every replica's REST API shows the whole job (docs/api.md).
@@ -481,7 +485,7 @@ func Default() Config {
 			BlockCacheBytes:  256 << 20,
 			RecordCacheBytes: 8 << 20,
 		},
-		HTTP:    HTTP{Address: ":9464", ReportInterval: 5 * time.Second},
+		HTTP:    HTTP{Address: ":9464", BusyTime: true, ReportInterval: 5 * time.Second},
 		Log:     Log{Level: "info", Format: "text"},
 		Process: Process{GracePeriod: 30 * time.Second, LivenessTimeout: 2 * time.Minute},
 	}

@@ -374,6 +374,19 @@ type Generation struct {
 	// chk-<n>/_metadata: a savepoint's savepoints/<target>/_metadata.
 	// Absent otherwise, and in records of versions before it.
 	RestoreMetadata string `json:"restore_metadata,omitempty"`
+	// RestoreLocation is where RestoreFrom is when it is not in the job's
+	// own checkpoint storage: the URL of a savepoint's or checkpoint's
+	// folder that `processor run --restore-from` named (package
+	// checkpoint, Source), read through a read-only store. RestoreMetadata
+	// is then the key of its _metadata in that store. Every generation
+	// carries it until a checkpoint of the job completes. Absent
+	// otherwise, and in records of versions before it.
+	RestoreLocation string `json:"restore_location,omitempty"`
+	// RestoreRequest is the --restore-from value this generation honours:
+	// set in the one generation that restored it first, so that a replica
+	// started later with the same value resumes from the job's newest
+	// checkpoint instead (honoured once). Absent otherwise.
+	RestoreRequest string `json:"restore_request,omitempty"`
 }
 
 // Position names one input record. Its text form, used by the command
@@ -763,6 +776,12 @@ func (m Generation) validate() error {
 		if !t.Valid() {
 			return fmt.Errorf("%w: task %q", ErrInvalid, t.String())
 		}
+	}
+	if m.RestoreLocation != "" && m.RestoreFrom == 0 {
+		return fmt.Errorf("%w: generation %d restores from %s without a checkpoint ID", ErrInvalid, m.Gen, m.RestoreLocation)
+	}
+	if m.RestoreRequest != "" && m.RestoreLocation == "" {
+		return fmt.Errorf("%w: generation %d honours --restore-from %s without its location", ErrInvalid, m.Gen, m.RestoreRequest)
 	}
 	return checkPositions(m.Skip)
 }

@@ -137,12 +137,19 @@ type Core struct {
 	pending        []*pending // by ID, ascending
 	completed      []completed
 	recent         []finished
-	savepoints     []ckpt.ID // savepoints completed in this generation
+	savepoints     []ckpt.ID // every savepoint ever completed: its state is never discarded
 	failures       int       // consecutive counted failures
 	lastCompletion time.Time
-	failed         *control.Failed    // the job's permanent failure, until resumed
-	stopped        *control.Stopped   // the job stopped on purpose, until resumed
-	skip           []control.Position // records every generation skips, sorted
+	failed         *control.Failed  // the job's permanent failure, until resumed
+	stopped        *control.Stopped // the job stopped on purpose, until resumed
+	// restore is the restore point a person chose (Assign.Restore) that
+	// the current generation restored, until a checkpoint completes
+	// after it: every generation until then restores it again.
+	restore *RestorePoint
+	// honoured are the --restore-from values generations restored, with
+	// the generation that did: each is honoured once.
+	honoured map[string]uint64
+	skip     []control.Position // records every generation skips, sorted
 
 	// Volatile state.
 	phase       phase
@@ -667,16 +674,36 @@ func (c *Core) newGeneration(a control.Assignment) {
 			rec.RestoreMetadata = k.metadata
 		}
 	}
+	// A restore point a person chose, until a checkpoint completes after
+	// it, whatever the job's own newest checkpoint (a rollback).
+	if r := c.restore; r != nil {
+		rec.RestoreFrom, rec.RestoreMetadata, rec.RestoreLocation = r.ID, r.Metadata, r.Location
+	}
 	c.applyGeneration(rec)
 	c.out.Records = append(c.out.Records, rec)
 }
 
 func (c *Core) assign(ev Assign) error {
+	if r := ev.Restore; r != nil {
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+		}
+	}
+	restore := ev.Restore
+	if restore != nil {
+		if _, done := c.honoured[restore.Request]; done {
+			restore = nil // honoured once: the job's newest checkpoint
+		}
+	}
+	var halted error // the job stopped or failed: only a restore starts it again
 	switch c.phase {
 	case phaseStopped:
-		return ErrStopped
+		halted = ErrStopped
 	case phaseFailed:
-		return fmt.Errorf("%w in generation %d: %s", ErrFailed, c.failed.Gen, c.failed.Reason)
+		halted = fmt.Errorf("%w in generation %d: %s", ErrFailed, c.failed.Gen, c.failed.Reason)
+	}
+	if halted != nil && restore == nil {
+		return halted
 	}
 	tasks, err := ev.Assignment.Tasks()
 	if err != nil {
@@ -695,6 +722,16 @@ func (c *Core) assign(ev Assign) error {
 	if len(tasks) == 0 && len(ev.Unplaced) == 0 {
 		return fmt.Errorf("%w: assignment without tasks", ErrInvalidEvent)
 	}
+	if halted != nil && (len(ev.Unplaced) > 0 || len(tasks) == 0) {
+		return halted // stays halted until the restore can start
+	}
+	if halted != nil {
+		// A restore starts a stopped or failed job again, as processor
+		// resume would, from the point chosen.
+		rec := control.Resumed{Gen: c.gen, TS: c.now.UnixMilli()}
+		c.applyResumed(rec)
+		c.out.Records = append(c.out.Records, rec)
+	}
 	if len(ev.Unplaced) > 0 || len(tasks) == 0 {
 		c.abortAll(control.AbortIncomplete, fmt.Sprintf("%d tasks not placed", len(ev.Unplaced)))
 		c.phase = phaseWaiting
@@ -707,7 +744,19 @@ func (c *Core) assign(ev Assign) error {
 		a[r] = slices.Clone(ts)
 	}
 	c.fingerprint, c.schema = ev.Fingerprint, ev.Schema
+	if restore != nil {
+		r := *restore
+		c.restore = &r
+	}
 	c.newGeneration(a)
+	if restore != nil {
+		// The record that honours it, once.
+		last := &c.out.Records[len(c.out.Records)-1]
+		g := (*last).(control.Generation)
+		g.RestoreRequest = restore.Request
+		*last = g
+		c.honour(g)
+	}
 	return nil
 }
 

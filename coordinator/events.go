@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"fmt"
+
 	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/control"
@@ -32,6 +34,36 @@ type Assign struct {
 	// generation (package compat), which the _metadata of its checkpoints
 	// record; nil records none.
 	Schema *compat.Schema
+	// Restore, if set, is a restore point a person chose (`processor run
+	// --restore-from`) for the new generation instead of the job's newest
+	// checkpoint. It is honoured once: unless a generation already
+	// restored its Request, the new generation restores it and its record
+	// says so (control.Generation.RestoreRequest), and so does every
+	// generation after it until a checkpoint completes. A job stopped or
+	// failed is resumed for it (a control.Resumed record first). An
+	// honoured one is ignored: the generation restores the job's newest
+	// checkpoint.
+	Restore *RestorePoint
+}
+
+// RestorePoint is a restore point outside the job's own sequence of
+// checkpoints: a savepoint or checkpoint of this job or another, at
+// Location (control.Generation.RestoreLocation).
+type RestorePoint struct {
+	// ID is the checkpoint's ID in the job that took it; Metadata the key
+	// of its _metadata at Location.
+	ID       ckpt.ID
+	Metadata string
+	Location string
+	// Request is the --restore-from value as given, recorded as honoured.
+	Request string
+}
+
+func (r RestorePoint) validate() error {
+	if r.ID == 0 || r.Metadata == "" || r.Location == "" || r.Request == "" {
+		return fmt.Errorf("a restore point needs an ID, a _metadata key, a location and its request: %+v", r)
+	}
+	return nil
 }
 
 // TaskRunning reports that Task has restored the state of generation Gen and

@@ -126,6 +126,12 @@ func fmtRecord(r control.Message) string {
 		if r.RestoreMetadata != "" {
 			s += " restore_metadata=" + r.RestoreMetadata
 		}
+		if r.RestoreLocation != "" {
+			s += " restore_location=" + r.RestoreLocation
+		}
+		if r.RestoreRequest != "" {
+			s += " restore_request=" + r.RestoreRequest
+		}
 		return s
 	case control.Stopped:
 		s := fmt.Sprintf("append stopped gen=%d at=%s", r.Gen, relMS(r.TS))
@@ -339,6 +345,13 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			for _, v := range a.Vals {
 				ev.Unplaced = append(ev.Unplaced, parseTask(t, v))
 			}
+		}
+		if req := argString(d, "restore", ""); req != "" {
+			// processor run --restore-from <req>: a savepoint or
+			// checkpoint outside the job's sequence.
+			loc, _, _ := strings.Cut(req, "#")
+			ev.Restore = &RestorePoint{Request: req, Location: loc, ID: ckpt.ID(argInt(t, d, "restore_id", 0)),
+				Metadata: argString(d, "restore_metadata", "_metadata")}
 		}
 		err := h.step(ev)
 		return errOut(err) + h.delta()
@@ -589,12 +602,15 @@ type durableState struct {
 	Failed         *control.Failed
 	Stopped        *control.Stopped
 	Skip           []control.Position
+	Restore        *RestorePoint
+	Honoured       map[string]uint64
 }
 
 func durable(c *Core) durableState {
 	s := durableState{Gen: c.gen, Assignment: c.assignment, Fingerprint: c.fingerprint, Tasks: c.tasks, LastID: c.lastID,
 		LastCompleted: c.lastCompleted, Completed: c.completed, Recent: c.recent, Savepoints: c.savepoints,
-		Failures: c.failures, LastCompletion: c.lastCompletion, Failed: c.failed, Stopped: c.stopped, Skip: c.skip}
+		Failures: c.failures, LastCompletion: c.lastCompletion, Failed: c.failed, Stopped: c.stopped, Skip: c.skip,
+		Restore: c.restore, Honoured: c.honoured}
 	for _, p := range c.pending {
 		s.Pending = append(s.Pending, *p)
 	}

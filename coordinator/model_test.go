@@ -27,9 +27,9 @@ type model struct {
 
 	lastID, lastCompleted ckpt.ID
 	pending               map[ckpt.ID]*mPending
-	retained              []mCompleted // by ID
-	recent                []finished   // last 16 finished, this generation
-	savepoints            map[ckpt.ID]bool
+	retained              []mCompleted     // by ID
+	recent                []finished       // last 16 finished, this generation
+	savepoints            map[ckpt.ID]bool // every savepoint ever completed
 	failures              int
 	restartDue            bool
 	lastCompletion        time.Time
@@ -130,7 +130,6 @@ func (m *model) newGeneration(a control.Assignment) {
 	m.emit("generation %d restore_from=%d tasks=%v", m.gen, m.lastCompleted, m.sortedTasks())
 	m.pending = map[ckpt.ID]*mPending{}
 	m.recent = nil
-	m.savepoints = map[ckpt.ID]bool{}
 	m.failures = 0
 	m.phase = "starting"
 	m.scheduled = false

@@ -98,6 +98,20 @@ type propRun struct {
 	purged, termPurged map[control.Position]int64
 	// written are the _metadata objects asked for, by ID.
 	written map[ckpt.ID]control.Metadata
+	// kindOf is the kind of every triggered checkpoint; savepoints the
+	// completed savepoints (and stops) with their _metadata locations;
+	// stoppedBy the stop-with-savepoint that stopped the job, 0 while
+	// it runs.
+	kindOf     map[ckpt.ID]ckpt.Kind
+	savepoints map[ckpt.ID]string
+	stoppedBy  ckpt.ID
+}
+
+func newPropRun(cfg Config, c *Core) *propRun {
+	return &propRun{cfg: cfg, c: c, genOf: map[ckpt.ID]uint64{}, tasksOf: map[uint64]int{},
+		successAcks: map[ckpt.ID]int{}, metadataDone: map[ckpt.ID]bool{}, released: map[ckpt.ID]bool{},
+		purged: map[control.Position]int64{}, termPurged: map[control.Position]int64{},
+		written: map[ckpt.ID]control.Metadata{}, kindOf: map[ckpt.ID]ckpt.Kind{}, savepoints: map[ckpt.ID]string{}}
 }
 
 // shufflePartitions are the partitions of the shuffle topic the tasks of
@@ -188,6 +202,10 @@ func (r *propRun) checkInvariants(t *rapid.T, what string, rd Ready) {
 			ts, _ := rec.Assignment.Tasks()
 			r.tasksOf[rec.Gen] = len(ts)
 		case control.Trigger:
+			if r.stoppedBy != 0 {
+				t.Fatalf("%s: trigger %d %s after stop-with-savepoint %d stopped the job", what, rec.ID, rec.Kind, r.stoppedBy)
+			}
+			r.kindOf[rec.ID] = rec.Kind
 			if rec.ID <= r.maxTrigger {
 				t.Fatalf("%s: trigger %d after trigger %d: IDs must strictly increase", what, rec.ID, r.maxTrigger)
 			}
@@ -200,6 +218,15 @@ func (r *propRun) checkInvariants(t *rapid.T, what string, rd Ready) {
 			if n := r.tasksOf[r.genOf[rec.ID]]; r.successAcks[rec.ID] != n || n == 0 {
 				t.Fatalf("%s: complete %d with %d of %d acks", what, rec.ID, r.successAcks[rec.ID], n)
 			}
+			if rec.Kind.IsSavepoint() {
+				r.savepoints[rec.ID] = rec.Metadata
+			}
+		case control.Abort:
+			if rec.Reason == control.AbortSubsumed && r.kindOf[rec.ID].IsSavepoint() {
+				t.Fatalf("%s: %s %d subsumed", what, r.kindOf[rec.ID], rec.ID)
+			}
+		case control.Stopped:
+			r.stoppedBy = rec.Savepoint
 		}
 	}
 	for _, o := range rd.Outcomes {
@@ -231,6 +258,18 @@ func (r *propRun) checkInvariants(t *rapid.T, what string, rd Ready) {
 		}
 		if k.kind.IsSavepoint() && r.released[k.id] {
 			t.Fatalf("%s: savepoint %d released", what, k.id)
+		}
+	}
+	// A completed savepoint belongs to the person who asked for it: no
+	// discard, whatever its reason, names it or its _metadata.
+	for _, d := range rd.Discards {
+		if loc, ok := r.savepoints[d.ID]; ok {
+			t.Fatalf("%s: discard %d %s of completed %s %d (_metadata %s)", what, d.ID, d.Reason, r.kindOf[d.ID], d.ID, loc)
+		}
+		for id, loc := range r.savepoints {
+			if d.Metadata == loc {
+				t.Fatalf("%s: discard %d %s names the _metadata %s of completed savepoint %d", what, d.ID, d.Reason, loc, id)
+			}
 		}
 	}
 	for _, d := range rd.Discards {
@@ -290,7 +329,9 @@ func drawConfig(t *rapid.T) Config {
 // random event sequences; they must emit the same records, metadata
 // requests, discards, restarts and ack outcomes, and the invariants hold:
 // trigger IDs strictly increase, a checkpoint completes only with every ack
-// and after its _metadata, nothing released is still retained, a shuffle
+// and after its _metadata, nothing released is still retained, no
+// savepoint is subsumed and no discard ever names a completed savepoint,
+// no trigger follows a completed stop-with-savepoint, a shuffle
 // purge never exceeds the position of any retained checkpoint and never
 // decreases, and the records rebuild the same durable state at every step.
 func TestPropertyCoreMatchesModel(t *testing.T) {
@@ -300,10 +341,8 @@ func TestPropertyCoreMatchesModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &propRun{cfg: cfg, c: c, m: newModel(cfg, t0), genOf: map[ckpt.ID]uint64{},
-			tasksOf: map[uint64]int{}, successAcks: map[ckpt.ID]int{}, metadataDone: map[ckpt.ID]bool{},
-			released: map[ckpt.ID]bool{}, purged: map[control.Position]int64{},
-			termPurged: map[control.Position]int64{}, written: map[ckpt.ID]control.Metadata{}}
+		r := newPropRun(cfg, c)
+		r.m = newModel(cfg, t0)
 		pendingID := func(t *rapid.T) ckpt.ID {
 			ids := r.m.pendingIDs()
 			if len(ids) == 0 || rapid.IntRange(0, 9).Draw(t, "stray") == 0 {
@@ -435,7 +474,9 @@ func TestPropertyCoreMatchesModel(t *testing.T) {
 // TestPropertyFailoverNeverReusesIDs: a coordinator that fails over at
 // random points, rebuilt from what a new coordinator really reads (the
 // commit topic, the newest trigger-topic record, the acks after it) and
-// starting a new generation at once, never repeats a checkpoint ID,
+// starting a new generation at once (none after a stop-with-savepoint:
+// the rebuilt core refuses, and triggers nothing), never repeats a
+// checkpoint ID,
 // completes only fully acknowledged checkpoints of its own generation, and
 // keeps the retention rules; its purges never exceed the position of a
 // retained checkpoint (none while it has not read one's _metadata) and,
@@ -451,10 +492,7 @@ func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
 		var commit []control.Message
 		var lastTrigger control.Message
 		var acksAfter []control.Message
-		r := &propRun{cfg: cfg, c: c, genOf: map[ckpt.ID]uint64{}, tasksOf: map[uint64]int{},
-			successAcks: map[ckpt.ID]int{}, metadataDone: map[ckpt.ID]bool{}, released: map[ckpt.ID]bool{},
-			purged: map[control.Position]int64{}, termPurged: map[control.Position]int64{},
-			written: map[ckpt.ID]control.Metadata{}}
+		r := newPropRun(cfg, c)
 		advance := func(t *rapid.T, what string) {
 			rd := r.c.Ready()
 			r.c.Advance(rd)
@@ -469,7 +507,17 @@ func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
 			r.checkInvariants(t, what, rd)
 		}
 		start := func(t *rapid.T) {
-			if err := r.c.Step(Assign{Assignment: assignment}); err != nil {
+			err := r.c.Step(Assign{Assignment: assignment})
+			if r.stoppedBy != 0 {
+				// Stopped with a savepoint: the new coordinator refuses
+				// to start a generation, and triggers nothing.
+				if !errors.Is(err, ErrStopped) {
+					t.Fatalf("assign after stop-with-savepoint %d: %v, want ErrStopped", r.stoppedBy, err)
+				}
+				advance(t, "start")
+				return
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			for _, task := range universe {
@@ -521,7 +569,16 @@ func TestPropertyFailoverNeverReusesIDs(t *testing.T) {
 				advance(t, "metadata")
 			},
 			"savepoint": func(t *rapid.T) {
-				_ = r.c.Step(RequestSavepoint{Kind: ckpt.KindSavepoint, Target: "t"})
+				// Stops rarely, so that most runs go on after one.
+				kind := ckpt.KindSavepoint
+				if rapid.IntRange(0, 4).Draw(t, "stop") == 0 {
+					kind = ckpt.KindStop
+				}
+				r.targets++
+				err := r.c.Step(RequestSavepoint{Kind: kind, Target: fmt.Sprintf("t%d", r.targets)})
+				if r.stoppedBy != 0 && !errors.Is(err, ErrStopped) {
+					t.Fatalf("%s request after stop-with-savepoint %d: %v, want ErrStopped", kind, r.stoppedBy, err)
+				}
 				advance(t, "savepoint")
 			},
 			"failover": func(t *rapid.T) {

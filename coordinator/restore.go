@@ -167,13 +167,18 @@ func (c *Core) applyComplete(r control.Complete) []completed {
 	})
 	c.completed = slices.Insert(c.completed, i, k)
 	c.lastCompleted = max(c.lastCompleted, r.ID)
+	c.restore = nil // the job's own checkpoints are the restore point from now on
 	c.failures = 0
 	c.lastCompletion = k.ts
 	if r.Gen == c.gen {
 		c.remember(finished{id: r.ID, completed: true})
-		if r.Kind.IsSavepoint() {
-			c.savepoints = append(c.savepoints, r.ID)
-		}
+	}
+	// Every savepoint, of any generation: a late ack or _metadata report
+	// naming one must never discard what a person keeps, also once the
+	// savepoint is older than every retained checkpoint (retain forgets
+	// it there) and its generation is over. Savepoints are few.
+	if r.Kind.IsSavepoint() && !slices.Contains(c.savepoints, r.ID) {
+		c.savepoints = append(c.savepoints, r.ID)
 	}
 	return c.retain()
 }
@@ -253,9 +258,13 @@ func (c *Core) applyGeneration(r control.Generation) {
 	}
 	c.pending = nil
 	c.recent = nil
-	c.savepoints = nil
 	c.failures = 0
 	c.bumpID(r.RestoreFrom)
+	c.restore = nil
+	if r.RestoreLocation != "" {
+		c.restore = &RestorePoint{ID: r.RestoreFrom, Metadata: r.RestoreMetadata, Location: r.RestoreLocation}
+	}
+	c.honour(r)
 	c.skip = slices.Clone(r.Skip)
 	c.failed = nil
 	c.stopped = nil
@@ -266,4 +275,15 @@ func (c *Core) applyGeneration(r control.Generation) {
 	}
 	c.waitingFor = len(tasks)
 	c.scheduled = false
+}
+
+// honour records the --restore-from value generation r restored, if any.
+func (c *Core) honour(r control.Generation) {
+	if r.RestoreRequest == "" {
+		return
+	}
+	if c.honoured == nil {
+		c.honoured = map[string]uint64{}
+	}
+	c.honoured[r.RestoreRequest] = r.Gen
 }

@@ -308,6 +308,7 @@ func TestStopAndResume(t *testing.T) {
 type savepointRun struct {
 	c                 *kafkatest.Cluster
 	job, dir, storage string
+	bin               string
 	cfgFile           string
 	commits           *e2etest.CommitWatcher
 	verifier          *e2etest.Verifier
@@ -331,6 +332,7 @@ func startSavepointRun(t *testing.T, stem string, j e2etest.Job, flags ...string
 	j.Name, j.Input, j.Output, j.Brokers = r.job, r.job+"-clicks", r.job+"-counts", r.c.Brokers
 	r.c.CreateTopic(t, j.Input, 4, nil)
 	r.c.CreateTopic(t, j.Output, 4, nil)
+	r.bin = bin
 	r.cfgFile = filepath.Join(r.dir, "job.yaml")
 	if err := j.Write(r.cfgFile); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -102,6 +103,15 @@ func Compile(src string, want Type) (*Program, error) {
 	if err := checkResult(checked.Node().Type(), want); err != nil {
 		return nil, err
 	}
+	// The predicate is read from the expression as written: expr-lang's
+	// optimizer folds `x || true` into true where the program that runs
+	// evaluates x (and fails if x does).
+	var intPred *IntPredicate
+	if want == Bool {
+		if raw, err := expr.Compile(src, append(slices.Clip(opts), expr.Optimize(false))...); err == nil {
+			intPred, _ = intPredicate(raw.Node())
+		}
+	}
 	opts = append(opts, expr.Env(runEnv), expr.Patch(fetchPatcher{}))
 	if strings.ContainsAny(src, "/%") {
 		opts = append(opts, expr.Patch(divisionPatcher{}))
@@ -113,8 +123,12 @@ func Compile(src string, want Type) (*Program, error) {
 	}
 	fields, ok := valueFields(checked.Node())
 	field, isField := valueField(checked.Node())
+	path, isPath := valuePath(checked.Node())
+	scaled, factor, isScaled := scaledPath(checked.Node())
 	return &Program{src: src, want: want, result: checked.Node().Type(), uses: usedVars(prog.Node()), prog: prog, fields: fields, wholeValue: !ok,
-		field: field, isField: isField, required: requiredFields(checked.Node())}, nil
+		field: field, isField: isField, path: path, isPath: isPath, scaled: scaled, factor: factor, isScaled: isScaled,
+		intPred:  intPred,
+		required: requiredFields(checked.Node())}, nil
 }
 
 // Check returns an *Error if p's result can never be of one of the types

@@ -125,6 +125,17 @@ type Program struct {
 	// (ValueField).
 	field   string
 	isField bool
+	// path is the expression's path if it is a plain read of it
+	// (ValuePath).
+	path   []string
+	isPath bool
+	// scaled and factor are the path and the constant of an expression
+	// that multiplies them (ScaledPath).
+	scaled   []string
+	factor   float64
+	isScaled bool
+	// intPred is the expression as an IntPredicate, if it is one.
+	intPred *IntPredicate
 	// required are the fields RequiredFields returns.
 	required []string
 }
@@ -149,6 +160,28 @@ func (p *Program) RequiredFields() []string { return p.required }
 // of it (value.f, value?.f, value["f"]): its result is then the value's
 // field f as decoded, or nil where value is an object without f.
 func (p *Program) ValueField() (f string, ok bool) { return p.field, p.isField }
+
+// ValuePath returns the path [f1, f2, …] if the expression is nothing
+// but a read of it, at any depth (value.f1.f2, value?.f1?.f2,
+// value["f1"].f2; shared: not to be modified). Over a value whose members
+// along the path up to the last are objects, its result is the last
+// member as decoded, or nil where the last object lacks it; otherwise
+// (a member missing or not an object on the way, or value not an object)
+// only evaluating the expression says what it gives, an error or nil.
+func (p *Program) ValuePath() (path []string, ok bool) { return p.path, p.isPath }
+
+// ScaledPath returns the path and the constant c if the expression is c *
+// path or path * c, with path as ValuePath's and c a floating-point
+// literal (0.908 * value.price). Where the path reads a JSON integer x
+// that an int64 holds (as ValuePath says), its result is float64(x) * c.
+func (p *Program) ScaledPath() (path []string, c float64, ok bool) {
+	return p.scaled, p.factor, p.isScaled
+}
+
+// IntPredicate returns the expression compiled to run on integers
+// without boxing, if it is a boolean expression of integer members of
+// value and integer literals (see IntPredicate).
+func (p *Program) IntPredicate() (*IntPredicate, bool) { return p.intPred, p.intPred != nil }
 
 // Source returns the expression's source text.
 func (p *Program) Source() string { return p.src }

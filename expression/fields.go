@@ -123,3 +123,53 @@ func (v *requiredVisitor) Visit(n *ast.Node) {
 		v.fields = append(v.fields, name.Value)
 	}
 }
+
+// valuePath returns the path [f1, f2, …] if the expression n (as written)
+// is exactly a chain of members of value with constant names, to any
+// depth: value.f1.f2, value?.f1?.f2, value["f1"].f2.
+func valuePath(n ast.Node) ([]string, bool) {
+	if c, ok := n.(*ast.ChainNode); ok {
+		n = c.Node
+	}
+	var path []string
+	for {
+		m, ok := n.(*ast.MemberNode)
+		if !ok || m.Method {
+			return nil, false
+		}
+		name, isName := m.Property.(*ast.StringNode)
+		if !isName {
+			return nil, false
+		}
+		path = append(path, name.Value)
+		if id, isID := m.Node.(*ast.IdentifierNode); isID {
+			if id.Value != "value" {
+				return nil, false
+			}
+			slices.Reverse(path)
+			return path, true
+		}
+		n = m.Node
+	}
+}
+
+// scaledPath returns the path and the constant c if the expression n (as
+// written) is c * value.path or value.path * c with c a floating-point
+// literal (0.908 * value.bid.price): a product that is a float64 whatever
+// the field's number.
+func scaledPath(n ast.Node) ([]string, float64, bool) {
+	b, ok := n.(*ast.BinaryNode)
+	if !ok || b.Operator != "*" {
+		return nil, 0, false
+	}
+	left, right := b.Left, b.Right
+	if _, isConst := left.(*ast.FloatNode); !isConst {
+		left, right = right, left
+	}
+	c, isConst := left.(*ast.FloatNode)
+	if !isConst {
+		return nil, 0, false
+	}
+	path, ok := valuePath(right)
+	return path, c.Value, ok
+}

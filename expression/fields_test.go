@@ -122,3 +122,95 @@ func TestValueFieldsProjection(t *testing.T) {
 		}
 	})
 }
+
+// TestValuePath: ValuePath recognises plain reads of value at any depth,
+// and ScaledPath a floating-point constant times one; anything else is
+// neither.
+func TestValuePath(t *testing.T) {
+	for _, tc := range []struct {
+		src    string
+		path   []string
+		scaled []string
+		c      float64
+	}{
+		{`value.a`, []string{"a"}, nil, 0},
+		{`value.bid.price`, []string{"bid", "price"}, nil, 0},
+		{`value?.a?.b.c`, []string{"a", "b", "c"}, nil, 0},
+		{`value["b c"].d`, []string{"b c", "d"}, nil, 0},
+		{`0.908 * value.bid.price`, nil, []string{"bid", "price"}, 0.908},
+		{`value.a.b * 2.5`, nil, []string{"a", "b"}, 2.5},
+		{`2 * value.a`, nil, nil, 0},
+		{`0.5 + value.a`, nil, nil, 0},
+		{`0.5 * value.a + 1.0`, nil, nil, 0},
+		{`value.a[0]`, nil, nil, 0},
+		{`value.a[0].b`, nil, nil, 0},
+		{`value`, nil, nil, 0},
+		{`headers.a`, nil, nil, 0},
+		{`value.a.b > 1`, nil, nil, 0},
+		{`value.a.b ?? 0`, nil, nil, 0},
+	} {
+		p, err := Compile(tc.src, Any)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		path, ok := p.ValuePath()
+		if ok != (tc.path != nil) || !slices.Equal(path, tc.path) {
+			t.Errorf("%s: ValuePath() = %q, %v; want %q", tc.src, path, ok, tc.path)
+		}
+		scaled, c, ok := p.ScaledPath()
+		if ok != (tc.scaled != nil) || !slices.Equal(scaled, tc.scaled) || c != tc.c {
+			t.Errorf("%s: ScaledPath() = %q, %v, %v; want %q, %v", tc.src, scaled, c, ok, tc.scaled, tc.c)
+		}
+	}
+}
+
+// TestIntPredicate: IntPredicate recognises boolean expressions of
+// integer members and literals, as written (not as the optimizer folds
+// them), and evaluates them.
+func TestIntPredicate(t *testing.T) {
+	for _, tc := range []struct {
+		src   string
+		paths [][]string
+		vals  []int64
+		want  bool
+	}{
+		{`value.event_type == 2`, [][]string{{"event_type"}}, []int64{2}, true},
+		{`value.event_type == 2 && value.bid.auction % 123 == 0`, [][]string{{"event_type"}, {"bid", "auction"}}, []int64{2, 246}, true},
+		{`value.event_type == 2 and value.bid.auction % 123 == 0`, [][]string{{"event_type"}, {"bid", "auction"}}, []int64{2, 247}, false},
+		{`10 < value.n || not (value.m >= -1)`, [][]string{{"n"}, {"m"}}, []int64{5, -2}, true},
+		{`-value.n * 2 + value.n - 1 != value?.a?.b`, [][]string{{"n"}, {"a", "b"}}, []int64{3, -4}, false},
+		{`value.n == value.n`, [][]string{{"n"}}, []int64{1}, true},
+		{`value.n > 1 || true`, [][]string{{"n"}}, []int64{0}, true},
+		{`value.n == 2.0`, nil, nil, false},
+		{`value.n / 2 == 1`, nil, nil, false},
+		{`value.n == "2"`, nil, nil, false},
+		{`value.n in [2]`, nil, nil, false},
+		{`offset == 2`, nil, nil, false},
+		{`(value.n ?? 0) > 1`, nil, nil, false},
+		{`len(value.s) > 1`, nil, nil, false},
+	} {
+		p, err := Compile(tc.src, Bool)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		pred, ok := p.IntPredicate()
+		if ok != (tc.paths != nil) {
+			t.Errorf("%s: IntPredicate() %v, want %v", tc.src, ok, tc.paths != nil)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if !reflect.DeepEqual(pred.Paths(), tc.paths) {
+			t.Errorf("%s: paths %q, want %q", tc.src, pred.Paths(), tc.paths)
+		}
+		if got, ok := pred.Eval(tc.vals); !ok || got != tc.want {
+			t.Errorf("%s over %v: %v (%v), want %v", tc.src, tc.vals, got, ok, tc.want)
+		}
+	}
+	if p, _ := Compile(`value.a.b`, Any); p != nil {
+		if _, ok := p.IntPredicate(); ok {
+			t.Error("an expression that is not a condition is an IntPredicate")
+		}
+	}
+}

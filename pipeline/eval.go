@@ -22,8 +22,10 @@ type evalTask struct {
 	vars expression.Vars
 	buf  []byte
 	proj map[string]any // view's projection, reused
-	// texts is scratch space of map's copyFields, reused.
-	texts [][]byte
+	// texts and heads are scratch space of map's copyPaths, reused, and
+	// ints of a filter's pathPredicate.
+	texts, heads [][]byte
+	ints         []int64
 }
 
 // valueReads is what a step's expressions read of a record's value: the

@@ -72,16 +72,20 @@ func (c *compiler) keyBy(path string, k *config.KeyByStep, rest []config.Step) {
 	c.checkLegacy(path, rest)
 	if p != nil {
 		rd := readsOf(p)
-		// An expression that only reads a field (value.f) keys an
-		// undecoded value by the field's text where that is the key
-		// (fieldTextKey), and runs otherwise.
-		plain, isPlain := p.ValueField()
+		// An expression that only reads a path (value.f, value.a.b) keys
+		// an undecoded value by the path's text where that is the key
+		// (pathTextKey), and runs otherwise.
+		var plain *fieldPaths
+		if fpath, ok := p.ValuePath(); ok {
+			plain = compilePaths([][]string{fpath})
+		}
 		// A record without the field is counted where the expression is
 		// evaluated, not on the fast path (a null key shows anyway).
 		w := c.watchFields(path, p)
 		c.transformStep(path, "key_by", k.OnError, k.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
-			if isPlain && r.raw != nil {
-				if key, ok := fieldTextKey(t.buf[:0], r.raw, plain); ok {
+			if plain != nil && r.raw != nil {
+				t.texts = slices.Grow(t.texts[:0], len(plain.nodes))[:len(plain.nodes)]
+				if key, ok := pathTextKey(t.buf[:0], r.raw, plain, t.texts); ok {
 					t.buf = key
 					r = withOrigin(e, r)
 					r.key = key

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/tidwall/gjson"
 	"pgregory.net/rapid"
 
 	"github.com/weir-stream/weir/expression"
@@ -192,4 +194,41 @@ func mustCompile(t *testing.T, src string) *expression.Program {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestCheckedDecodeRejectsAsParse: the source's codec, which trusts the
+// edge's JSON check (gjson, kafkaio/source.DecodeJSON) instead of parsing
+// the value again, rejects exactly the valid documents that the parse
+// rejects: those nested deeper than fastjson allows, whatever the
+// brackets inside strings and the length of the text.
+func TestCheckedDecodeRejectsAsParse(t *testing.T) {
+	nest := func(n int, open, inner, close, pad string) string {
+		return strings.Repeat(open, n) + inner + strings.Repeat(close, n) + pad
+	}
+	var docs []string
+	for n := 295; n <= 302; n++ {
+		for _, pad := range []string{"", strings.Repeat(" ", 700)} {
+			docs = append(docs,
+				nest(n, "[", "", "]", pad), nest(n, "[", "1", "]", pad),
+				nest(n, `{"a":`, "1", "}", pad), nest(n, `{"a":`, "{}", "}", pad),
+				nest(n, "[", `"[[[[{{{{"`, "]", pad), `{"s":"`+nest(n, "[", "", "", "")+`","a":`+nest(n/2, "[", "", "]", "")+`}`)
+		}
+	}
+	check := func(t interface{ Fatalf(string, ...any) }, doc string) {
+		if !gjson.Valid(doc) {
+			return
+		}
+		_, perr := JSONCodec{}.Decode([]byte(doc))
+		r, cerr := JSONCodec{Checked: true}.Decode([]byte(doc))
+		if (perr == nil) != (cerr == nil) || cerr != nil && !errors.Is(cerr, stream.ErrDecode) {
+			t.Fatalf("%.60s… (%d bytes): checked %v, parsed %v", doc, len(doc), cerr, perr)
+		}
+		if cerr == nil && string(r.raw) != doc {
+			t.Fatalf("%.60s…: kept %q", doc, r.raw)
+		}
+	}
+	for _, doc := range docs {
+		check(t, doc)
+	}
+	rapid.Check(t, func(t *rapid.T) { check(t, jsonText(t, 0)) })
 }

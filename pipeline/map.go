@@ -47,29 +47,42 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 		return
 	}
 	rd := readsOf(append([]*expression.Program{value, key}, fields...)...)
-	// An object of plain field reads (value.f) is copied from the value's
-	// text, when it is undecoded: nothing is decoded but values that are
-	// not written as read (copyFields). A map that sets the key too
-	// evaluates its expressions.
-	var copies []string
-	if key == nil {
+	// An object of plain reads of paths (value.f, value.bid.price), and of
+	// constants times one (0.908 * value.bid.price), is written from the
+	// value's text, when it is undecoded: the paths are located in one scan
+	// and their text copied, nothing is decoded but values that are not
+	// written as read (copyPaths). A map that sets the key too evaluates
+	// its expressions.
+	var (
+		copies *fieldPaths
+		how    []pathCopy
+		heads  []string // each path's top-level member, for the missing-field watch
+	)
+	if key == nil && fields != nil {
+		var paths [][]string
 		for _, p := range fields {
-			f, ok := p.ValueField()
-			if !ok {
-				copies = nil
+			if path, ok := p.ValuePath(); ok {
+				paths, how = append(paths, path), append(how, pathCopy{})
+			} else if path, c, ok := p.ScaledPath(); ok {
+				paths, how = append(paths, path), append(how, pathCopy{scaled: true, factor: c})
+			} else {
+				paths = nil
 				break
 			}
-			copies = append(copies, f)
+			heads = append(heads, paths[len(paths)-1][0])
+		}
+		if paths != nil {
+			copies = compilePaths(paths)
 		}
 	}
 	w := c.watchFields(path, append([]*expression.Program{value, key}, fields...)...)
 	c.transformStep(path, "map", m.OnError, m.DeadLetterTopic, false, func(t *evalTask, e stream.Elem, r Rec, emit func(Rec) error) error {
 		if copies != nil && r.raw != nil {
-			if len(t.texts) < len(copies) {
-				t.texts = make([][]byte, len(copies))
-			}
-			if raw, ok := copyFields(r.raw, names, copies, t.texts[:len(copies)]); ok {
-				w.checkTexts(copies, t.texts[:len(copies)])
+			t.texts = slices.Grow(t.texts[:0], len(copies.nodes))[:len(copies.nodes)]
+			if raw, ok := copyPaths(r.raw, names, copies, how, t.texts); ok {
+				if w != nil {
+					w.checkTexts(heads, headTexts(t, copies))
+				}
 				r.raw = raw
 				return emit(r)
 			}
@@ -121,4 +134,19 @@ func (c *compiler) mapStep(path string, m *config.MapStep, rest []config.Step) {
 		c.pending = &pendingKey{path: path + ".key", desc: "map key " + m.Key.Src}
 		c.checkLegacy(path+".key", rest)
 	}
+}
+
+// headTexts returns, for each path of fp after a successful copyPaths,
+// the text of its top-level member as t.texts holds it (nil: missing),
+// in scratch space of t.
+func headTexts(t *evalTask, fp *fieldPaths) [][]byte {
+	t.heads = t.heads[:0]
+	for i := range fp.leaf {
+		k := fp.leaf[i]
+		if len(fp.via[i]) > 0 {
+			k = fp.via[i][0]
+		}
+		t.heads = append(t.heads, t.texts[k])
+	}
+	return t.heads
 }

@@ -60,8 +60,8 @@ func (w *fieldWatch) check(v any) {
 }
 
 // checkTexts counts the fields that an object lacks, given the texts that
-// scanning it found for the fields src (nil: not there; as copyFields and
-// scalarArgs fill them). A field of w not in src is not counted.
+// scanning it found for the fields src (nil: not there; as copyPaths and
+// scalarArgs find them). A field of w not in src is not counted.
 func (w *fieldWatch) checkTexts(src []string, texts [][]byte) {
 	if w == nil {
 		return

@@ -17,7 +17,8 @@ import (
 // field, the records whose value lacks a top-level field its expressions
 // read as if it were always there, on the fast paths that read an
 // undecoded value's text too (the aggregate's arguments, map's copied
-// fields); value?.f and value.f ?? x are not counted.
+// fields, nested ones included); value?.f and value.f ?? x are not
+// counted.
 func TestMissingFieldsCounted(t *testing.T) {
 	for _, tc := range []struct {
 		name, steps, records string
@@ -33,6 +34,10 @@ func TestMissingFieldsCounted(t *testing.T) {
     - map: {value: {id: value.id, total: value.price * 2, c: "value.c ?? 'none'"}}`,
 			"{\"id\":1,\"price\":3}\n{\"price\":4}\n",
 			[]string{"job.pipeline[1].map id 1", "job.pipeline[2].map id 0", "job.pipeline[2].map price 2"}},
+		{"map of nested members, copied", `
+    - map: {value: {p: value.bid.price, q: "0.5 * value.bid.qty", t: value.ts}}`,
+			"{\"bid\":{\"price\":1,\"qty\":2},\"ts\":2}\n{\"bid\":{\"price\":2,\"qty\":2}}\n{\"bid\":{\"qty\":2},\"ts\":1}\n",
+			[]string{"job.pipeline[1].map bid 0", "job.pipeline[1].map ts 1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			yaml := "job:\n  name: missing\n  pipeline:\n    - source: {topics: [orders]}" + tc.steps + "\n    - sink: {topic: out}\n"

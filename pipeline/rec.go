@@ -138,7 +138,14 @@ func borrowOrCopy(b []byte, borrow bool) []byte {
 // JSONCodec encodes a Rec's value as JSON: the codec of sinks and dead
 // letters. Decode reads a JSON document (the source's codec); Borrow is
 // RecCodec's (the source sets it: a Kafka record's value is never reused).
-type JSONCodec struct{ Borrow bool }
+//
+// Checked says that every value Decode gets was checked as JSON already,
+// as the runtime checks a stream.FormatJSON source's values at the edge
+// (kafkaio/source.DecodeJSON): Decode then does not parse it again, and
+// rejects only what that check accepts and DecodeJSON does not (a document
+// nested deeper than fastjson.MaxDepth), so that a record is rejected at
+// its source exactly as when Decode parsed it.
+type JSONCodec struct{ Borrow, Checked bool }
 
 // Append implements stream.Codec.
 func (JSONCodec) Append(dst []byte, r Rec) ([]byte, error) { return r.appendValue(dst) }
@@ -150,10 +157,43 @@ func (c JSONCodec) Decode(src []byte) (Rec, error) {
 	if len(src) == 0 {
 		return Rec{}, nil
 	}
-	if err := checkJSON(src); err != nil {
-		return Rec{}, err
+	if !c.Checked || !shallowJSON(src) {
+		if err := checkJSON(src); err != nil {
+			return Rec{}, err
+		}
 	}
 	return Rec{raw: borrowOrCopy(src, c.Borrow)}, nil
+}
+
+// shallowJSON reports whether the valid JSON document b is certainly
+// within fastjson.MaxDepth, which bounds the depth of the values of a
+// document (the top level is depth 1, a value inside n arrays or objects
+// depth n+1): b is shorter than the shortest document too deep (MaxDepth
+// brackets around a value, each one closed), or its brackets outside
+// strings never nest MaxDepth-1 deep. False sends b to checkJSON, which
+// decides.
+func shallowJSON(b []byte) bool {
+	if len(b) <= 2*fastjson.MaxDepth {
+		return true
+	}
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			n := skipString(b[i:])
+			if n == 0 {
+				return false
+			}
+			i += n - 1
+		case '{', '[':
+			if depth++; depth >= fastjson.MaxDepth-1 {
+				return false
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return true
 }
 
 // textCodec is a raw source's codec: the value is its bytes as a string.

@@ -2,15 +2,14 @@ package pipeline
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
-
-	"github.com/weir-stream/weir/internal/jsontext"
 )
 
 // This file reads top-level fields of a JSON object from its text without
-// parsing the rest: the fast path of the projections (projectJSON), of
-// `key_by: {field}` (rawField) and of a map that copies fields (mapStep).
+// parsing the rest: the fast path of the projections (projectJSON) and of
+// `key_by: {field}` (rawField); paths.go reads paths of any depth.
 // A record's value has been checked as JSON where it was read
 // (JSONCodec.Decode) or written by Weir (RecCodec), so the scanner only
 // finds the extent of each field; on anything it does not expect (a key
@@ -136,10 +135,18 @@ func isNumberByte(c byte) bool {
 // (quotes included), or 0 if it does not end.
 func skipString(b []byte) int {
 	for i := 1; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return 0
+		}
+		i += j
+		// The quote ends the string unless an odd number of backslashes
+		// escapes it (the opening quote is no backslash).
+		k := i - 1
+		for b[k] == '\\' {
+			k--
+		}
+		if (i-1-k)%2 == 0 {
 			return i + 1
 		}
 	}
@@ -207,11 +214,8 @@ func parseInt(t []byte) (int64, bool) {
 func appendAsEncoded(dst, t []byte) ([]byte, bool) {
 	switch t[0] {
 	case '"':
-		s := t[1 : len(t)-1]
-		for _, c := range s {
-			if c < 0x20 || c == '\\' || c >= utf8.RuneSelf {
-				return appendAsEncodedUTF8(dst, t)
-			}
+		if !plainASCII(t[1 : len(t)-1]) {
+			return appendAsEncodedUTF8(dst, t)
 		}
 		return append(dst, t...), true
 	case 't', 'f', 'n':
@@ -224,6 +228,29 @@ func appendAsEncoded(dst, t []byte) ([]byte, bool) {
 		return dst, false
 	}
 	return append(dst, t...), true
+}
+
+// plainASCII reports whether every byte of s is ASCII text that a JSON
+// string holds as is: none below 0x20, no backslash, none of 0x80 and
+// above. It reads eight bytes at a time (the tests of "has a byte less
+// than n" and "has a zero byte" of Bit Twiddling Hacks, exact as a yes or
+// no).
+func plainASCII(s []byte) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for len(s) >= 8 {
+		x := binary.LittleEndian.Uint64(s)
+		bs := x ^ ones*'\\'
+		if (x|(x-ones*0x20)&^x|(bs-ones)&^bs)&highs != 0 {
+			return false
+		}
+		s = s[8:]
+	}
+	for _, c := range s {
+		if c < 0x20 || c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // appendAsEncodedUTF8 is appendAsEncoded of a string with a byte that is
@@ -248,51 +275,6 @@ func appendAsEncodedUTF8(dst, t []byte) ([]byte, bool) {
 	return append(dst, t...), true
 }
 
-// copyFields returns the JSON text of the object {names[i]: value.src[i],
-// …} built from the fields src of the JSON object b, as AppendJSON writes
-// the object that map's expressions value.src[i] build (a field that b
-// lacks is null); texts is scratch space of len(src). Each value is copied
-// as written where that is how AppendJSON writes it (appendAsEncoded), and
-// decoded and encoded otherwise. ok is false if b cannot be scanned.
-func copyFields(b []byte, names, src []string, texts [][]byte) (out []byte, ok bool) {
-	clear(texts)
-	if !scanObject(b, func(k, x []byte) {
-		for i, s := range src {
-			if string(k) == s {
-				texts[i] = x // the last one if the name repeats, as DecodeJSON
-			}
-		}
-	}) {
-		return nil, false
-	}
-	out = make([]byte, 0, len(b)+8*len(names))
-	out = append(out, '{')
-	for i, n := range names {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = jsontext.AppendText(out, n)
-		out = append(out, ':')
-		x := texts[i]
-		if x == nil {
-			out = append(out, "null"...)
-			continue
-		}
-		var copied bool
-		if out, copied = appendAsEncoded(out, x); copied {
-			continue
-		}
-		v, _, err := DecodeJSON(x)
-		if err != nil {
-			return nil, false
-		}
-		if out, err = AppendJSON(out, v, nil); err != nil {
-			return nil, false
-		}
-	}
-	return append(out, '}'), true
-}
-
 // fieldTextKey appends to dst the key that expression.Evaluator.Key gives
 // value.name over the JSON object b, read from the field's text, if the
 // text is that key: a string without escapes (its text between the
@@ -304,6 +286,13 @@ func fieldTextKey(dst, b []byte, name string) (key []byte, ok bool) {
 	if !ok {
 		return dst, false
 	}
+	return textKey(dst, text)
+}
+
+// textKey appends to dst the key that expression.Evaluator.Key gives a
+// value whose JSON text is text (nil: a missing field, null), if the text
+// is that key (fieldTextKey's cases); ok is false otherwise.
+func textKey(dst, text []byte) (key []byte, ok bool) {
 	switch {
 	case text == nil:
 		return append(dst, "null"...), true

@@ -150,36 +150,6 @@ func BenchmarkProjectJSON(b *testing.B) {
 	}
 }
 
-// TestCopyFieldsProperty: the object that map copies from a value's text
-// is, byte for byte, what map writes when it evaluates value.f over the
-// decoded value.
-func TestCopyFieldsProperty(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		doc := jsonObject(t, 0)
-		v, _, err := DecodeJSON([]byte(doc))
-		if err != nil {
-			t.Skip("not JSON")
-		}
-		src := rapid.SliceOfN(rapid.SampledFrom([]string{"page", "user", "pagé", "amount", "x"}), 1, 4).Draw(t, "src")
-		names := rapid.SliceOfNDistinct(rapid.SampledFrom([]string{"a", "b", "c", "d", "é\""}), len(src), len(src), rapid.ID).Draw(t, "names")
-		got, ok := copyFields([]byte(doc), names, src, make([][]byte, len(src)))
-		if !ok {
-			if !strings.Contains(doc, `\`) {
-				t.Fatalf("%s: not copied", doc)
-			}
-			return // a key with an escape: map evaluates the expressions
-		}
-		o := map[string]any{}
-		for i, n := range names {
-			o[n] = v.(map[string]any)[src[i]]
-		}
-		want, err := AppendJSON(nil, o, names)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("%s: copied %s, map writes %s (%v)", doc, got, want, err)
-		}
-	})
-}
-
 // TestFieldTextKeyProperty: where key_by reads value.f's key from the
 // text, it is the key the expression gives over the decoded value.
 func TestFieldTextKeyProperty(t *testing.T) {
@@ -227,6 +197,45 @@ func TestScalarArgsProperty(t *testing.T) {
 			if !reflect.DeepEqual(args[i], want) {
 				t.Fatalf("%s: argument %q is %#v, want %#v", doc, f, args[i], want)
 			}
+		}
+	})
+}
+
+// TestSkipStringProperty: skipString finds the end of a string as a
+// byte-by-byte reading of its escapes does, on any text.
+func TestSkipStringProperty(t *testing.T) {
+	ref := func(b []byte) int {
+		for i := 1; i < len(b); i++ {
+			switch b[i] {
+			case '\\':
+				i++
+			case '"':
+				return i + 1
+			}
+		}
+		return 0
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		b := []byte(`"` + rapid.StringOfN(rapid.SampledFrom([]rune{'"', '\\', 'a', 'é'}), 0, 12, -1).Draw(t, "text"))
+		if got, want := skipString(b), ref(b); got != want {
+			t.Fatalf("%q: %d, want %d", b, got, want)
+		}
+	})
+}
+
+// TestPlainASCIIProperty: plainASCII, eight bytes at a time, agrees with
+// a byte-by-byte check on any text.
+func TestPlainASCIIProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := rapid.SliceOfN(rapid.SampledFrom([]byte{0, 0x1f, 0x20, 'a', '\\', '"', 0x5b, 0x5d, 0x7f, 0x80, 0xc3, 0xff}), 0, 40).Draw(t, "s")
+		want := true
+		for _, c := range s {
+			if c < 0x20 || c == '\\' || c >= 0x80 {
+				want = false
+			}
+		}
+		if got := plainASCII(s); got != want {
+			t.Fatalf("%q: %v, want %v", s, got, want)
 		}
 	})
 }

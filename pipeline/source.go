@@ -16,7 +16,9 @@ func (c *compiler) source(path string, s *config.SourceStep) {
 	if len(s.Topics) == 0 {
 		c.add(path+".topics", "required: at least one topic")
 	}
-	var codec stream.Codec[Rec] = JSONCodec{Borrow: true} // a Kafka value: never reused
+	// A Kafka value is never reused (Borrow), and was checked as JSON at
+	// the edge (stream.FormatJSON) before the source decodes it (Checked).
+	var codec stream.Codec[Rec] = JSONCodec{Borrow: true, Checked: true}
 	switch s.Format.Type {
 	case "", config.FormatJSON:
 		src.Format = stream.FormatJSON

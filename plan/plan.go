@@ -46,9 +46,12 @@ type Inputs struct {
 	// generation (Count of its assignment); nil at the job's first start.
 	// A downstream stage whose parallelism neither its KeyBy nor
 	// Parallelism sets keeps its running task count instead of following
-	// SourcePartitions: its state cannot move to another number of tasks
-	// yet, so input partitions added to a running job give tasks to the
-	// source stage only.
+	// SourcePartitions: input partitions added to a running job give tasks
+	// to the source stage only. Its state could move (a restore with
+	// another task count moves key groups, docs/state.md "Rescaling"), but
+	// a partition added to an input topic should not move every
+	// downstream task's state as a side effect; an operator rescales a
+	// stage on purpose by setting job.parallelism or the KeyBy's.
 	Running map[string]int
 	// StageNames are the job's stages that run under another name, by the
 	// job's name (compat.Result.StageNames: a stage keeps the name of the

@@ -10,7 +10,8 @@
 # Kafka TLS and SASL: renderings with TLS+SCRAM, mutual TLS, OAUTHBEARER
 # (static token and client credentials) and AWS_MSK_IAM must mount the
 # named Secrets read-only as files and point config.kafka.tls/sasl at them,
-# and wrong combinations must be refused.
+# and wrong combinations must be refused. The alerting rules
+# (metrics.prometheusRule) pass promtool's check and unit tests.
 # Helm is a prebuilt binary, installed on first use into a cache outside the
 # clone (WEIR_CACHE, default ~/.cache/weir), so that a fresh clone does not
 # pay for it again; see install_helm below.
@@ -119,6 +120,10 @@ expect defaults '^kind: ServiceAccount'
 expect defaults 'checksum/config: [0-9a-f]{64}'
 expect defaults 'podAntiAffinity:'
 expect full 'replicas: 5'
+# restoreFrom becomes run's --restore-from, and only when set.
+render restore --set-string 'restoreFrom=s3://weir-ckpt/clicks/savepoints/before-v2?region=eu-west-1#2'
+expect restore 'args: \["run", "-c", "/etc/weir/job.yaml", "--restore-from", "s3://weir-ckpt/clicks/savepoints/before-v2\?region=eu-west-1#2"\]'
+expect defaults 'args: \["run", "-c", "/etc/weir/job.yaml"\]'
 expect full '^kind: ServiceMonitor'
 expect full 'emptyDir: \{\}'
 expect full 'name: WEIR_LOG_LEVEL'
@@ -364,5 +369,23 @@ for kv in config.state.dir=/tmp config.http.address=:1 config.process.replica_id
 	fi
 	grep -q "${kv%%=*}" <<<"$out" || { echo "helm-check: --set $kv: error does not name the key: $out" >&2; exit 1; }
 done
+
+# The PrometheusRule (metrics.prometheusRule): absent by default; its rules
+# pass `promtool check rules`, and its unit tests (ci/alerts-test.yaml, each
+# alert fired by the series that should fire it and not by the others) pass
+# `promtool test rules`. promtool comes from Debian's prometheus package
+# (scripts/promtool.sh).
+PROMTOOL=${WEIR_PROMTOOL:-$(bash scripts/promtool.sh path)}
+if grep -q '^kind: PrometheusRule' "$work/full.yaml"; then
+	echo "helm-check: a PrometheusRule without metrics.prometheusRule.enabled" >&2
+	exit 1
+fi
+render alerts --set metrics.prometheusRule.enabled=true
+expect alerts '^kind: PrometheusRule'
+awk '/^kind: PrometheusRule/{on=1} on && /^spec:/{spec=1; next} spec && /^---/{exit} spec{sub(/^  /, ""); print}' "$work/alerts.yaml" >"$work/rules.yaml"
+cp $CHART/ci/alerts-test.yaml "$work/"
+"$PROMTOOL" check rules "$work/rules.yaml" >/dev/null
+(cd "$work" && "$PROMTOOL" test rules alerts-test.yaml >/dev/null) ||
+	(cd "$work" && "$PROMTOOL" test rules alerts-test.yaml >&2; exit 1)
 
 echo "helm-check: chart $(awk '/^version:/{print $2}' $CHART/Chart.yaml) ok"

@@ -22,6 +22,9 @@ if [ -z "${WEIR_TEST_PKGS:-}" ]; then
 	export WEIR_TEST_PKGS="$slow $rest"
 fi
 
+# promtool evaluates the chart's alert rules over a failed job's /metrics.
+eval "$(bash scripts/promtool.sh env)"
+
 start=$SECONDS
 bash scripts/with-services.sh bash -c '
 	set -o pipefail

@@ -49,12 +49,22 @@ var (
 type Config struct {
 	// Dir is the task's local state directory, state.dir/<job>/<task>. The
 	// backend owns everything below it: db/ (the live Pebble database),
-	// snap/ (local snapshot copies for local recovery) and restore.tmp/.
+	// snap/ (local snapshot copies for local recovery), restore.tmp/ and
+	// rescale.tmp/ (RestoreKeyGroups).
 	Dir string
 	// Task is the task ID; it names the task's objects in the store.
 	Task string
 	// Store is the job's object store. Required for snapshots and restore.
 	Store *objstore.Store
+	// RestoreStore, if set, is where Restore reads the snapshot instead
+	// of Store: a restore point the job does not own (`processor run
+	// --restore-from`: a savepoint or checkpoint of another job, or one
+	// copied elsewhere), read-only. Its manifest may name another job.
+	// Such a restore is never local (the local copies are the job's own
+	// checkpoints, numbered in its own sequence), and the first snapshot
+	// after it uploads every file into Store, as after a savepoint, so
+	// that no checkpoint of the job refers to an object it does not own.
+	RestoreStore *objstore.Store
 	// Cache is the process-wide Pebble block cache (pebble.NewCache), shared
 	// by every task of the replica. The backend takes its own reference. If
 	// nil, the backend uses a private 64 MiB cache.
@@ -254,6 +264,9 @@ type Backend struct {
 	instance string // random, names the shared files this incarnation uploads
 	metrics  *metrics
 	restored *Manifest
+	// restoredAll are the manifests of a rescaling restore
+	// (RestoreKeyGroups), in key-group order; nil otherwise.
+	restoredAll []*Manifest
 
 	// Task goroutine only.
 	curKey      []byte
@@ -354,9 +367,10 @@ func newBackend(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// resetDir removes the live database, local snapshots and restore leftovers.
+// resetDir removes the live database, local snapshots and restore (and
+// rescaling restore) leftovers.
 func (b *Backend) resetDir() error {
-	for _, d := range []string{b.dbDir, b.snapDir, b.restoreDir()} {
+	for _, d := range []string{b.dbDir, b.snapDir, b.restoreDir(), b.rescaleDir()} {
 		if err := b.fs.RemoveAll(d); err != nil {
 			return fmt.Errorf("state: remove %s: %w", d, err)
 		}
@@ -369,7 +383,10 @@ func (b *Backend) resetDir() error {
 
 func (b *Backend) restoreDir() string { return b.fs.PathJoin(b.cfg.Dir, "restore.tmp") }
 
-func (b *Backend) openDB() error {
+func (b *Backend) openDB() error { return b.openDBWith(nil) }
+
+// openDBWith opens the database with tune applied to its options last.
+func (b *Backend) openDBWith(tune func(*pebble.Options)) error {
 	cache := b.cfg.Cache
 	if cache == nil {
 		cache = pebble.NewCache(64 << 20)
@@ -381,6 +398,9 @@ func (b *Backend) openDB() error {
 	o.Logger = pebbleLogger{log: b.cfg.Logger, fault: b.fault}
 	if b.cfg.TunePebble != nil {
 		b.cfg.TunePebble(o)
+	}
+	if tune != nil {
+		tune(o)
 	}
 	var db *pebble.DB
 	err := b.guard(func() error {

@@ -13,8 +13,10 @@
 //     entry of the key set by SetCurrentKey. With Config.MaxParallelism > 0
 //     every key's state is filed under its key group (keygroup.Of), so that
 //     a range of key groups is one key range (KeyGroupBounds,
-//     ScanKeyGroups) and a snapshot can only be restored with the same
-//     MaxParallelism and key groups.
+//     ScanKeyGroups). Restore restores a snapshot with the same
+//     MaxParallelism and key groups; RestoreKeyGroups builds a task's key
+//     groups from the snapshots of the tasks that held them under another
+//     parallelism (rescale.go).
 //   - Snapshot: Backend.Snapshot is the synchronous part at the barrier
 //     (a Pebble checkpoint of hard links, the WAL captured by link and
 //     length); Snapshot.Run the asynchronous part, in three steps: the
@@ -49,6 +51,9 @@
 // its own file's manifest entry; the local copy is synced on one more
 // goroutine, which Run waits for before it records the copy and before it
 // returns.
+//
+// RestoreKeyGroups, like Restore, downloads on goroutines it waits for,
+// and copies key groups on up to GOMAXPROCS more, which it waits for too.
 //
 // The package never imports coordinator, barrier or kafkaio, and holds no
 // package-level mutable state; loggers, metric registries, clocks and the

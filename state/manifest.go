@@ -113,6 +113,26 @@ func (m *Manifest) ObjectKey(f FileEntry) string {
 	return f.Key
 }
 
+// Objects returns every object a restore from m reads, keys relative to
+// the job root: each file stored whole (a shared or exclusive file of a
+// checkpoint, a savepoint's own copy) and each part of a file stored in
+// pieces. Inline files are in the manifest itself and need none; the
+// manifest's own key is Handle. It is what garbage collection must never
+// delete while m's checkpoint or savepoint is kept (DESIGN.md invariant 4).
+func (m *Manifest) Objects() []Part {
+	var out []Part
+	for _, f := range m.Files {
+		switch {
+		case f.Inline:
+		case len(f.Parts) > 0:
+			out = append(out, f.Parts...)
+		default:
+			out = append(out, Part{Key: m.ObjectKey(f), Size: f.Size, SHA256: f.SHA256})
+		}
+	}
+	return out
+}
+
 // sharedObjects returns the key and size of every shared object the
 // manifest lists: shared files and the parts of files stored in pieces.
 func (m *Manifest) sharedObjects() []Part {

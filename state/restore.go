@@ -68,18 +68,21 @@ func Restore(ctx context.Context, cfg Config, handle string) (*Backend, error) {
 		return nil, fmt.Errorf("%w: restore needs an object store", ErrSnapshot)
 	}
 	start := time.Now()
-	m, err := ReadManifest(ctx, b.cfg.Store, handle)
+	src, foreign := b.restoreStore()
+	m, err := ReadManifest(ctx, src, handle)
 	if err != nil {
 		return nil, err
 	}
-	if m.Task != b.cfg.Task || m.Job != b.cfg.Store.Job() {
+	if m.Task != b.cfg.Task || (!foreign && m.Job != b.cfg.Store.Job()) {
 		return nil, fmt.Errorf("%w: manifest %s belongs to job %s task %s, not job %s task %s",
 			ErrManifest, handle, m.Job, m.Task, b.cfg.Store.Job(), b.cfg.Task)
 	}
 	if err := b.checkKeyGroups(handle, m); err != nil {
 		return nil, err
 	}
-	info, err := b.restoreFiles(ctx, m)
+	info, err := b.restoreFiles(ctx, m, func(ctx context.Context, m *Manifest, dir string) (int64, error) {
+		return b.download(ctx, src, m, dir)
+	}, !foreign)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +92,7 @@ func Restore(ctx context.Context, cfg Config, handle string) (*Backend, error) {
 	b.restored = m
 	b.lastSnap = m.Checkpoint
 	b.empty = len(m.Files) == 0
-	if m.Savepoint == "" {
+	if m.Savepoint == "" && !foreign {
 		// Reuse the checkpoint's SSTs; not its WAL parts: the restored
 		// database writes new WAL files.
 		b.mu.Lock()
@@ -100,8 +103,8 @@ func Restore(ctx context.Context, cfg Config, handle string) (*Backend, error) {
 	b.metrics.restoreSeconds.Observe(info.Duration.Seconds())
 	b.metrics.downloadedBytes.Add(float64(info.DownloadedBytes))
 	b.restoreInfo = info
-	b.cfg.Logger.Info("state restored", "checkpoint", m.Checkpoint, "savepoint", m.Savepoint,
-		"local", info.Local, "state_bytes", m.StateBytes, "downloaded_bytes", info.DownloadedBytes,
+	b.cfg.Logger.Info("state restored", "checkpoint", m.Checkpoint, "savepoint", m.Savepoint, "from_job", m.Job,
+		"foreign", foreign, "local", info.Local, "state_bytes", m.StateBytes, "downloaded_bytes", info.DownloadedBytes,
 		"duration", info.Duration)
 	return b, nil
 }
@@ -122,12 +125,24 @@ func (b *Backend) checkKeyGroups(handle string, m *Manifest) error {
 	return nil
 }
 
+// restoreStore is where a restore reads its snapshots: RestoreStore
+// (foreign: a store the job does not own, never linked locally nor
+// reused by later snapshots), or else the job's own store.
+func (b *Backend) restoreStore() (src *objstore.Store, foreign bool) {
+	if b.cfg.RestoreStore != nil {
+		return b.cfg.RestoreStore, true
+	}
+	return b.cfg.Store, false
+}
+
 // RestoreInfo returns how the backend was restored (zero if opened empty).
 func (b *Backend) RestoreInfo() RestoreInfo { return b.restoreInfo }
 
 // restoreFiles builds the database directory for m: in restore.tmp/, then
-// renamed to db/, so that a crash never leaves a half-restored db/.
-func (b *Backend) restoreFiles(ctx context.Context, m *Manifest) (RestoreInfo, error) {
+// renamed to db/, so that a crash never leaves a half-restored db/. The
+// files come from the local copy if mayLink, or else from fetch (download,
+// or downloadKeyGroups' part of them).
+func (b *Backend) restoreFiles(ctx context.Context, m *Manifest, fetch func(context.Context, *Manifest, string) (int64, error), mayLink bool) (RestoreInfo, error) {
 	fs := b.fs
 	tmp := b.restoreDir()
 	if err := fs.RemoveAll(tmp); err != nil {
@@ -144,7 +159,7 @@ func (b *Backend) restoreFiles(ctx context.Context, m *Manifest) (RestoreInfo, e
 			return info, fmt.Errorf("state: mkdir %s: %w", tmp, err)
 		}
 	}
-	if !empty && !b.cfg.DisableLocalRecovery && m.Savepoint == "" {
+	if !empty && !b.cfg.DisableLocalRecovery && m.Savepoint == "" && mayLink {
 		if err := b.linkLocal(m, tmp); err == nil {
 			info.Local = true
 			keepLocal = m.Checkpoint.String()
@@ -154,7 +169,7 @@ func (b *Backend) restoreFiles(ctx context.Context, m *Manifest) (RestoreInfo, e
 		}
 	}
 	if !empty && !info.Local {
-		n, err := b.download(ctx, m, tmp)
+		n, err := fetch(ctx, m, tmp)
 		if err != nil {
 			_ = fs.RemoveAll(tmp)
 			return info, err
@@ -284,7 +299,7 @@ func verifyLocal(fs vfs.FS, name string, f FileEntry) error {
 }
 
 // download fetches every file of m into dst, in parallel, verifying each.
-func (b *Backend) download(ctx context.Context, m *Manifest, dst string) (int64, error) {
+func (b *Backend) download(ctx context.Context, src *objstore.Store, m *Manifest, dst string) (int64, error) {
 	fs := b.fs
 	if err := fs.MkdirAll(dst, 0o755); err != nil {
 		return 0, fmt.Errorf("state: mkdir %s: %w", dst, err)
@@ -322,7 +337,7 @@ func (b *Backend) download(ctx context.Context, m *Manifest, dst string) (int64,
 				h  hash.Hash
 				cw countingWriter
 			)
-			err := b.cfg.Store.Download(ctx, p.Key, func() (io.Writer, error) {
+			err := src.Download(ctx, p.Key, func() (io.Writer, error) {
 				// A retry rewrites the part from its start.
 				h = sha256.New()
 				cw = countingWriter{w: io.MultiWriter(&offsetWriter{f: file, off: off}, h)}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"gocloud.dev/blob/memblob"
 
 	"github.com/weir-stream/weir/state/objstore"
 )
@@ -296,5 +298,88 @@ func TestInlineFiles(t *testing.T) {
 	r1 := restoreTest(t, testConfig(t, store, t.TempDir()), res.Handle)
 	if !maps.Equal(dump(t, r1), want) {
 		t.Fatal("version-1 manifest restores wrong state")
+	}
+}
+
+// TestRestoreFromAnotherStore: a restore point the job does not own (a
+// checkpoint of another job, read through a read-only store) restores
+// exactly, never locally, writes nothing there, and the job's first
+// snapshot after it uploads every file into the job's own store.
+func TestRestoreFromAnotherStore(t *testing.T) {
+	ctx := context.Background()
+	old, _ := newStore(t)
+	dir := t.TempDir()
+	b := openTest(t, testConfig(t, old, dir))
+	kv, err := NewValueState(b, "kv", StringCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	want := model{}
+	mutate(t, rng, kv, want, 2000)
+	if err := flushDB(b); err != nil {
+		t.Fatal(err)
+	}
+	mutate(t, rng, kv, want, 500)
+	res := snapshotNow(t, b, 5, "offsets@5")
+	if err := b.NotifyComplete(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	before := listKeys(t, old, "")
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	fb := &faultyBucket{Bucket: objstore.FromBlob("mem://", memblob.OpenBucket(nil))}
+	mine, err := objstore.New(fb, "new-job", objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Close()
+	cfg := testConfig(t, mine, dir) // the same directory: its local copy must not be used
+	cfg.RestoreStore = old
+	r := restoreTest(t, cfg, res.Handle)
+	if r.RestoreInfo().Local {
+		t.Fatal("a restore from another store used the local copy")
+	}
+	if got := dump(t, r); !maps.Equal(got, want) {
+		t.Fatalf("restored %d keys, want %d", len(got), len(want))
+	}
+	if got := string(r.Restored().OperatorState); got != "offsets@5" {
+		t.Fatalf("operator state %q", got)
+	}
+	next := snapshotNow(t, r, 6, "offsets@6")
+	m, err := ReadManifest(ctx, mine, next.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := 0
+	for _, f := range m.Files {
+		if f.Inline {
+			continue
+		}
+		keys := []string{m.ObjectKey(f)}
+		if len(f.Parts) > 0 {
+			keys = nil
+			for _, p := range f.Parts {
+				keys = append(keys, p.Key)
+			}
+		}
+		for _, k := range keys {
+			files++
+			if _, err := mine.Stat(ctx, k); err != nil {
+				t.Errorf("file %s of the first snapshot after the restore is not in the job's store: %v", k, err)
+			}
+		}
+	}
+	if files == 0 {
+		t.Fatal("the snapshot lists no file: the test shows nothing")
+	}
+	if after := listKeys(t, old, ""); !slices.Equal(before, after) {
+		t.Fatalf("the other store changed: %v -> %v", before, after)
+	}
+	r2 := restoreTest(t, testConfig(t, mine, t.TempDir()), next.Handle)
+	if got := dump(t, r2); !maps.Equal(got, want) {
+		t.Fatalf("restored from the job's own snapshot: %d keys, want %d", len(got), len(want))
 	}
 }

@@ -45,7 +45,9 @@ type Discarder interface {
 	// CollectGarbage deletes every object that no registered checkpoint
 	// refers to and that was written before olderThan (a Clock reading),
 	// and everything under chk-<n>/ of unregistered checkpoints n <=
-	// deadUpTo (state.Registry.CollectGarbage).
+	// deadUpTo (state.Registry.CollectGarbage), and every folder under
+	// savepoints/ without a _metadata and with nothing written since
+	// olderThan.
 	CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo ckpt.ID) (state.Deleted, error)
 }
 
@@ -114,7 +116,10 @@ func (g *ObjectStoreGC) register(ctx context.Context, c control.Complete) error 
 // or a refused ack it deletes only what lies under chk-<n>/ (manifests, the
 // files only that snapshot used, an orphaned _metadata): shared files it
 // uploaded may be reused by a snapshot still in progress, so they are left
-// to the task that uploaded them and to CollectGarbage.
+// to the task that uploaded them and to CollectGarbage. For an aborted
+// savepoint it deletes each named task's manifest and folder under
+// savepoints/<name>/ (and the _metadata if named), unless the savepoint
+// has a _metadata the discard does not name.
 func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (state.Deleted, error) {
 	id := d.ID
 	if d.Reason == coordinator.DiscardReleased {
@@ -127,18 +132,40 @@ func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (sta
 	if g.reg.Registered(id) {
 		return del, nil // completed after all: it keeps everything
 	}
-	// One listing of chk-<n>/ serves every handle; a savepoint's _metadata
-	// lies elsewhere and is looked up by itself.
+	// One listing of chk-<n>/ serves every handle; a savepoint's objects
+	// and _metadata lie under savepoints/<name>/, listed once per name.
 	var prefixes, lists []string
+	var errs []error
+	listChk := d.Metadata == objstore.MetadataKey(id)
 	for _, h := range d.Handles {
+		if name, task, ok := savepointHandle(h); ok {
+			// A task snapshot of an aborted savepoint: its manifest and
+			// its folder savepoints/<name>/<task>/. Kept if the savepoint
+			// has a _metadata this discard does not name: the folder then
+			// belongs to a savepoint that may exist (DESIGN.md invariant
+			// 3), whatever this discard says.
+			md := objstore.SavepointMetadataKey(name)
+			if d.Metadata != md {
+				if _, err := g.store.Stat(ctx, md); !errors.Is(err, objstore.ErrNotFound) {
+					errs = append(errs, fmt.Errorf("discard checkpoint %d: %s kept: savepoint %s has a _metadata (%v)", id, h, name, err))
+					continue
+				}
+			}
+			prefixes = append(prefixes, objstore.SavepointPrefix(name)+task+"/", h)
+			if !slices.Contains(lists, objstore.SavepointPrefix(name)) {
+				lists = append(lists, objstore.SavepointPrefix(name))
+			}
+			continue
+		}
 		n, ok := objstore.ParseCheckpointKey(h)
 		task, isManifest := strings.CutSuffix(h, ".manifest")
 		if !ok || n != id || !isManifest {
 			return del, fmt.Errorf("discard checkpoint %d: handle %q is no task manifest of it", id, h)
 		}
 		prefixes = append(prefixes, task+"/", h)
+		listChk = true
 	}
-	if len(d.Handles) > 0 || d.Metadata == objstore.MetadataKey(id) {
+	if listChk {
 		lists = append(lists, objstore.CheckpointPrefix(id))
 	}
 	if d.Metadata != "" {
@@ -146,11 +173,12 @@ func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (sta
 			if !strings.HasPrefix(d.Metadata, "savepoints/") || !strings.HasSuffix(d.Metadata, "/_metadata") {
 				return del, fmt.Errorf("discard checkpoint %d: %q is no metadata object", id, d.Metadata)
 			}
-			lists = append(lists, d.Metadata)
+			if !slices.ContainsFunc(lists, func(l string) bool { return strings.HasPrefix(d.Metadata, l) }) {
+				lists = append(lists, d.Metadata)
+			}
 		}
 		prefixes = append(prefixes, d.Metadata)
 	}
-	var errs []error
 	var victims []objstore.Object
 	for _, l := range lists {
 		objs, err := g.store.List(ctx, l)
@@ -166,10 +194,18 @@ func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (sta
 			})
 		})...)
 	}
+	errs = append(errs, g.deleteObjects(ctx, victims, &del)...)
+	return del, errors.Join(errs...)
+}
+
+// deleteObjects deletes victims, adding each deleted object's key and
+// size to del and counting the failures, whose errors it returns.
+func (g *ObjectStoreGC) deleteObjects(ctx context.Context, victims []objstore.Object, del *state.Deleted) []error {
 	keys := make([]string, len(victims))
 	for i, o := range victims {
 		keys[i] = o.Key
 	}
+	var errs []error
 	for i, err := range g.store.DeleteEach(ctx, keys) {
 		if err != nil {
 			del.Failed++
@@ -179,7 +215,26 @@ func (g *ObjectStoreGC) Discard(ctx context.Context, d coordinator.Discard) (sta
 		del.Keys = append(del.Keys, victims[i].Key)
 		del.Bytes += victims[i].Size
 	}
-	return del, errors.Join(errs...)
+	return errs
+}
+
+// savepointHandle returns the savepoint name and task of a savepoint's
+// task manifest key, savepoints/<name>/<task>.manifest.
+func savepointHandle(h string) (name, task string, ok bool) {
+	rest, ok := strings.CutPrefix(h, "savepoints/")
+	if !ok {
+		return "", "", false
+	}
+	name, file, ok := strings.Cut(rest, "/")
+	if !ok {
+		return "", "", false
+	}
+	task, ok = strings.CutSuffix(file, ".manifest")
+	if !ok || objstore.ValidName("savepoint", name) != nil || objstore.ValidName("task", task) != nil ||
+		h != objstore.SavepointManifestKey(name, task) {
+		return "", "", false
+	}
+	return name, task, true
 }
 
 // Clock implements Discarder.
@@ -187,9 +242,50 @@ func (g *ObjectStoreGC) Clock(ctx context.Context) (time.Time, error) {
 	return state.StoreTime(ctx, g.store)
 }
 
-// CollectGarbage implements Discarder.
+// CollectGarbage implements Discarder: state.Registry.CollectGarbage for
+// shared/ and chk-*/, and collectSavepoints for savepoints/.
 func (g *ObjectStoreGC) CollectGarbage(ctx context.Context, olderThan time.Time, deadUpTo ckpt.ID) (state.Deleted, error) {
-	return g.reg.CollectGarbage(ctx, olderThan, deadUpTo)
+	del, err := g.reg.CollectGarbage(ctx, olderThan, deadUpTo)
+	sp, spErr := g.collectSavepoints(ctx, olderThan)
+	del.Keys = append(del.Keys, sp.Keys...)
+	del.Bytes += sp.Bytes
+	del.Failed += sp.Failed
+	return del, errors.Join(err, spErr)
+}
+
+// collectSavepoints deletes every folder savepoints/<name>/ that holds no
+// _metadata and nothing written since olderThan: what a savepoint that
+// never completed left when its tasks could not delete their copies (a
+// replica killed, or a generation that ended, while they uploaded; the
+// new coordinator does not know the acks of the one before). Such a
+// folder is no savepoint (DESIGN.md invariant 3; processor savepoints
+// delete removes the _metadata first), and a savepoint being taken after
+// the generation started writes after olderThan.
+func (g *ObjectStoreGC) collectSavepoints(ctx context.Context, olderThan time.Time) (state.Deleted, error) {
+	var del state.Deleted
+	objs, err := g.store.List(ctx, "savepoints/")
+	if err != nil {
+		return del, err
+	}
+	keep := map[string]bool{}
+	for _, o := range objs {
+		name, _, ok := strings.Cut(strings.TrimPrefix(o.Key, "savepoints/"), "/")
+		if !ok || o.Key == objstore.SavepointMetadataKey(name) || !o.ModTime.Before(olderThan) {
+			keep[name] = true
+		}
+	}
+	var victims []objstore.Object
+	for _, o := range objs {
+		name, _, _ := strings.Cut(strings.TrimPrefix(o.Key, "savepoints/"), "/")
+		if !keep[name] {
+			victims = append(victims, o)
+		}
+	}
+	errs := g.deleteObjects(ctx, victims, &del)
+	if len(del.Keys) > 0 {
+		g.log.Info("deleted what savepoints that never completed left", "objects", len(del.Keys), "bytes", del.Bytes)
+	}
+	return del, errors.Join(errs...)
 }
 
 // gcKind says what a gcWork item is.

@@ -244,3 +244,140 @@ func TestObjectStoreGCRebuildProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestDiscardAbortedSavepoint: the discard of an aborted savepoint deletes
+// the task snapshots it names (manifest and folder under
+// savepoints/<name>/), and then its _metadata if written late; it keeps
+// the folder of a savepoint whose _metadata exists, and never touches
+// another task's or another savepoint's objects.
+func TestDiscardAbortedSavepoint(t *testing.T) {
+	ctx := context.Background()
+	store, err := objstore.Open(ctx, "file://"+t.TempDir(), "job", objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	keys := []string{
+		"savepoints/sp/main-0.manifest", "savepoints/sp/main-0/000001.sst", "savepoints/sp/main-0/000002.sst",
+		"savepoints/sp/main-1.manifest", "savepoints/sp/main-1/000003.sst",
+		"savepoints/sp-2/main-0.manifest", "savepoints/sp-2/main-0/000001.sst",
+		"savepoints/done/_metadata", "savepoints/done/main-0.manifest", "savepoints/done/main-0/000001.sst",
+	}
+	for _, k := range keys {
+		if err := store.Put(ctx, k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gc := NewObjectStoreGC(store, slog.New(slog.DiscardHandler))
+	left := func() []string {
+		objs, err := store.List(ctx, "savepoints/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, o := range objs {
+			out = append(out, o.Key)
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	del, err := gc.Discard(ctx, coordinator.Discard{ID: 5, Reason: coordinator.DiscardAborted,
+		Handles: []string{"savepoints/sp/main-0.manifest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(del.Keys)
+	if want := keys[:3]; !slices.Equal(del.Keys, want) {
+		t.Fatalf("deleted %q, want %q", del.Keys, want)
+	}
+
+	// A savepoint with a _metadata keeps its folder, whatever the
+	// discard says.
+	if _, err := gc.Discard(ctx, coordinator.Discard{ID: 6, Reason: coordinator.DiscardLateAck,
+		Handles: []string{"savepoints/done/main-0.manifest"}}); err == nil || !strings.Contains(err.Error(), "has a _metadata") {
+		t.Fatalf("discard in a savepoint with a _metadata: %v", err)
+	}
+
+	// The _metadata written after the abort goes alone.
+	if err := store.Put(ctx, "savepoints/sp/_metadata", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gc.Discard(ctx, coordinator.Discard{ID: 5, Reason: coordinator.DiscardAborted,
+		Metadata: "savepoints/sp/_metadata"}); err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Sorted(slices.Values(keys[3:]))
+	if got := left(); !slices.Equal(got, want) {
+		t.Fatalf("left %q, want %q", got, want)
+	}
+
+	// A handle that is neither a checkpoint's nor a savepoint's manifest
+	// is refused.
+	for _, h := range []string{"savepoints/sp/main-1/000003.sst", "savepoints/../main-0.manifest", "shared/main-0/x.manifest"} {
+		if _, err := gc.Discard(ctx, coordinator.Discard{ID: 5, Reason: coordinator.DiscardAborted, Handles: []string{h}}); err == nil {
+			t.Errorf("discard of handle %q: no error", h)
+		}
+	}
+	if got := left(); !slices.Equal(got, want) {
+		t.Fatalf("left %q after refused discards, want %q", got, want)
+	}
+}
+
+// TestCollectSavepointLeftovers: the collection after a generation deletes
+// a folder under savepoints/ without a _metadata whose objects are all
+// older than the generation (a savepoint that never completed), and keeps
+// a completed savepoint's folder, however old, and one still being
+// written.
+func TestCollectSavepointLeftovers(t *testing.T) {
+	ctx := context.Background()
+	store, err := objstore.Open(ctx, "file://"+t.TempDir(), "job", objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	put := func(keys ...string) {
+		for _, k := range keys {
+			if err := store.Put(ctx, k, []byte(k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put("savepoints/aborted/main-0.manifest", "savepoints/aborted/main-0/000001.sst", "savepoints/aborted/main-1/000002.log",
+		"savepoints/done/_metadata", "savepoints/done/main-0.manifest", "savepoints/done/main-0/000001.sst",
+		"savepoints/late/main-0/000001.sst")
+	// The generation starts: the store's clock moves past every object so far.
+	var olderThan time.Time
+	for {
+		if olderThan, err = state.StoreTime(ctx, store); err != nil {
+			t.Fatal(err)
+		}
+		o, err := store.Stat(ctx, "savepoints/late/main-0/000001.sst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.ModTime.Before(olderThan) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // a store whose clock has coarse steps
+	}
+	put("savepoints/late/main-1/000002.sst", "savepoints/new/main-0/000001.sst")
+
+	gc := NewObjectStoreGC(store, slog.New(slog.DiscardHandler))
+	del, err := gc.CollectGarbage(ctx, olderThan, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(del.Keys)
+	want := []string{"savepoints/aborted/main-0.manifest", "savepoints/aborted/main-0/000001.sst", "savepoints/aborted/main-1/000002.log"}
+	if !slices.Equal(del.Keys, want) {
+		t.Fatalf("deleted %q, want %q", del.Keys, want)
+	}
+	objs, err := store.List(ctx, "savepoints/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 6 {
+		t.Fatalf("%d objects left under savepoints/, want 6 (done, late, new)", len(objs))
+	}
+}

@@ -135,3 +135,22 @@ func sourceRegister[C prometheus.Collector](reg prometheus.Registerer, c C) (C, 
 
 // sourcePartitionLabel formats a partition for the lag gauge.
 func sourcePartitionLabel(p int32) string { return strconv.FormatInt(int64(p), 10) }
+
+// LagMetric returns weir_source_lag_records as registered on reg (with the
+// sources' other metrics): the replica keeps the series of a job that is
+// failed or stopped, whose sources are closed.
+func LagMetric(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
+	m, err := newSourceMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return m.lag, nil
+}
+
+// PartitionLabel is the partition label of weir_source_lag_records.
+func PartitionLabel(p int32) string { return sourcePartitionLabel(p) }
+
+// GroupName is the consumer group a job's sources commit the offsets of
+// completed checkpoints to (Config.Group), for lag tools: prefix is the
+// job's topic prefix.
+func GroupName(prefix string) string { return prefix + "source" }

@@ -50,9 +50,12 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 type restoreCheck struct {
 	newest  *control.Complete // the newest completed checkpoint seen
 	checked ckpt.ID           // the checkpoint last compared (0: none)
-	schema  *compat.Schema    // the job's schema it was compared with
-	result  compat.Result
-	refused atomic.Pointer[RefusedError]
+	// checkedAt is the --restore-from location of the checkpoint last
+	// compared, "" for one of the job's own.
+	checkedAt string
+	schema    *compat.Schema // the job's schema it was compared with
+	result    compat.Result
+	refused   atomic.Pointer[RefusedError]
 }
 
 // Refused returns why this replica refuses to run its job, or nil. Safe
@@ -70,6 +73,7 @@ func (r *Replica) schemaOf(p *plan.Plan) *compat.Schema {
 func (r *Replica) noteComplete(c control.Complete) {
 	if n := r.check.newest; n == nil || c.ID > n.ID {
 		r.check.newest = &c
+		r.met.lastCompletedTime.Set(float64(c.TS) / 1000)
 	}
 }
 
@@ -77,17 +81,33 @@ func (r *Replica) noteComplete(c control.Complete) {
 // checkpoint's (once per checkpoint and schema) and returns a
 // *RefusedError if the job must not restore it. Compatible differences
 // are logged once.
+//
+// With a pending --restore-from, the checkpoint the next generation
+// restores is that restore point, and the job is compared with its
+// schema instead.
 func (r *Replica) checkRestore(ctx context.Context, sch *compat.Schema) error {
+	if q := r.restorePending(); q != nil && q.point != nil {
+		md := q.point.Metadata
+		if md.ID != r.check.checked || r.check.checkedAt != q.src.Location || !reflect.DeepEqual(sch, r.check.schema) {
+			res := compat.Compare(md.ID, md.Schema, sch)
+			r.check.checked, r.check.checkedAt, r.check.schema, r.check.result = md.ID, q.src.Location, sch, res
+			r.logCompare(res)
+		}
+		if err := r.check.result.Err(r.cfg.Process.AllowNonRestoredState); err != nil {
+			return &RefusedError{Checkpoint: md.ID, Err: fmt.Errorf("--restore-from %s: %w", q.src.Request, err)}
+		}
+		return nil
+	}
 	n := r.check.newest
 	if n == nil {
 		return nil // nothing to restore: the job starts from its sources
 	}
-	if n.ID != r.check.checked || !reflect.DeepEqual(sch, r.check.schema) {
+	if n.ID != r.check.checked || r.check.checkedAt != "" || !reflect.DeepEqual(sch, r.check.schema) {
 		res, err := r.compare(ctx, n, sch)
 		if err != nil {
 			return err // the object store: retried
 		}
-		r.check.checked, r.check.schema, r.check.result = n.ID, sch, res
+		r.check.checked, r.check.checkedAt, r.check.schema, r.check.result = n.ID, "", sch, res
 		r.logCompare(res)
 	}
 	if err := r.check.result.Err(r.cfg.Process.AllowNonRestoredState); err != nil {
@@ -124,10 +144,18 @@ func (r *Replica) restoreNames(ctx context.Context, g control.Generation) (compa
 	if g.RestoreFrom == 0 {
 		return compat.Result{}, nil
 	}
-	if r.check.checked == g.RestoreFrom {
+	if r.check.checked == g.RestoreFrom && r.check.checkedAt == g.RestoreLocation {
 		return r.check.result, nil
 	}
-	md, err := checkpoint.ReadRestore(ctx, r.store, g.RestoreFrom, g.RestoreMetadata)
+	store := r.store
+	if g.RestoreLocation != "" {
+		p, err := r.restoreSource(ctx, g.RestoreLocation)
+		if err != nil {
+			return compat.Result{}, err
+		}
+		store = p.Store
+	}
+	md, err := checkpoint.ReadRestore(ctx, store, g.RestoreFrom, g.RestoreMetadata)
 	if err != nil {
 		return compat.Result{}, fmt.Errorf("checkpoint %d: %w", g.RestoreFrom, err)
 	}

@@ -10,6 +10,7 @@ import (
 // sinks, state and coordinator register theirs on the same registry.
 type metrics struct {
 	members, coordinator, tasks, lastCompleted prometheus.Gauge
+	lastCompletedTime, interval                prometheus.Gauge
 	waiting                                    prometheus.Gauge
 	restoreSeconds                             prometheus.Histogram
 	retries                                    *prometheus.CounterVec
@@ -43,8 +44,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		coordinator:   g("is_coordinator", "1 while this replica holds the coordinator role."),
 		tasks:         g("tasks", "Tasks running on this replica."),
 		lastCompleted: g("last_completed_checkpoint_id", "ID of the newest checkpoint this replica saw complete."),
-		stopped:       g("job_stopped", "1 while the job is stopped on purpose (processor stop: a stopped record on the commit topic): this replica runs none of its tasks until processor resume."),
-		refused:       g("job_refused", "1 while this replica refuses to run its job file: it cannot restore the job's newest checkpoint (compatibility check); it takes no task."),
+		lastCompletedTime: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "weir", Subsystem: "checkpoint", Name: "last_completed_timestamp_seconds",
+			Help: "Completion time (Unix seconds) of the job's newest completed checkpoint or savepoint, as this replica read it from the commit topic (also while the job is failed or stopped); 0 before the first."}),
+		interval: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "weir", Subsystem: "checkpoint", Name: "interval_seconds",
+			Help: "The job's checkpoint.interval, in seconds: alerts on the checkpoint age compare with it."}),
+		stopped: g("job_stopped", "1 while the job is stopped on purpose (processor stop: a stopped record on the commit topic): this replica runs none of its tasks until processor resume."),
+		refused: g("job_refused", "1 while this replica refuses to run its job file: it cannot restore the job's newest checkpoint (compatibility check); it takes no task."),
 		waiting: g("waiting_for_job_file", "1 while this replica takes no task because the running generation runs another job file "+
 			"(a rolling update: it takes its share once a generation of its file starts)."),
 		restoreSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "weir", Subsystem: "replica",
@@ -60,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"cause"}),
 	}
 	m.setFailed("")
-	for _, c := range []prometheus.Collector{m.members, m.coordinator, m.tasks, m.lastCompleted, m.waiting, m.restoreSeconds, m.retries, m.sessions, m.jobFailed, m.refused, m.stopped} {
+	for _, c := range []prometheus.Collector{m.members, m.coordinator, m.tasks, m.lastCompleted, m.lastCompletedTime, m.interval, m.waiting, m.restoreSeconds, m.retries, m.sessions, m.jobFailed, m.refused, m.stopped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

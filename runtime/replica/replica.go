@@ -34,6 +34,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/compat"
 	"github.com/weir-stream/weir/config"
@@ -46,6 +47,7 @@ import (
 	"github.com/weir-stream/weir/kafkaio/kafkaconn"
 	"github.com/weir-stream/weir/kafkaio/shuffle"
 	kafkasink "github.com/weir-stream/weir/kafkaio/sink"
+	"github.com/weir-stream/weir/kafkaio/source"
 	"github.com/weir-stream/weir/plan"
 	"github.com/weir-stream/weir/runtime/membership"
 	"github.com/weir-stream/weir/runtime/task"
@@ -73,6 +75,9 @@ type Options struct {
 	// OnCommitted, if set, is called after every checkpoint this replica saw
 	// complete (for `processor dev`, which prints the committed output).
 	OnCommitted func(id ckpt.ID)
+	// RestoreFrom, if set, is `processor run --restore-from`: a restore
+	// point the job starts from, honoured once (restorefrom.go).
+	RestoreFrom *checkpoint.Source
 }
 
 // Replica is one running replica.
@@ -119,6 +124,13 @@ type Replica struct {
 	// check is the compatibility check of the job with its newest
 	// checkpoint (compat.go).
 	check restoreCheck
+	// restoreReq is the --restore-from value (nil: none), sources the
+	// restore points outside the job's storage that generations restored,
+	// opened read-only, by location (restorefrom.go).
+	restoreReq *restoreRequest
+	sources    map[string]*checkpoint.Point
+	// pendingRestore is the pending value, for /readyz (PendingRestore).
+	pendingRestore atomic.Pointer[string]
 
 	ready   atomic.Bool
 	isCoord atomic.Bool             // while the coordinator runner runs here: Coordinator
@@ -130,6 +142,10 @@ type Replica struct {
 	// a resumed or generation record; stop is it for /readyz.
 	stopped *control.Stopped
 	stop    atomic.Pointer[Stop]
+	// parked exports the input's lag while the job is failed or stopped
+	// (parkLag); lag is weir_source_lag_records.
+	parked *parkedLag
+	lag    *prometheus.GaugeVec
 }
 
 // Failure is a job's permanent failure, as this replica read it from the
@@ -205,6 +221,9 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 		sinks:    sinkSpecs(opts.Job, cfg),
 		heart:    newHeartbeat(),
 	}
+	if opts.RestoreFrom != nil {
+		r.restoreReq = &restoreRequest{src: *opts.RestoreFrom, pending: true, since: -1}
+	}
 	conn, err := kafkaconn.New(cfg.Kafka, r.log)
 	if err != nil {
 		return nil, err
@@ -216,6 +235,10 @@ func New(ctx context.Context, opts Options) (*Replica, error) {
 		return nil, err
 	}
 	r.met = met
+	met.interval.Set(cfg.Checkpoint.Interval.Seconds())
+	if r.lag, err = source.LagMetric(opts.Registerer); err != nil {
+		return nil, err
+	}
 	sm, err := kafkasink.NewMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -748,6 +771,9 @@ func (r *Replica) run(ctx context.Context) error {
 		if cerr := r.conn.Err(); cerr != nil {
 			return cerr
 		}
+		if p := (permanent{}); errors.As(err, &p) {
+			return p.err // a --restore-from location without a restore point
+		}
 		backoff := sessionBackoff.NextBackOff()
 		var refused *RefusedError
 		if errors.As(err, &refused) {
@@ -835,6 +861,10 @@ func (r *Replica) session(ctx context.Context) error {
 		if c, ok := rec.Msg.(control.Complete); ok {
 			r.noteComplete(c)
 		}
+	}
+	r.noteRestoreHistory(hist.Records, hist.End)
+	if err := r.openRestorePoint(ctx); err != nil {
+		return err
 	}
 	// A job file that cannot restore the newest checkpoint never joins:
 	// it writes nothing, and a generation of the others goes on.
@@ -974,10 +1004,10 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 		return nil
 	}
 	r.met.members.Set(float64(len(v.Members)))
-	if !v.IsCoordinator() || r.failed != nil || r.stopped != nil {
+	if !v.IsCoordinator() || ((r.failed != nil || r.stopped != nil) && r.assignRestore() == nil) {
 		// A failed or stopped job has nothing to coordinate until it is
 		// resumed; processor resume takes the coordinator's transactional
-		// ID.
+		// ID. A pending --restore-from starts it again.
 		r.stopCoordinator()
 		return nil
 	}
@@ -1068,7 +1098,7 @@ func (r *Replica) onView(ctx context.Context, v membership.View) error {
 	// the checkpoint it restores is stored, so that it keeps following
 	// them.
 	rec := sch.WithStateNames(r.check.result.StateNames)
-	if err := r.runner.Submit(sctx, coordinator.Assign{Assignment: a, Fingerprint: r.opts.Fingerprint, Schema: &rec}); err != nil {
+	if err := r.runner.Submit(sctx, coordinator.Assign{Assignment: a, Fingerprint: r.opts.Fingerprint, Schema: &rec, Restore: r.assignRestore()}); err != nil {
 		r.log.Error("assign tasks", "err", err)
 	}
 	return nil
@@ -1197,6 +1227,7 @@ func (r *Replica) stopCoordinator() {
 func (r *Replica) onRecord(ctx context.Context, rec controltopic.Record) error {
 	switch m := rec.Msg.(type) {
 	case control.Generation:
+		r.noteRestoreGeneration(m)
 		r.setLastGen(m)
 		r.clearFailed()
 		r.clearStopped()
@@ -1266,7 +1297,9 @@ func (r *Replica) onRecord(ctx context.Context, rec controltopic.Record) error {
 func (r *Replica) startGeneration(ctx context.Context, g control.Generation) error {
 	r.ready.Store(false)
 	r.stopTasks(ctx)
-	r.gen = 0 // until every task of g runs, no trigger is passed on
+	r.unparkLag() // the sources of g export the lag
+	// Until every task of g runs, no trigger is passed on.
+	r.gen = 0
 	mine := g.Assignment[r.opts.ReplicaID]
 	if g.Fingerprint != "" && g.Fingerprint != r.opts.Fingerprint {
 		return r.wait(g, mine)
@@ -1275,7 +1308,8 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	// version before fingerprints, which cannot tell files apart.
 	r.waiting.Store(nil)
 	r.met.waiting.Set(0)
-	r.log.Info("generation", "generation", g.Gen, "restore_from", g.RestoreFrom, "restore_metadata", g.RestoreMetadata, "tasks", len(mine))
+	r.log.Info("generation", "generation", g.Gen, "restore_from", g.RestoreFrom, "restore_metadata", g.RestoreMetadata,
+		"restore_location", g.RestoreLocation, "tasks", len(mine))
 	start := time.Now()
 	// Every replica runs the generation's plan, made from the tasks its
 	// record lists, not from its own reading of the input's partitions:
@@ -1286,16 +1320,26 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 	// Where g's checkpoint holds the state of operators and stages an
 	// edit renamed (compat.Result.StateNames, StageNames): the same for
 	// every task, and the plan's stages run under those names.
+	// A restore point outside the job's storage (--restore-from) is read
+	// through its own read-only store.
 	var names compat.Result
+	var from *checkpoint.Point
 	if len(mine) > 0 {
 		if err := retry(ctx, r.log, r.met, r.heart, "start_task", func() (err error) {
+			if g.RestoreLocation != "" {
+				if from, err = r.restoreSource(ctx, g.RestoreLocation); err != nil {
+					return err
+				}
+			}
 			names, err = r.restoreNames(ctx, g)
 			return err
 		}); err != nil {
 			return err
 		}
-	} else if r.check.checked == g.RestoreFrom {
-		names = r.check.result
+	} else if n, err := r.restoreNames(ctx, g); err == nil {
+		// One attempt: a replica without tasks needs the names only to
+		// check the generation's plan.
+		names = n
 	}
 	all, err := g.Assignment.Tasks()
 	if err == nil {
@@ -1326,6 +1370,9 @@ func (r *Replica) startGeneration(ctx context.Context, g control.Generation) err
 				var err error
 				cfg := r.taskConfig(id, g)
 				cfg.StateNames = names.StateNames
+				if from != nil {
+					cfg.RestoreStore = from.Store
+				}
 				t, err = task.Open(ctx, cfg)
 				if errors.Is(err, kafkasink.ErrTxnAborted) || task.Permanent(err) != nil {
 					// Output of a completed checkpoint is lost: never go on
@@ -1481,7 +1528,7 @@ func shuffleProducers(writers, procs int) int {
 func (r *Replica) taskConfig(id control.TaskID, g control.Generation) task.Config {
 	return task.Config{
 		Job: r.opts.Job, ID: id, Gen: g.Gen, RestoreFrom: g.RestoreFrom, RestoreMetadata: g.RestoreMetadata, Skip: g.Skip,
-		Kafka: r.kopts, Shuffle: r.shuffleFor[id], Prefix: r.cfg.Kafka.TopicPrefix, Store: r.store,
+		Kafka: r.kopts, Shuffle: r.shuffleFor[id], Prefix: r.cfg.Kafka.TopicPrefix, Store: r.store, BusyTime: r.cfg.HTTP.BusyTime,
 		StateDir: filepath.Join(r.cfg.State.Dir, r.cfg.Job.Name, task.StateName(id)),
 		Cache:    r.cache, Acks: r.acks,
 		RecordCacheBytes:         cmp.Or(r.cfg.State.RecordCacheBytes, -1), // config: 0 is off
@@ -1594,6 +1641,7 @@ func (r *Replica) enterFailed(ctx context.Context, f control.Failed, offset int6
 	fl := &Failure{Failed: f, CommitTopic: r.topics.Commit, Offset: offset}
 	r.failure.Store(fl)
 	r.met.setFailed(f.Cause)
+	r.parkLag(ctx)
 	if r.loggedAt == offset {
 		return
 	}
@@ -1626,6 +1674,7 @@ func (r *Replica) enterStopped(ctx context.Context, s control.Stopped, offset in
 	st := &Stop{Stopped: s, CommitTopic: r.topics.Commit, Offset: offset}
 	r.stop.Store(st)
 	r.met.stopped.Set(1)
+	r.parkLag(ctx)
 	r.log.Info("job stopped; this replica runs none of its tasks until the job is resumed",
 		"generation", s.Gen, "savepoint", s.Savepoint, "metadata", s.Metadata,
 		"commit_topic", r.topics.Commit, "commit_offset", offset, "resume", "processor resume -c FILE")
@@ -1705,6 +1754,7 @@ func (r *Replica) localTaskNames() []string {
 
 func (r *Replica) close() {
 	ctx := context.Background()
+	r.unparkLag()
 	r.stopCoordinator()
 	r.stopTasks(ctx)
 	if r.acks != nil {
@@ -1713,6 +1763,8 @@ func (r *Replica) close() {
 	if r.store != nil {
 		_ = r.store.Close()
 	}
+	r.closeRestorePoint()
+	r.closeSources()
 	if r.cache != nil {
 		r.cache.Unref()
 	}

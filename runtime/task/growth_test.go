@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -54,9 +55,16 @@ func TestManifestHandleAfterInputChange(t *testing.T) {
 		}
 		return p
 	}
-	handle := func(p *plan.Plan, id control.TaskID) (string, error) {
+	sources := func(p *plan.Plan, id control.TaskID) (restoreFrom, error) {
 		tk := &Task{cfg: Config{ID: id, RestoreFrom: 5, Store: store, Plan: p}, log: slog.New(slog.DiscardHandler)}
-		return tk.manifestHandle(ctx, StateName(id))
+		return tk.restoreSources(ctx, StateName(id))
+	}
+	handle := func(p *plan.Plan, id control.TaskID) (string, error) {
+		rf, err := sources(p, id)
+		if rf.rescaled {
+			t.Fatalf("%s: rescaled", id)
+		}
+		return rf.handle, err
 	}
 
 	grown := planFor(4, 2)
@@ -82,9 +90,19 @@ func TestManifestHandleAfterInputChange(t *testing.T) {
 		t.Errorf("input shrunk to 1: main/0: %v; want a permanent failure of cause job, ErrFewerPartitions", err)
 	}
 
+	// A downstream stage of another task count restores by key groups:
+	// count/0 of 3 owns key groups [0, 3) of 8, held by count/0 of 2
+	// ([0, 4)); count/2 owns [6, 8), held by count/1 ([4, 8)); the sinks of
+	// old task j go to new task j mod 3.
 	rescaled := planFor(2, 3)
-	_, err = handle(rescaled, control.TaskID{Stage: "count", Index: 0})
-	if !errors.As(err, &pe) || pe.Cause != control.CauseJob || errors.Is(err, ErrFewerPartitions) {
-		t.Errorf("downstream 2 -> 3 tasks: count/0: %v; want a permanent failure of cause job, not ErrFewerPartitions", err)
+	for i, want := range []restoreFrom{
+		{rescaled: true, from: 2, keyed: []string{"chk-5/count-0.manifest"}, sinks: map[int]string{0: "chk-5/count-0.manifest"}},
+		{rescaled: true, from: 2, keyed: []string{"chk-5/count-0.manifest", "chk-5/count-1.manifest"}, sinks: map[int]string{1: "chk-5/count-1.manifest"}},
+		{rescaled: true, from: 2, keyed: []string{"chk-5/count-1.manifest"}, sinks: map[int]string{}},
+	} {
+		got, err := sources(rescaled, control.TaskID{Stage: "count", Index: i})
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("downstream 2 -> 3 tasks: count/%d: %+v, %v; want %+v", i, got, err, want)
+		}
 	}
 }

@@ -165,7 +165,7 @@ func (t *Task) openSource(ctx context.Context, offsets source.Offsets, added boo
 		srcCfg.Start = kafkaio.Start{Kind: kafkaio.StartEarliest}
 	}
 	srcCfg.Skip = cfg.Skip
-	srcCfg.Group = cfg.Prefix + "source"
+	srcCfg.Group = source.GroupName(cfg.Prefix)
 	srcCfg.Name = cfg.ID.String()
 	srcCfg.Logger = t.log
 	srcCfg.Registerer = cfg.Registerer

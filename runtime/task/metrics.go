@@ -23,6 +23,7 @@ type Metrics struct {
 
 	watermark, watermarkLag, idleInputs *prometheus.GaugeVec   // task
 	recordsIn, recordsOut               *prometheus.CounterVec // task
+	busy, backpressured, idleTime       *prometheus.GaugeVec   // stage, task
 	late                                *prometheus.CounterVec // operator
 	recordErrors                        *prometheus.CounterVec // operator, policy
 
@@ -74,6 +75,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "weir_task_records_out_total",
 			Help: "Records the task's operator chain emitted, to its sinks and its shuffle outputs.",
 		}, []string{"task"}),
+		busy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weir_task_busy_ms_per_second",
+			Help: "Milliseconds per second the task spent working (decoding, operators, state, timers, checkpoints): neither idle nor backpressured. Updated every second while the task runs.",
+		}, []string{"stage", "task"}),
+		backpressured: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weir_task_backpressured_ms_per_second",
+			Help: "Milliseconds per second the task was blocked writing its output (a sink's or shuffle writer's produce buffer full): a stage downstream or the brokers hold it back. One write in 16 is timed. Updated every second.",
+		}, []string{"stage", "task"}),
+		idleTime: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weir_task_idle_ms_per_second",
+			Help: "Milliseconds per second the task waited for input (its source partition or shuffle partitions had nothing to read). Updated every second.",
+		}, []string{"stage", "task"}),
 		late: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weir_late_records_total",
 			Help: "Records an event-time operator (a window) dropped or sent to its late topic because every window they belong to had fired, by operator.",
@@ -84,7 +97,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"operator", "policy"}),
 		owner: map[string]uint64{},
 	}
-	for _, c := range []prometheus.Collector{m.alignment, m.startDelay, m.dropped, m.watermark, m.watermarkLag, m.idleInputs, m.recordsIn, m.recordsOut, m.late, m.recordErrors} {
+	for _, c := range []prometheus.Collector{m.alignment, m.startDelay, m.dropped, m.watermark, m.watermarkLag, m.idleInputs, m.recordsIn, m.recordsOut, m.busy, m.backpressured, m.idleTime, m.late, m.recordErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -138,7 +151,7 @@ func (m *stageMetrics) publish(s input.Stats) {
 // taskMetrics are the event-time metrics of one task.
 type taskMetrics struct {
 	m                    *Metrics
-	task                 string
+	stage, task          string
 	gen                  uint64
 	watermark, lag, idle prometheus.Gauge
 	in, out              prometheus.Counter
@@ -162,7 +175,7 @@ func (m *Metrics) forTask(stage, task string, gen uint64) *taskMetrics {
 	m.owner[task] = max(m.owner[task], gen)
 	m.mu.Unlock()
 	tm := &taskMetrics{
-		m: m, task: task, gen: gen,
+		m: m, stage: stage, task: task, gen: gen,
 		watermark:  m.watermark.WithLabelValues(task),
 		lag:        m.watermarkLag.WithLabelValues(task),
 		idle:       m.idleInputs.WithLabelValues(task),
@@ -174,6 +187,24 @@ func (m *Metrics) forTask(stage, task string, gen uint64) *taskMetrics {
 	tm.lag.Set(0)
 	tm.idle.Set(0)
 	return tm
+}
+
+// busyTime returns the task's busy-time account, publishing to its gauges
+// (present at 0 from now on).
+func (tm *taskMetrics) busyTime() busyTime {
+	if tm == nil {
+		return busyTime{}
+	}
+	b := busyTime{
+		on:       true,
+		busyG:    tm.m.busy.WithLabelValues(tm.stage, tm.task),
+		blockedG: tm.m.backpressured.WithLabelValues(tm.stage, tm.task),
+		idleG:    tm.m.idleTime.WithLabelValues(tm.stage, tm.task),
+	}
+	b.busyG.Set(0)
+	b.blockedG.Set(0)
+	b.idleG.Set(0)
+	return b
 }
 
 // publish sets the watermark gauges: wm in Unix ms (MinWatermark: none
@@ -258,5 +289,8 @@ func (tm *taskMetrics) remove() {
 	}
 	for _, v := range []*prometheus.CounterVec{m.recordsIn, m.recordsOut} {
 		v.DeleteLabelValues(tm.task)
+	}
+	for _, v := range []*prometheus.GaugeVec{m.busy, m.backpressured, m.idleTime} {
+		v.DeleteLabelValues(tm.stage, tm.task)
 	}
 }

@@ -174,8 +174,9 @@ func (t *Task) openSink(ctx context.Context, spec stream.KafkaSink, r sinkRecove
 }
 
 // retireSink recovers a sink the checkpoint recorded that the job no longer
-// has: it commits the transactions recorded for it (DESIGN.md invariant 5
-// holds across a change of the job) and fences its pool.
+// has, or a sink of an old task of another index of a rescaled stage
+// (r.partition): it commits the transactions recorded for it (DESIGN.md
+// invariant 5 holds across a change of the job) and fences its pool.
 func (t *Task) retireSink(ctx context.Context, r sinkRecovery) error {
 	cfg := t.cfg
 	delivery := kafkaio.DeliveryExactlyOnce
@@ -187,7 +188,7 @@ func (t *Task) retireSink(ctx context.Context, r sinkRecovery) error {
 		TransactionalIDPrefix: cfg.Prefix,
 		Stage:                 cfg.ID.Stage,
 		Topic:                 r.pool.Topic,
-		Partition:             int32(cfg.ID.Index),
+		Partition:             r.partition,
 		Pool:                  r.pool.Pool,
 		PoolSize:              max(r.pool.Size, 1),
 		Delivery:              delivery,
@@ -195,6 +196,13 @@ func (t *Task) retireSink(ctx context.Context, r sinkRecovery) error {
 		Logger:                t.log.With("sink", r.name()),
 		Metrics:               cfg.SinkMetrics,
 	}, r.txns)
+	if moved := r.partition != int32(cfg.ID.Index); moved && err != nil {
+		return fmt.Errorf("sink %s of old task %s/%d (the stage was rescaled): commit its transactions of checkpoint %d: %w", r.name(), cfg.ID.Stage, r.partition, cfg.RestoreFrom, err)
+	} else if moved {
+		t.log.Info(fmt.Sprintf("sink %s of old task %s/%d (the stage was rescaled): its %d pre-committed transactions of checkpoint %d were committed and its transactional IDs fenced", r.name(), cfg.ID.Stage, r.partition, len(r.txns), cfg.RestoreFrom),
+			"sink", r.name(), "pool", r.pool.Pool, "fenced", r.pool.Size, "checkpoint_id", cfg.RestoreFrom)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("sink %s, no longer in the job: commit its transactions of checkpoint %d: %w", r.name(), cfg.RestoreFrom, err)
 	}
@@ -274,7 +282,7 @@ func (e *emitter) Emit(sink int, r stream.Record) error {
 			rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: e.bytes(h.Value)}
 		}
 	}
-	if err := out.write(e.t.ctx, rec); err != nil {
+	if err := e.write(out, rec); err != nil {
 		e.err = fmt.Errorf("%s: %w", out, err)
 	}
 	return e.err
@@ -298,10 +306,23 @@ func (e *emitter) Shuffle(edge int, r stream.Record) error {
 	for _, h := range r.Headers {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: e.bytes(h.Value)})
 	}
-	if err := out.write(e.t.ctx, rec); err != nil {
+	if err := e.write(out, rec); err != nil {
 		e.err = fmt.Errorf("%s: %w", out, err)
 	}
 	return e.err
+}
+
+// write writes rec to out, timing one write in busySample: the time an
+// output's full produce buffer blocks the task (busyTime).
+func (e *emitter) write(out output, rec *kgo.Record) error {
+	b := &e.t.busy
+	if !b.timeWrite() {
+		return out.write(e.t.ctx, rec)
+	}
+	start := e.t.cfg.Now()
+	err := out.write(e.t.ctx, rec)
+	b.wroteFor(e.t.cfg.Now().Sub(start))
+	return err
 }
 
 // headers returns an empty header slice of capacity n, cut from a slab.

@@ -52,6 +52,19 @@ func (t *Task) openShuffleInput(ctx context.Context, restored []control.Position
 	lo, hi := cfg.Plan.KeyGroups(cfg.ID)
 	start := make(map[int32]int64)
 	for _, p := range restored {
+		if p.Topic != sh.Topic && cfg.RestoreStore != nil {
+			// Another job's restore point (run --restore-from under
+			// another job name or prefix): its positions are in that
+			// job's shuffle topic, whose records up to them the
+			// restore point holds processed, and whose later ones this
+			// job's upstream tasks write again from the restored source
+			// offsets. This job's topic is read from its start, every
+			// record of an older generation dropped by the filter.
+			t.log.Info("restore point of another job: its shuffle positions are in its own shuffle topic; this task reads its job's from the start",
+				"restore_point_topic", p.Topic, "topic", sh.Topic, "checkpoint_id", cfg.RestoreFrom)
+			clear(start)
+			break
+		}
 		if p.Topic != sh.Topic {
 			return nil, fmt.Errorf("checkpoint %d has a position in %s; the task reads %s (was the stage renamed?)", cfg.RestoreFrom, p.Topic, sh.Topic)
 		}

@@ -3,6 +3,7 @@ package task
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/weir-stream/weir/kafkaio"
 	"github.com/weir-stream/weir/kafkaio/sink"
@@ -147,9 +148,13 @@ func legacyIndex(bySink [][]sink.TxnHandle, k int) int {
 // sinkRecovery is what a task's restore does with one sink.
 type sinkRecovery struct {
 	// index is the sink's index in Job.Sinks; -1 for a sink the job no
-	// longer has, which is retired: its transactions committed, its pool
-	// fenced (sink.Retire).
+	// longer has, or one of an old task of another index (a rescaled
+	// stage, rescale.go), which is retired: its transactions committed,
+	// its pool fenced (sink.Retire).
 	index int
+	// partition is the task index the pool's transactional IDs carry:
+	// the restoring task's, or the old task's whose sink it retires.
+	partition int32
 	// pool is the pool the sink runs now; for a retired sink, the one the
 	// checkpoint recorded.
 	pool sinkPool
@@ -178,7 +183,7 @@ func planSinkRecovery(prefix, stage string, partition int32, specs []stream.Kafk
 	used := make([]bool, len(rec))
 	var plan []sinkRecovery
 	for _, i := range stageSinks {
-		r := sinkRecovery{index: i, pool: poolOf(stage, specs[i], maxConcurrent)}
+		r := sinkRecovery{index: i, partition: partition, pool: poolOf(stage, specs[i], maxConcurrent)}
 		if k, ok := byTopic[specs[i].Topic]; ok {
 			used[k] = true
 			r.txns = rec[k].Txns
@@ -190,26 +195,46 @@ func planSinkRecovery(prefix, stage string, partition int32, specs []stream.Kafk
 	}
 	for k, p := range rec {
 		if !used[k] && (len(p.Txns) > 0 || p.Size > 0) {
-			plan = append(plan, sinkRecovery{index: -1, pool: p, txns: p.Txns})
+			plan = append(plan, sinkRecovery{index: -1, partition: partition, pool: p, txns: p.Txns})
 		}
 	}
+	return plan, checkSinkOwners(prefix, plan)
+}
 
+// planMovedSinks adds to plan the retirement of the sinks of old tasks of
+// other indices that a rescaled task recovers (rescale.go): every pool
+// they recorded is retired under its own partition, its transactions
+// committed and its transactional IDs fenced.
+func planMovedSinks(prefix string, plan []sinkRecovery, moved []movedSinks) ([]sinkRecovery, error) {
+	for _, m := range moved {
+		for _, p := range m.pools {
+			if len(p.Txns) > 0 || p.Size > 0 {
+				plan = append(plan, sinkRecovery{index: -1, partition: m.partition, pool: p, txns: p.Txns})
+			}
+		}
+	}
+	return plan, checkSinkOwners(prefix, plan)
+}
+
+// checkSinkOwners refuses a plan in which a transactional ID would be
+// touched by two entries.
+func checkSinkOwners(prefix string, plan []sinkRecovery) error {
 	owner := map[string]int{} // transactional ID -> the plan entry that touches it
 	for k, r := range plan {
-		ids := r.pool.txnIDs(prefix, partition)
+		ids := r.pool.txnIDs(prefix, r.partition)
 		ids = append(ids, r.fence...)
 		for _, h := range r.txns {
 			ids = append(ids, h.TransactionalID)
 		}
 		for _, id := range ids {
 			if o, ok := owner[id]; ok && o != k {
-				return nil, fmt.Errorf("transactional ID %s belongs to two sinks, %s and %s: the checkpoint's sink transactions cannot be recovered safely",
+				return fmt.Errorf("transactional ID %s belongs to two sinks, %s and %s: the checkpoint's sink transactions cannot be recovered safely",
 					id, plan[o].name(), r.name())
 			}
 			owner[id] = k
 		}
 	}
-	return plan, nil
+	return nil
 }
 
 // name names the sink in messages: its topic, or its pool if the topic is
@@ -219,4 +244,35 @@ func (r sinkRecovery) name() string {
 		return r.pool.Topic
 	}
 	return r.pool.Pool
+}
+
+// leaveForeignTransactions drops, from the sinks a restore point the job
+// does not own recorded (Config.RestoreStore), every transaction whose
+// transactional ID is not the job's own (kafka.topic_prefix): another
+// job's, which this job must never commit, abort or fence, since that
+// job may still run. That job committed them when its checkpoint
+// completed (every replica commits a checkpoint's transactions when it
+// reads its complete record, before it reads a stop), so the restored
+// state's output is all there unless a replica of that job died in
+// between; then that job's own restore, or `processor transactions
+// commit` against it, commits them. Each one left is logged. A
+// transaction under the job's own IDs (the same job name and prefix: a
+// rollback, or a savepoint copied and restored under the same name) is
+// recovered as after any restore.
+func (t *Task) leaveForeignTransactions(rec []sinkPool) []sinkPool {
+	out := make([]sinkPool, 0, len(rec))
+	for _, p := range rec {
+		own := p.Txns[:0:0]
+		for _, h := range p.Txns {
+			if strings.HasPrefix(h.TransactionalID, t.cfg.Prefix+p.Pool+"-") {
+				own = append(own, h)
+				continue
+			}
+			t.log.Info("restore point of another job: its recorded transaction is left to that job (committed when its checkpoint completed), neither committed nor fenced here",
+				"sink", p.Topic, "transactional_id", h.TransactionalID, "checkpoint_id", t.cfg.RestoreFrom)
+		}
+		p.Txns = own
+		out = append(out, p)
+	}
+	return out
 }

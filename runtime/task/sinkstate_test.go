@@ -3,6 +3,7 @@ package task
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -215,4 +216,27 @@ func manifestWith(t *testing.T, op operatorState) *state.Manifest {
 		t.Fatal(err)
 	}
 	return &state.Manifest{OperatorState: b}
+}
+
+// TestLeaveForeignTransactions: restored from a point the job does not
+// own, a sink recovers only the transactions under the job's own IDs;
+// another job's (another prefix, or a prefix that merely starts like the
+// job's) are left alone.
+func TestLeaveForeignTransactions(t *testing.T) {
+	pool := sink.PoolName("main", "out")
+	own := sink.TxnHandle{TransactionalID: sink.TxnID("_weir.clicks.", pool, 0, 1), ProducerID: 1}
+	other := sink.TxnHandle{TransactionalID: sink.TxnID("_weir.clicks-v1.", pool, 0, 1), ProducerID: 2}
+	longer := sink.TxnHandle{TransactionalID: sink.TxnID("_weir.clicks.v0.", pool, 0, 2), ProducerID: 3}
+	tk := &Task{cfg: Config{Prefix: "_weir.clicks.", RestoreFrom: 9}, log: slog.New(slog.DiscardHandler)}
+	rec := []sinkPool{
+		{Topic: "out", Pool: pool, Size: 4, Txns: []sink.TxnHandle{own, other, longer}},
+		{Topic: "gone", Pool: sink.PoolName("main", "gone"), Size: 4, Txns: []sink.TxnHandle{{TransactionalID: sink.TxnID("_weir.old.", sink.PoolName("main", "gone"), 0, 0)}}},
+	}
+	got := tk.leaveForeignTransactions(rec)
+	if len(got) != 2 || !slices.Equal(got[0].Txns, []sink.TxnHandle{own}) || len(got[1].Txns) != 0 {
+		t.Fatalf("kept %+v, want only %s", got, own.TransactionalID)
+	}
+	if len(rec[0].Txns) != 3 {
+		t.Fatal("the recorded pools were changed in place")
+	}
 }

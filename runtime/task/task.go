@@ -58,6 +58,13 @@ type Config struct {
 	// RestoreMetadata is where RestoreFrom's _metadata is when it is not at
 	// chk-<n>/_metadata (a savepoint's; control.Generation.RestoreMetadata).
 	RestoreMetadata string
+	// RestoreStore, if set, is where RestoreFrom is: a restore point the
+	// job does not own (control.Generation.RestoreLocation, opened
+	// read-only by the replica), RestoreMetadata its _metadata's key in
+	// it. The task's state restores from it (state.Config.RestoreStore),
+	// and its sinks recover only the recorded transactions whose IDs are
+	// the job's own (leaveForeignTransactions).
+	RestoreStore *objstore.Store
 	// Skip lists input records the source drops unread (the generation's
 	// control.Generation.Skip).
 	Skip []control.Position
@@ -70,6 +77,9 @@ type Config struct {
 	// Prefix is the job's prefix of transactional IDs and groups
 	// (kafka.topic_prefix).
 	Prefix string
+	// BusyTime accounts the task's busy, backpressured and idle time
+	// (http.busy_time; busyTime).
+	BusyTime bool
 	// Store is the job's object store.
 	Store *objstore.Store
 	// StateDir is the task's local directory, state.dir/<job>/<task>.
@@ -181,6 +191,9 @@ type Task struct {
 	// wm is the task's event time; nil if the job does not use it.
 	wm  *watermarks
 	met *taskMetrics
+	// busy accounts the task goroutine's time (idle, backpressured, busy);
+	// the task goroutine only.
+	busy busyTime
 
 	ctx     context.Context // the task's life; cancelled by Stop
 	cancel  context.CancelFunc
@@ -228,7 +241,7 @@ func (t *Task) Run() { t.started.Do(func() { go t.run() }) }
 func (t *Task) open(ctx context.Context, name string) error {
 	cfg := t.cfg
 	scfg := state.Config{
-		Dir: cfg.StateDir, Task: name, Store: cfg.Store, Cache: cfg.Cache,
+		Dir: cfg.StateDir, Task: name, Store: cfg.Store, RestoreStore: cfg.RestoreStore, Cache: cfg.Cache,
 		Logger: t.log, Registerer: cfg.Registerer, Now: cfg.Now,
 		RecordCacheBytes: cfg.RecordCacheBytes,
 	}
@@ -239,17 +252,45 @@ func (t *Task) open(ctx context.Context, name string) error {
 		lo, hi := cfg.Plan.KeyGroups(cfg.ID)
 		scfg.MaxParallelism, scfg.KeyGroups = cfg.Plan.MaxParallelism, [2]int{lo, hi}
 	}
+	st := cfg.Plan.Stage(cfg.ID.Stage)
+	if st == nil {
+		return fmt.Errorf("the job's plan has no stage %s", cfg.ID.Stage)
+	}
 	var opState operatorState
-	var handle string
+	var rf restoreFrom
 	if cfg.RestoreFrom > 0 {
 		var err error
-		if handle, err = t.manifestHandle(ctx, name); err != nil {
+		if rf, err = t.restoreSources(ctx, name); err != nil {
 			return err
 		}
 	}
-	if handle != "" {
+	var olds []oldTask // a downstream task's: the old tasks it restores from
+	switch {
+	case rf.rescaled:
 		start := time.Now()
-		b, err := state.Restore(ctx, scfg, handle)
+		b, err := state.RestoreKeyGroups(ctx, scfg, rf.keyed)
+		if err != nil {
+			err = fmt.Errorf("restore state from checkpoint %d (stage %s rescaled from %d to %d tasks): %w", cfg.RestoreFrom, cfg.ID.Stage, rf.from, st.Parallelism, err)
+			if errors.Is(err, state.ErrKeyGroups) {
+				// The checkpoint's state cannot be divided among this
+				// many tasks: no retry changes that.
+				return &PermanentError{Cause: control.CauseJob, Err: err}
+			}
+			return err
+		}
+		t.backend = b
+		read := func(ctx context.Context, h string) (*state.Manifest, error) {
+			return state.ReadManifest(ctx, t.restoreStore(), h)
+		}
+		if olds, err = oldTasks(ctx, b, rf, read); err != nil {
+			return fmt.Errorf("checkpoint %d: %w", cfg.RestoreFrom, err)
+		}
+		t.log.Info("state restored: stage rescaled, key groups moved", "checkpoint_id", cfg.RestoreFrom,
+			"from_tasks", rf.from, "tasks", st.Parallelism, "key_groups", fmt.Sprintf("[%d,%d)", scfg.KeyGroups[0], scfg.KeyGroups[1]),
+			"duration", time.Since(start))
+	case rf.handle != "":
+		start := time.Now()
+		b, err := state.Restore(ctx, scfg, rf.handle)
 		if err != nil {
 			return fmt.Errorf("restore state from checkpoint %d: %w", cfg.RestoreFrom, err)
 		}
@@ -259,20 +300,33 @@ func (t *Task) open(ctx context.Context, name string) error {
 				return fmt.Errorf("checkpoint %d: operator state of %s: %w", cfg.RestoreFrom, cfg.ID, err)
 			}
 		}
+		if m := b.Restored(); m != nil && !st.Kafka && m.KeyGroups != [2]int{} {
+			olds = []oldTask{{index: cfg.ID.Index, keyGroups: m.KeyGroups, op: opState, keyed: true, sinks: true}}
+		}
 		t.log.Info("state restored", "checkpoint_id", cfg.RestoreFrom, "duration", time.Since(start))
-	} else {
+	default:
 		b, err := state.Open(ctx, scfg)
 		if err != nil {
 			return fmt.Errorf("open state: %w", err)
 		}
 		t.backend = b
 	}
-
-	st := cfg.Plan.Stage(cfg.ID.Stage)
-	if st == nil {
-		return fmt.Errorf("the job's plan has no stage %s", cfg.ID.Stage)
+	var moved []movedSinks
+	if olds != nil {
+		// A downstream task's positions, watermarks and sinks, from the
+		// old tasks of its key groups (one, unless rescaled): its input
+		// pairs follow the current upstream parallelism too.
+		lo, hi := cfg.Plan.KeyGroups(cfg.ID)
+		var err error
+		opState, moved, err = mergeOperatorState(olds, cfg.ID.Stage, cfg.ID.Index, lo, hi, st.Input.Writers, cfg.Sinks, st.Sinks, cfg.MaxConcurrentCheckpoints)
+		if err != nil {
+			return &PermanentError{Cause: control.CauseJob, Err: fmt.Errorf("checkpoint %d: %w", cfg.RestoreFrom, err)}
+		}
 	}
 	t.met = cfg.Metrics.forTask(cfg.ID.Stage, cfg.ID.String(), cfg.Gen)
+	if cfg.BusyTime {
+		t.busy = t.met.busyTime()
+	}
 	tc := stream.TaskContext{
 		Backend: t.backend, Stage: st.JobName(), Task: cfg.ID.String(), Index: cfg.ID.Index, Now: cfg.Now, Logger: t.log,
 		StateNames: cfg.StateNames,
@@ -294,8 +348,17 @@ func (t *Task) open(ctx context.Context, name string) error {
 	// decided before anything is written.
 	var sinkPlan []sinkRecovery
 	recorded, err := recordedSinkPools(&opState, cfg.ID.Stage, cfg.Sinks, st.Sinks, cfg.MaxConcurrentCheckpoints)
+	if err == nil && cfg.RestoreStore != nil {
+		recorded = t.leaveForeignTransactions(recorded)
+		for i := range moved {
+			moved[i].pools = t.leaveForeignTransactions(moved[i].pools)
+		}
+	}
 	if err == nil {
 		sinkPlan, err = planSinkRecovery(cfg.Prefix, cfg.ID.Stage, int32(cfg.ID.Index), cfg.Sinks, st.Sinks, cfg.MaxConcurrentCheckpoints, recorded)
+	}
+	if err == nil && len(moved) > 0 {
+		sinkPlan, err = planMovedSinks(cfg.Prefix, sinkPlan, moved)
 	}
 	if err != nil {
 		return &PermanentError{Cause: control.CauseJob, Err: fmt.Errorf("checkpoint %d: sinks of %s: %w", cfg.RestoreFrom, cfg.ID, err)}
@@ -363,7 +426,7 @@ func (t *Task) open(ctx context.Context, name string) error {
 			// A task of a partition added since the checkpoint starts at
 			// its earliest offset, whatever the configured start: every
 			// record written to it is processed.
-			added := cfg.RestoreFrom > 0 && handle == ""
+			added := cfg.RestoreFrom > 0 && rf.handle == ""
 			in, err = t.openSource(ctx, opState.Offsets, added)
 		} else {
 			in, err = t.openShuffleInput(ctx, opState.Shuffle)
@@ -403,26 +466,40 @@ func (t *Task) openWatermarks(st *plan.Stage, restored *watermarkState) error {
 	return nil
 }
 
-// manifestHandle reads checkpoint RestoreFrom's _metadata and returns this
-// task's manifest handle in it, or "" for a task of the source stage that
-// the checkpoint has no state for because the input topics gained
-// partitions since (docs/operations.md, "Input partitions added"): it
-// starts empty, its source at the partition's earliest offset.
+// restoreStore is where the task's restore point is: RestoreStore, a
+// store another job owns, or else the job's own.
+func (t *Task) restoreStore() *objstore.Store {
+	if t.cfg.RestoreStore != nil {
+		return t.cfg.RestoreStore
+	}
+	return t.cfg.Store
+}
+
+// restoreSources reads checkpoint RestoreFrom's _metadata and returns what
+// the task restores from it: its own manifest; nothing, for a task of the
+// source stage that the checkpoint has no state for because the input
+// topics gained partitions since (docs/operations.md, "Input partitions
+// added"): it starts empty, its source at the partition's earliest offset;
+// or, for a task of a downstream stage whose parallelism differs from the
+// checkpoint's, the manifests of the old tasks whose key groups and sinks
+// it takes over (rescale.go, docs/state.md "Rescaling").
 //
 // A checkpoint with state for more tasks of the source stage than the
 // input now has partitions (a topic deleted and created again with fewer),
-// or for another number of tasks of a downstream stage, is a permanent
-// failure of cause job: no restart fixes it, and nothing is written.
-func (t *Task) manifestHandle(ctx context.Context, name string) (string, error) {
-	md, err := checkpoint.ReadRestore(ctx, t.cfg.Store, t.cfg.RestoreFrom, t.cfg.RestoreMetadata)
+// or with no state for the task's downstream stage, is a permanent failure
+// of cause job: no restart fixes it, and nothing is written.
+func (t *Task) restoreSources(ctx context.Context, name string) (restoreFrom, error) {
+	md, err := checkpoint.ReadRestore(ctx, t.restoreStore(), t.cfg.RestoreFrom, t.cfg.RestoreMetadata)
 	if err != nil {
-		return "", err
+		return restoreFrom{}, err
 	}
 	var handle string
 	var found, inStage int
+	stageHandles := map[int]string{}
 	for _, ts := range md.Tasks {
 		if ts.Task.Stage == t.cfg.ID.Stage {
 			inStage++
+			stageHandles[ts.Task.Index] = ts.Handle
 		}
 		if ts.Task == t.cfg.ID {
 			handle = ts.Handle
@@ -433,32 +510,44 @@ func (t *Task) manifestHandle(ctx context.Context, name string) (string, error) 
 	grown := st != nil && st.Kafka && inStage < st.Parallelism // partitions added
 	switch {
 	case grown && found == 1:
-		return handle, nil
+		return restoreFrom{handle: handle}, nil
 	case grown && found == 0 && t.cfg.ID.Index >= inStage:
 		// Partitions added: every task of the checkpoint's restores its
 		// state, this one starts empty.
 		t.log.Info("input partition added since the checkpoint: the task starts empty at the partition's earliest offset",
 			"checkpoint_id", t.cfg.RestoreFrom, "checkpoint_partitions", inStage, "partitions", st.Parallelism)
-		return "", nil
+		return restoreFrom{}, nil
 	case st != nil && st.Kafka && inStage > st.Parallelism:
-		return "", &PermanentError{Cause: control.CauseJob, Err: fmt.Errorf(
+		return restoreFrom{}, &PermanentError{Cause: control.CauseJob, Err: fmt.Errorf(
 			"%w: checkpoint %d has state for %d partitions of the job's input topics, which now have %d (task %s): "+
 				"an input topic was deleted and created again with fewer partitions, or the job reads other topics; "+
 				"restore the topic's partitions, or start the job under a new job.name (its state starts empty)",
 			ErrFewerPartitions, t.cfg.RestoreFrom, inStage, st.Parallelism, name)}
+	case st != nil && !st.Kafka && inStage > 0 && inStage != st.Parallelism:
+		// Rescaled: its key groups come from the tasks that held them.
+		handles := make([]string, inStage)
+		for j := range handles {
+			h, ok := stageHandles[j]
+			if !ok {
+				return restoreFrom{}, &PermanentError{Cause: control.CauseJob, Err: fmt.Errorf(
+					"checkpoint %d has state for %d tasks of stage %s but none for task %s/%d", t.cfg.RestoreFrom, inStage, st.Name, st.Name, j)}
+			}
+			handles[j] = h
+		}
+		return rescaleSources(handles, t.cfg.ID.Index, st.Parallelism, t.cfg.Plan.MaxParallelism), nil
 	case found == 0 || st == nil || inStage != st.Parallelism:
-		// The plan changed since the checkpoint: its tasks' state cannot be
-		// placed (rescaling a stage with its state is not supported yet).
-		// No restart fixes it: the job stops, saying so.
+		// The stage is not in the checkpoint (a new or renamed stage: the
+		// compatibility check refuses a renamed one before this), or the
+		// source stage's count does not match: no restart fixes it.
 		want := 0
 		if st != nil {
 			want = st.Parallelism
 		}
-		return "", &PermanentError{Cause: control.CauseJob, Err: fmt.Errorf(
-			"checkpoint %d has state for %d tasks of stage %s, the job's plan has %d (task %s): a stage's parallelism or name changed since the checkpoint (job.parallelism, a key_by's parallelism); restore the settings it was taken with",
+		return restoreFrom{}, &PermanentError{Cause: control.CauseJob, Err: fmt.Errorf(
+			"checkpoint %d has state for %d tasks of stage %s, the job's plan has %d (task %s): the stage's name changed since the checkpoint; restore the settings it was taken with",
 			t.cfg.RestoreFrom, inStage, t.cfg.ID.Stage, want, name)}
 	}
-	return handle, nil
+	return restoreFrom{handle: handle}, nil
 }
 
 // run is the task goroutine.
@@ -505,7 +594,14 @@ func (t *Task) loop() error {
 			deadline = nextWatermark
 		}
 		pollCtx, cancel := context.WithDeadline(ctx, deadline)
+		var polled time.Time
+		if t.busy.on {
+			polled = t.cfg.Now()
+		}
 		el, err := t.in.next(pollCtx)
+		if t.busy.on {
+			t.busy.polledFor(t.cfg.Now().Sub(polled))
+		}
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -548,7 +644,11 @@ func (t *Task) loop() error {
 			}
 		}
 		t.met.count(len(el.records), &out.n) // and what timers emitted since
-		if now := t.cfg.Now(); !now.Before(nextTimers) {
+		now := t.cfg.Now()
+		if t.busy.on {
+			t.busy.publish(now)
+		}
+		if !now.Before(nextTimers) {
 			if err := t.chain.FireTimers(now, out); err != nil {
 				return fmt.Errorf("timers: %w", err)
 			}

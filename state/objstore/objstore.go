@@ -41,6 +41,10 @@ var (
 	ErrNotFound = errors.New("state/objstore: object not found")
 	// ErrExists reports that a conditional put found the object already there.
 	ErrExists = errors.New("state/objstore: object already exists")
+	// ErrReadOnly reports a write or delete through a read-only Store
+	// (OpenReadOnly): another job's restore point, which this job never
+	// changes.
+	ErrReadOnly = errors.New("state/objstore: read-only store")
 	// ErrPermanent is matched by a *StorageError: the object store refuses
 	// the job's requests in a way no retry can fix (the bucket does not
 	// exist, access denied, invalid parameters). The job must stop and say
@@ -287,6 +291,26 @@ type Store struct {
 	// stores: fileblob deletes files but not the directories they leave
 	// empty, which Delete removes for checkpoints.
 	dir string
+	// readOnly refuses every write and delete (OpenReadOnly).
+	readOnly bool
+	// as, if set, is a key prefix read at the job root itself (Relocated).
+	as string
+}
+
+// path is the bucket key of key.
+func (s *Store) path(key string) string {
+	if s.as != "" {
+		key = strings.TrimPrefix(key, s.as)
+	}
+	return s.prefix + key
+}
+
+// writable fails with ErrReadOnly for a read-only Store.
+func (s *Store) writable(op string) error {
+	if s.readOnly {
+		return fmt.Errorf("%w: %s (of job %s)", ErrReadOnly, op, s.job)
+	}
+	return nil
 }
 
 // Open opens the bucket named by url (file:///dir, mem://, s3://bucket?…,
@@ -338,6 +362,54 @@ func Open(ctx context.Context, url, job string, opts Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+// OpenReadOnly opens the Store of job at url as Open does, for reading
+// only: every write and delete fails with ErrReadOnly. It is how a job
+// reads a restore point it does not own (`processor run --restore-from`):
+// another job's, or a savepoint copied elsewhere. Unlike Open, it takes
+// the path of a URL of another scheme than file:// as part of the key
+// prefix (gocloud's drivers ignore it), so that the URL of a folder in a
+// bucket, as objstore.URL prints it or as a person copied one, opens that
+// folder: s3://bucket/moved?region=r opens the keys under moved/ (after
+// the URL's own prefix parameter, if any).
+func OpenReadOnly(ctx context.Context, url, job string, opts Options) (*Store, error) {
+	if u, err := neturl.Parse(url); err == nil && u.Scheme != "" && u.Scheme != "file" {
+		if p := strings.Trim(u.Path, "/"); p != "" {
+			q := u.Query()
+			q.Set("prefix", q.Get("prefix")+p+"/")
+			u.Path, u.RawPath, u.RawQuery = "", "", q.Encode()
+			url = u.String()
+		}
+	}
+	if u, err := neturl.Parse(url); err == nil && u.Scheme == "file" {
+		// Open would create the directory; a folder that is not there is
+		// a wrong path.
+		dir := filepath.Join(filepath.FromSlash(u.Path), job)
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("state/objstore: open %s: %w: %v", dir, ErrNotFound, err)
+		}
+	}
+	s, err := Open(ctx, url, job, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.readOnly, s.dir = true, ""
+	return s, nil
+}
+
+// Relocated returns a view of s (sharing its bucket: close only one) in
+// which the keys under as are read at the job root itself: the objects
+// of a savepoint, keyed savepoints/<name>/… by its _metadata and
+// manifests, read from the folder it was copied to, opened as the job
+// root. Keys outside as are read at the job root unchanged.
+func (s *Store) Relocated(as string) *Store {
+	v := *s
+	v.as = as
+	return &v
+}
+
+// ReadOnly reports whether s refuses writes (OpenReadOnly).
+func (s *Store) ReadOnly() bool { return s.readOnly }
 
 // probe lists a prefix that holds no object (checkpoint IDs start at 1):
 // one cheap request that fails if the bucket is missing or refuses access.
@@ -428,13 +500,16 @@ func (s *Store) Put(ctx context.Context, key string, data []byte) error {
 // PutFrom writes the bytes that open returns under key. open is called once
 // per try, so a retry sends the whole object again.
 func (s *Store) PutFrom(ctx context.Context, key string, open func() (io.ReadCloser, error)) error {
+	if err := s.writable("put " + key); err != nil {
+		return err
+	}
 	return s.Do(ctx, "put "+key, func(ctx context.Context) error {
 		r, err := open()
 		if err != nil {
 			return Permanent(err)
 		}
 		defer r.Close()
-		return bucketErr("put "+key, s.b.Upload(ctx, s.prefix+key, r, nil))
+		return bucketErr("put "+key, s.b.Upload(ctx, s.path(key), r, nil))
 	})
 }
 
@@ -455,10 +530,13 @@ func bucketErr(op string, err error) error {
 // object: when a retry then finds it, PutIfAbsent reads it back and succeeds
 // if it holds exactly data.
 func (s *Store) PutIfAbsent(ctx context.Context, key string, data []byte) error {
+	if err := s.writable("conditional put " + key); err != nil {
+		return err
+	}
 	tries := 0
 	err := s.Do(ctx, "conditional put "+key, func(ctx context.Context) error {
 		tries++
-		err := s.b.Upload(ctx, s.prefix+key, bytes.NewReader(data), &blob.WriterOptions{IfNotExist: true})
+		err := s.b.Upload(ctx, s.path(key), bytes.NewReader(data), &blob.WriterOptions{IfNotExist: true})
 		if err != nil && gcerrors.Code(err) == gcerrors.FailedPrecondition {
 			return Permanent(ErrExists)
 		}
@@ -477,7 +555,7 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, data []byte) error 
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	var out []byte
 	err := s.Do(ctx, "get "+key, func(ctx context.Context) error {
-		r, err := s.b.NewReader(ctx, s.prefix+key)
+		r, err := s.b.NewReader(ctx, s.path(key))
 		if err != nil {
 			return err
 		}
@@ -496,7 +574,7 @@ func (s *Store) Download(ctx context.Context, key string, begin func() (io.Write
 		if err != nil {
 			return Permanent(err)
 		}
-		r, err := s.b.NewReader(ctx, s.prefix+key)
+		r, err := s.b.NewReader(ctx, s.path(key))
 		if err != nil {
 			return err
 		}
@@ -511,7 +589,7 @@ func (s *Store) Stat(ctx context.Context, key string) (Object, error) {
 	var o Object
 	err := s.Do(ctx, "stat "+key, func(ctx context.Context) error {
 		var err error
-		o, err = s.b.Attributes(ctx, s.prefix+key)
+		o, err = s.b.Attributes(ctx, s.path(key))
 		return err
 	})
 	o.Key = key
@@ -520,8 +598,11 @@ func (s *Store) Stat(ctx context.Context, key string) (Object, error) {
 
 // Delete removes the object under key. A missing object is not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.writable("delete " + key); err != nil {
+		return err
+	}
 	err := s.Do(ctx, "delete "+key, func(ctx context.Context) error {
-		return s.b.Delete(ctx, s.prefix+key)
+		return s.b.Delete(ctx, s.path(key))
 	})
 	if errors.Is(err, ErrNotFound) {
 		err = nil
@@ -552,13 +633,16 @@ func (s *Store) removeEmptyCheckpointDir(key string) {
 func (s *Store) List(ctx context.Context, prefix string) ([]Object, error) {
 	var out []Object
 	err := s.Do(ctx, "list "+prefix, func(ctx context.Context) error {
-		objs, err := s.b.List(ctx, s.prefix+prefix)
+		objs, err := s.b.List(ctx, s.path(prefix))
 		if err != nil {
 			return bucketErr("list "+prefix, err)
 		}
 		out = out[:0]
 		for _, o := range objs {
 			o.Key = strings.TrimPrefix(o.Key, s.prefix)
+			if s.as != "" {
+				o.Key = s.as + o.Key
+			}
 			out = append(out, o)
 		}
 		return nil

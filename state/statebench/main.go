@@ -1,6 +1,7 @@
 // Command statebench measures the state backend (package state): the cost
 // of incremental checkpoints, the duration of a snapshot's synchronous part,
-// restore throughput, and keyed get/put throughput against raw Pebble. It
+// restore throughput, keyed get/put throughput against raw Pebble, and
+// restore with rescaling against restore without (rescale.go). It
 // prints one line per figure:
 //
 //	result: <name> = <value> <unit>
@@ -53,6 +54,7 @@ type config struct {
 	memtableMiB     int
 	manifestKiB     int
 	recordCache     int64
+	bucket          string
 }
 
 func main() {
@@ -69,12 +71,13 @@ func main() {
 	flag.IntVar(&c.ops, "ops", 1_000_000, "operations per get/put measurement")
 	flag.StringVar(&c.dir, "dir", "", "work directory (default: a new temporary directory, removed at the end)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory")
-	flag.StringVar(&c.only, "only", "", "run only this benchmark: incremental, sync (after the incremental phase) or getput; for experiments")
+	flag.StringVar(&c.only, "only", "", "run only this benchmark: incremental, sync (after the incremental phase), getput or rescale; for experiments")
 	flag.IntVar(&c.l0Threshold, "l0-threshold", 0, "override Pebble's L0CompactionThreshold (experiments)")
 	flag.IntVar(&c.lbaseMiB, "lbase-mib", 0, "override Pebble's LBaseMaxBytes in MiB (experiments)")
 	flag.IntVar(&c.memtableMiB, "memtable-mib", 0, "override the memtable size in MiB (experiments)")
 	flag.IntVar(&c.manifestKiB, "manifest-kib", 0, "override Pebble's MaxManifestFileSize in KiB (experiments)")
 	flag.Int64Var(&c.recordCache, "record-cache-bytes", -1, "the backend's record cache (state.Config.RecordCacheBytes); off by default, so that the figures are Pebble's and the snapshot's own: with it on, the synchronous part also flushes up to this many bytes")
+	flag.StringVar(&c.bucket, "bucket", "file", "the bucket of the rescale benchmark: file (a local directory) or s3 (the server of WEIR_S3_ENDPOINT)")
 	flag.Parse()
 	if *short {
 		size, small = "32MiB", "8MiB"
@@ -266,6 +269,9 @@ func run(c config) error {
 	if c.only == "getput" {
 		return getPut(c, cache)
 	}
+	if c.only == "rescale" {
+		return rescale(c, cache)
+	}
 	// 1. Incremental checkpoint cost.
 	big, err := newBench(c, cache, "big")
 	if err != nil {
@@ -410,7 +416,11 @@ func run(c config) error {
 	_ = os.RemoveAll(filepath.Join(c.dir, "big"))
 
 	// 4. Keyed get/put through the state API versus raw Pebble.
-	return getPut(c, cache)
+	if err := getPut(c, cache); err != nil {
+		return err
+	}
+	// 5. Restore with rescaling against restore without.
+	return rescale(c, cache)
 }
 
 // syncPart measures the synchronous part of snapshots taken after a fixed

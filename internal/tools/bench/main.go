@@ -219,8 +219,11 @@ type config struct {
 	clean          bool
 	logLevel       string
 	pprof          bool
+	profile        string
 	timeout        time.Duration
 	brokerPID      int
+	// -busy-cost: the count job with http.busy_time on and off.
+	busyCost bool
 	// -tls: the broker's SASL_SSL listener and TLS directory
 	// (scripts/kafka.sh).
 	tls     bool
@@ -280,9 +283,11 @@ func main() {
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (job files, replica logs, state, checkpoints) and the topics")
 	flag.BoolVar(&c.clean, "clean", false, "first delete the topics that earlier runs left on the broker (weir-bench-*, _weir.weir-bench-*: -keep, or a killed run); without it the run only warns of them")
 	flag.StringVar(&c.logLevel, "log-level", "info", "log.level of every replica (debug shows the start-up's steps with their times; with -keep the logs stay in the work directory)")
+	flag.StringVar(&c.profile, "profile", "", "save Go profiles of every replica stopped with SIGTERM into this directory: <job>-<replica>.cpu.pprof (the whole run) and .alloc.pprof (processor run --cpu-profile, --alloc-profile); replicas the recovery measurement kills write none (make bench-profile)")
 	flag.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler on every replica's HTTP address (http.pprof), printed as each starts: curl -o cpu.prof http://ADDR/debug/pprof/profile?seconds=10")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.IntVar(&c.brokerPID, "broker-pid", 0, "broker process whose CPU time is reported (default: the pid file of scripts/kafka.sh, if found)")
+	flag.BoolVar(&c.busyCost, "busy-cost", false, "measure what accounting busy, backpressured and idle time (http.busy_time) costs: the headline count job with it on and off, interleaved, 2 passes each (no latency or recovery measurements)")
 	flag.BoolVar(&c.tls, "tls", false, "measure TLS: the raw pipe and the headline count job over plaintext and over SASL_SSL with SCRAM-SHA-512, interleaved (no latency or recovery measurements)")
 	flag.StringVar(&saslSSL, "sasl-ssl-brokers", os.Getenv(kafkatest.EnvSASLSSL), "with -tls: comma-separated SASL_SSL listeners of the same broker (env "+kafkatest.EnvSASLSSL+")")
 	flag.StringVar(&c.tlsDir, "tls-dir", os.Getenv(kafkatest.EnvTLSDir), "with -tls: the broker's TLS directory, holding ca.pem (env "+kafkatest.EnvTLSDir+")")
@@ -352,8 +357,8 @@ func main() {
 		}
 		c.saslSSL = strings.Split(saslSSL, ",")
 	}
-	if modes := btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro) + btoi(c.rolling) + btoi(c.api) + btoi(c.growRounds > 0); modes > 1 {
-		errs = append(errs, errors.New("two-stage, tls, window, yaml, avro, rolling, api and grow-partitions: choose one"))
+	if modes := btoi(c.busyCost) + btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro) + btoi(c.rolling) + btoi(c.api) + btoi(c.growRounds > 0); modes > 1 {
+		errs = append(errs, errors.New("busy-cost, two-stage, tls, window, yaml, avro, rolling, api and grow-partitions: choose one"))
 	}
 	if c.growRounds < 0 {
 		errs = append(errs, fmt.Errorf("grow-partitions: %d, want 0 (off) or more", c.growRounds))
@@ -446,6 +451,7 @@ type transport struct {
 	brokers []string
 	opts    []kgo.Opt // the raw pipe clients' TLS and SASL options
 	yaml    string    // the job's kafka.tls and kafka.sasl, indented under kafka:
+	top     string    // more top-level sections of the job file
 }
 
 // saslSSL is the transport over the SASL_SSL listener: franz-go's own TLS
@@ -481,6 +487,17 @@ func run(ctx context.Context, c config) (err error) {
 	}
 	defer admCl.Close()
 	id := "weir-bench-" + strings.ToLower(rand.Text()[:8])
+	if c.profile != "" {
+		if c.profile, err = filepath.Abs(c.profile); err == nil {
+			err = os.MkdirAll(c.profile, 0o755)
+		}
+		if err != nil {
+			return fmt.Errorf("-profile: %w", err)
+		}
+		defer func() {
+			benchutil.Info("profiles of the replicas stopped with SIGTERM: %s (go tool pprof -top %s/<job>-<replica>.cpu.pprof)", c.profile, c.profile)
+		}()
+	}
 	dir, err := os.MkdirTemp("", id+"-")
 	if err != nil {
 		return err
@@ -562,6 +579,9 @@ func run(ctx context.Context, c config) (err error) {
 	}
 	if c.api {
 		return b.runAPI(ctx)
+	}
+	if c.busyCost {
+		return b.runBusyCost(ctx)
 	}
 	if c.twoStage {
 		return b.runTwoStage(ctx)
@@ -1610,7 +1630,7 @@ checkpoint:
   storage: file://%s
 log:
   level: %s
-`, name, b.c.maxParallelism, b.in, srcFormat, keyBy, agg, j.out, strings.Join(tr.brokers, ", "), tr.yaml, b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"), b.c.logLevel)
+%s`, name, b.c.maxParallelism, b.in, srcFormat, keyBy, agg, j.out, strings.Join(tr.brokers, ", "), tr.yaml, b.c.sessionTimeout, b.c.interval, filepath.Join(j.dir, "checkpoints"), b.c.logLevel, tr.top)
 	return j, os.WriteFile(j.cfg, []byte(yaml), 0o600)
 }
 
@@ -1633,6 +1653,10 @@ func (j *job) startWith(id, cfg string) (*proc, error) {
 		"--state.dir="+filepath.Join(j.dir, "state-"+id),
 		"--http.address="+p.http,
 	)
+	if dir := j.b.c.profile; dir != "" {
+		base := filepath.Join(dir, j.name+"-"+id)
+		p.cmd.Args = append(p.cmd.Args, "--cpu-profile="+base+".cpu.pprof", "--alloc-profile="+base+".alloc.pprof")
+	}
 	if j.b.c.pprof {
 		p.cmd.Args = append(p.cmd.Args, "--http.pprof=true")
 		benchutil.Info("replica %s of %s serves its profiler at http://%s/debug/pprof/", id, j.name, p.http)
