@@ -181,6 +181,11 @@ func TestAPIAnswersForTheWholeJob(t *testing.T) {
 						if tm.ReportedMS == 0 || tm.Replica == "" {
 							return fmt.Sprintf("task %s without figures: %+v", tm.Task, m)
 						}
+						// The task's time accounting (http.busy_time, on by
+						// default) reaches the other replica too.
+						if tm.BusyMSPerSecond+tm.BackpressuredMSPerSecond+tm.IdleMSPerSecond == 0 {
+							return fmt.Sprintf("task %s without busy, backpressured or idle time: %+v", tm.Task, tm)
+						}
 						n++
 					}
 				}
