@@ -3,88 +3,49 @@ package cli
 import (
 	"context"
 	"fmt"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/config"
-	"github.com/weir-stream/weir/control"
-	"github.com/weir-stream/weir/kafkaio/controltopic"
-	"github.com/weir-stream/weir/state/objstore"
 	"github.com/weir-stream/weir/stream"
 )
 
 func newCheckpointsCmd(job *stream.Job) *cobra.Command {
 	cmd := &cobra.Command{Use: "checkpoints", Short: "Inspect a job's checkpoints"}
 	var file string
+	var limit int
 	list := &cobra.Command{
-		Use:   "list -c FILE",
-		Short: "List the job's completed checkpoints (ID, time, size, duration)",
-		Long: `list reads the job's commit topic — the durable history of its checkpoints —
-and each checkpoint's _metadata object, and prints one line per completed
-checkpoint, oldest first. Checkpoints released by retention show "released"
-when their _metadata is gone.`,
+		Use:   "list -c FILE [--limit N]",
+		Short: "List the job's newest checkpoints, failed ones too (ID, time, status, size, duration)",
+		Long: `list reads the job's control topics — the commit topic, the durable history
+of its completed checkpoints, the trigger topic (aborts, with their reason)
+and the ack topic (each task's part) — and the newest checkpoints' _metadata
+objects, as the REST API does (GET /api/v1/checkpoints, docs/api.md), and
+prints the newest N checkpoints, oldest first: completed, failed (expired,
+declined by a task, _metadata not written, with the reason), aborted
+(subsumed, a new generation) and in progress. Completed checkpoints released
+by retention show "released" when their _metadata is gone; when the
+storage holds none of the checkpoints the commit topic names as retained,
+list warns: checkpoint.storage is not the one the job's replicas use.
+
+The trigger topic is compacted and the ack topic kept a day
+(docs/control-topics.md): older failed checkpoints drop out of the list,
+completed ones stay.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 {
+				return fmt.Errorf("--limit %d: must be at least 1", limit)
+			}
 			return withKafka(cmd, file, job, func(ctx context.Context, cfg *config.Config, opts []kgo.Opt) error {
-				return listCheckpoints(ctx, cmd, cfg, opts)
+				return listCheckpoints(ctx, cmd, cfg, opts, limit)
 			})
 		},
 	}
+	list.Flags().IntVar(&limit, "limit", 20, "how many of the newest checkpoints to list")
 	addConfigFlags(list.Flags(), &file)
 	cmd.AddCommand(list)
 	return cmd
-}
-
-func listCheckpoints(ctx context.Context, cmd *cobra.Command, cfg *config.Config, opts []kgo.Opt) error {
-	topics := controltopic.NewTopics(cfg.Kafka.TopicPrefix)
-	hist, err := controltopic.ReadHistory(ctx, opts, topics, control.TopicCommit)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", topics.Commit, err)
-	}
-	store, err := objstore.Open(ctx, cfg.Checkpoint.Storage, cfg.Job.Name, objstore.Options{})
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-
-	w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tCOMPLETED\tKIND\tGEN\tTASKS\tSTATE\tUPLOADED\tDURATION\tMETADATA")
-	n := 0
-	for _, rec := range hist.Records {
-		c, ok := rec.Msg.(control.Complete)
-		if !ok {
-			continue
-		}
-		n++
-		at := time.UnixMilli(c.TS).UTC().Format(time.RFC3339)
-		tasks, size, uploaded, dur := "-", "released", "-", "-"
-		if md, err := checkpoint.ReadCompleted(ctx, store, c); err == nil {
-			{
-				var sb, ub int64
-				for _, ts := range md.Tasks {
-					sb += ts.Metrics.StateBytes
-					ub += ts.Metrics.UploadedBytes
-				}
-				tasks = fmt.Sprint(len(md.Tasks))
-				size, uploaded = humanBytes(sb), humanBytes(ub)
-				if md.TS > 0 && c.TS >= md.TS {
-					dur = (time.Duration(c.TS-md.TS) * time.Millisecond).String()
-				}
-			}
-		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", c.ID, at, c.Kind, c.Gen, tasks, size, uploaded, dur, c.Metadata)
-	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	if n == 0 {
-		fmt.Fprintf(cmd.OutOrStdout(), "no completed checkpoint in %s\n", topics.Commit)
-	}
-	return nil
 }
 
 func humanBytes(n int64) string {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -109,27 +110,52 @@ func runUntilCheckpoints(t *testing.T, n int, serve func(ctx context.Context, lo
 }
 
 // TestRunThenListCheckpoints runs one replica of the count job on kfake
-// until a few checkpoints completed, stops it, and lists them.
+// until a few checkpoints completed, stops it, and lists them: all, the
+// newest 2 (--limit), and with another checkpoint.storage, which holds
+// none of the retained checkpoints (a warning). processor status shows the
+// job, its tasks and its newest checkpoints, as text and JSON.
 func TestRunThenListCheckpoints(t *testing.T) {
 	cfg, file, _ := countJob(t, "listing")
-	runUntilCheckpoints(t, 3, func(ctx context.Context, logOut io.Writer, onCommitted func(ckpt.ID)) error {
+	runUntilCheckpoints(t, 4, func(ctx context.Context, logOut io.Writer, onCommitted func(ckpt.ID)) error {
 		return serve(ctx, cfg, nil, logOut, onCommitted)
 	}, nil)
 
-	var out bytes.Buffer
-	root := newRootCmd(&out, nil)
-	root.SetArgs([]string{"checkpoints", "list", "-c", file})
-	if err := root.Execute(); err != nil {
-		t.Fatal(err)
+	list := func(args ...string) (string, string) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		root := newRootCmd(&out, nil)
+		root.SetErr(&errOut)
+		root.SetArgs(args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, errOut.String())
+		}
+		return out.String(), errOut.String()
 	}
-	rows := regexp.MustCompile(`(?m)^\d+\s+\S+Z\s+checkpoint\s+\d+\s+(\d+|-)\s+`).FindAllString(out.String(), -1)
-	if len(rows) < 3 {
-		t.Fatalf("want at least 3 checkpoint rows:\n%s", out.String())
+	row := regexp.MustCompile(`(?m)^\d+\s+\S+Z\s+checkpoint\s+completed\s+\d+\s+2/2\s+(\d|released)[^\n]*chk-\d+/_metadata( \(gone\))?$`)
+	out, errOut := list("checkpoints", "list", "-c", file)
+	if n := len(row.FindAllString(out, -1)); n < 4 || errOut != "" {
+		t.Fatalf("want at least 4 completed checkpoint rows with 2 tasks, no warning:\n%s%s", out, errOut)
 	}
-	if !regexp.MustCompile(`(?m)^\d+\s+\S+Z\s+checkpoint\s+\d+\s+2\s+\d`).MatchString(out.String()) {
-		t.Fatalf("no retained checkpoint with 2 tasks and a size:\n%s", out.String())
+	t.Logf("\n%s", out)
+	if out, _ := list("checkpoints", "list", "-c", file, "--limit", "2"); strings.Count(strings.TrimSpace(out), "\n") != 2 {
+		t.Fatalf("--limit 2: want a header and 2 rows:\n%s", out)
 	}
-	t.Logf("\n%s", out.String())
+	_, errOut = list("checkpoints", "list", "-c", file, "--checkpoint.storage", "file://"+t.TempDir())
+	if !strings.Contains(errOut, "warning: checkpoint.storage") || !strings.Contains(errOut, "holds none of the checkpoints the commit topic names as retained") {
+		t.Fatalf("no warning for a storage without the retained checkpoints:\n%s", errOut)
+	}
+
+	out, _ = list("status", "-c", file)
+	if !regexp.MustCompile(`(?m)^job listing: (restoring|running), generation \d+`).MatchString(out) || !row.MatchString(out) ||
+		!regexp.MustCompile(`(?m)^main/0\s+\S+\s+(running|restoring)$`).MatchString(out) {
+		t.Fatalf("status:\n%s", out)
+	}
+	t.Logf("\n%s", out)
+	out, _ = list("status", "-c", file, "--json", "--limit", "3")
+	var st Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Job.Name != "listing" || len(st.Checkpoints) != 3 || len(st.Job.Tasks) != 2 {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
 }
 
 // clearConfigEnv unsets, for the test, every WEIR_ variable the

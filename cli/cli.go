@@ -89,7 +89,7 @@ func newRootCmd(out io.Writer, job *stream.Job) *cobra.Command {
 	root.SetOut(out)
 	root.AddCommand(newVersionCmd(job), newValidateCmd(job), newRunCmd(job), newDevCmd(job),
 		newPlanCmd(job), newCheckpointsCmd(job), newTransactionsCmd(job), newResumeCmd(job), newSavepointCmd(job), newSavepointsCmd(job), newStopCmd(job), newNexmarkCmd(job),
-		newProduceCmd(job))
+		newProduceCmd(job), newStatusCmd(job))
 	return root
 }
 

@@ -21,13 +21,17 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/weir-stream/weir/api"
 	"github.com/weir-stream/weir/checkpoint"
 	"github.com/weir-stream/weir/checkpoint/ckpt"
 	"github.com/weir-stream/weir/config"
 	"github.com/weir-stream/weir/format"
+	"github.com/weir-stream/weir/kafkaio/controltopic"
 	"github.com/weir-stream/weir/kafkaio/kafkaconn"
 	"github.com/weir-stream/weir/pipeline"
+	"github.com/weir-stream/weir/runtime/observe"
 	"github.com/weir-stream/weir/runtime/replica"
+	"github.com/weir-stream/weir/state/objstore"
 	"github.com/weir-stream/weir/stream"
 )
 
@@ -192,6 +196,29 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 		return err
 	}
 
+	topics := controltopic.NewTopics(cfg.Kafka.TopicPrefix)
+	acks, err := controltopic.NewAckWriter(rep.KafkaOpts(), topics)
+	if err != nil {
+		return err
+	}
+	defer acks.Close() // after the reporter stopped (deferred below)
+	// The reports and the job's view run beside the replica, until it
+	// returns.
+	bgCtx, bgCancel := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	defer func() {
+		bgCancel()
+		bg.Wait()
+	}()
+	reporter := &observe.Reporter{
+		Self: rep, Sender: acks, Interval: cfg.HTTP.ReportInterval, Logger: log,
+		Figures: &observe.GatheredFigures{Gatherer: gatherer, SourceStage: func() string { return sourceStage(job) }, Logger: log},
+	}
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		reporter.Run(bgCtx)
+	}()
 	// readiness is the /readyz answer: whether the replica is ready, and
 	// why (not).
 	readiness := func() (bool, string) {
@@ -238,6 +265,27 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 	var srv *http.Server
 	if cfg.HTTP.Address != "" {
 		mux := http.NewServeMux()
+		obs := observe.New(observe.Options{
+			Kafka: rep.KafkaOpts(), Topics: topics, Job: cfg.Job.Name,
+			ReportTTL: 3*cfg.HTTP.ReportInterval + 2*time.Second, Logger: log,
+		})
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			store, err := objstore.Open(bgCtx, cfg.Checkpoint.Storage, cfg.Job.Name, objstore.Options{Logger: log})
+			if err != nil {
+				log.Warn("the REST API shows no checkpoint figures read from _metadata: the checkpoint storage does not open", "err", err)
+			} else {
+				defer store.Close()
+				obs.SetStore(store)
+			}
+			_ = obs.Run(bgCtx)
+		}()
+		api.New(api.Options{
+			View: obs, Local: refusal{rep}, Plan: generationPlan(cfg, job),
+			Admin: cfg.HTTP.Admin.Enabled, TokenFile: cfg.HTTP.Admin.TokenFile,
+			Actions: adminActions{cfg: cfg, goJob: goJob, opts: rep.KafkaOpts()}, Logger: log,
+		}).Register(mux)
 		mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{Registry: reg}))
 		if cfg.HTTP.Pprof {
 			mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -266,7 +314,7 @@ func serveWith(ctx context.Context, cfg *config.Config, goJob *stream.Job, logOu
 				log.Error("http server", "err", err)
 			}
 		}()
-		log.Info("serving /metrics, /healthz, /livez and /readyz", "address", ln.Addr().String())
+		log.Info("serving /metrics, /healthz, /livez, /readyz and /api/v1/", "address", ln.Addr().String(), "admin_actions", cfg.HTTP.Admin.Enabled)
 	}
 
 	log.Info("replica starting", "job", cfg.Job.Name, "replica_id", cfg.Process.ReplicaID, "fingerprint", fp,

@@ -417,6 +417,20 @@ type HTTP struct {
 	// (weir_task_busy_ms_per_second...); off saves its small cost
 	// (docs/benchmarks.md).
 	BusyTime bool `mapstructure:"busy_time"`
+	// ReportInterval is how often the replica writes its report (its
+	// tasks' figures, whether it coordinates) to the ack topic, from which
+	// every replica's REST API shows the whole job (docs/api.md).
+	ReportInterval time.Duration `mapstructure:"report_interval"`
+	// Admin configures the REST API's write actions.
+	Admin HTTPAdmin `mapstructure:"admin"`
+}
+
+// HTTPAdmin configures the REST API's write actions (savepoint, stop,
+// resume): off unless Enabled, and then only with the bearer token held
+// in TokenFile (a mounted Kubernetes Secret).
+type HTTPAdmin struct {
+	Enabled   bool   `mapstructure:"enabled"`
+	TokenFile string `mapstructure:"token_file"`
 }
 
 // Log configures logging.
@@ -471,7 +485,7 @@ func Default() Config {
 			BlockCacheBytes:  256 << 20,
 			RecordCacheBytes: 8 << 20,
 		},
-		HTTP:    HTTP{Address: ":9464", BusyTime: true},
+		HTTP:    HTTP{Address: ":9464", BusyTime: true, ReportInterval: 5 * time.Second},
 		Log:     Log{Level: "info", Format: "text"},
 		Process: Process{GracePeriod: 30 * time.Second, LivenessTimeout: 2 * time.Minute},
 	}

@@ -143,6 +143,12 @@ func (c *Config) Validate() error {
 			v.add("http.address", "%q is not host:port (or :port)", c.HTTP.Address)
 		}
 	}
+	if c.HTTP.ReportInterval < 100*time.Millisecond || c.HTTP.ReportInterval > 5*time.Minute {
+		v.add("http.report_interval", "%v: must be between 100ms and 5m", c.HTTP.ReportInterval)
+	}
+	if c.HTTP.Admin.Enabled && c.HTTP.Admin.TokenFile == "" {
+		v.add("http.admin.token_file", "required when http.admin.enabled is true: a file holding the bearer token of the write actions (a mounted Secret)")
+	}
 	if !oneOf(c.Log.Level, "debug", "info", "warn", "error") {
 		v.add("log.level", "%q: must be debug, info, warn or error", c.Log.Level)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,10 @@ const (
 	// TypeStopped marks a job stopped on purpose (processor stop).
 	TypeStopped  Type = "stopped"
 	TypeMetadata Type = "metadata"
+	// TypeReplicaReport is a replica's periodic report of itself and its
+	// tasks' figures, on the ack topic, for the job's view (package
+	// jobview) that any replica and the command line serve.
+	TypeReplicaReport Type = "replica_report"
 )
 
 // Topic names one of a job's three control topics.
@@ -198,7 +203,7 @@ func TopicOf(m Message) (Topic, bool) {
 	switch m.Type() {
 	case TypeTrigger, TypeAbort:
 		return TopicTrigger, true
-	case TypeAck, TypeDecline, TypeRunning, TypeFailure, TypeSavepointRequest:
+	case TypeAck, TypeDecline, TypeRunning, TypeFailure, TypeSavepointRequest, TypeReplicaReport:
 		return TopicAck, true
 	case TypeGeneration, TypeComplete, TypeFailed, TypeResumed, TypeStopped:
 		return TopicCommit, true
@@ -976,6 +981,8 @@ func Decode(b []byte) (Message, error) {
 		return decodeAs[SavepointRequest](t, body)
 	case TypeStopped:
 		return decodeAs[Stopped](t, body)
+	case TypeReplicaReport:
+		return decodeAs[ReplicaReport](t, body)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownType, string(t))
 }
@@ -1010,3 +1017,71 @@ func Validate(m Message) error {
 	}
 	return m.validate()
 }
+
+// ReplicaReport is a replica's report of itself, written to the ack topic
+// every few seconds (http.report_interval) by every replica, so that any
+// replica, reading the ack topic, can show the whole job: which replicas
+// are alive, which one holds the coordinator role, and each task's
+// figures. The coordinator ignores it. (An addition to DESIGN.md section
+// 4: the design leaves the job's view to the runtime.)
+type ReplicaReport struct {
+	Replica string `json:"replica"`
+	// TS is when the report was made, in Unix milliseconds.
+	TS int64 `json:"ts"`
+	// Gen is the newest generation the replica read; 0 before any.
+	Gen uint64 `json:"gen"`
+	// Coordinator is true while the replica holds the coordinator role.
+	Coordinator bool `json:"coordinator,omitempty"`
+	// Tasks are the figures of the tasks running on the replica, sorted
+	// by task; absent when it runs none.
+	Tasks []TaskFigures `json:"tasks,omitempty"`
+}
+
+// TaskFigures are one task's figures as its replica last measured them.
+// Rates are per second over the replica's last report interval.
+type TaskFigures struct {
+	Task                TaskID  `json:"task"`
+	RecordsInPerSecond  float64 `json:"records_in_per_second"`
+	RecordsOutPerSecond float64 `json:"records_out_per_second"`
+	// LagRecords is a source task's input lag (last stable offset − read
+	// position, over its partitions); 0 for a downstream task.
+	LagRecords int64 `json:"lag_records"`
+	// WatermarkMS is the task's watermark in Unix milliseconds; 0 while
+	// it has none.
+	WatermarkMS              int64   `json:"watermark_ms"`
+	BusyMSPerSecond          float64 `json:"busy_ms_per_second"`
+	BackpressuredMSPerSecond float64 `json:"backpressured_ms_per_second"`
+	IdleMSPerSecond          float64 `json:"idle_ms_per_second"`
+}
+
+// Type implements Message.
+func (ReplicaReport) Type() Type { return TypeReplicaReport }
+
+func (m ReplicaReport) validate() error {
+	if m.Replica == "" {
+		return fmt.Errorf("%w: a replica report without a replica", ErrInvalid)
+	}
+	if m.TS < 0 {
+		return fmt.Errorf("%w: negative ts", ErrInvalid)
+	}
+	if m.Tasks != nil && len(m.Tasks) == 0 {
+		return fmt.Errorf("%w: empty task list (leave the field out)", ErrInvalid)
+	}
+	for i, f := range m.Tasks {
+		if !f.Task.Valid() {
+			return fmt.Errorf("%w: task %q", ErrInvalid, f.Task.String())
+		}
+		if i > 0 && m.Tasks[i-1].Task.Compare(f.Task) >= 0 {
+			return fmt.Errorf("%w: tasks not sorted or repeated at %s", ErrInvalid, f.Task)
+		}
+		if f.LagRecords < 0 || f.WatermarkMS < 0 || !figure(f.RecordsInPerSecond) || !figure(f.RecordsOutPerSecond) ||
+			!figure(f.BusyMSPerSecond) || !figure(f.BackpressuredMSPerSecond) || !figure(f.IdleMSPerSecond) {
+			return fmt.Errorf("%w: task %s: negative figure", ErrInvalid, f.Task)
+		}
+	}
+	return nil
+}
+
+// figure reports whether x is a rate a report can carry: finite, not
+// negative (JSON has no NaN).
+func figure(x float64) bool { return x >= 0 && !math.IsInf(x, 1) }

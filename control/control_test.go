@@ -2,6 +2,7 @@ package control
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -43,6 +44,11 @@ func examples() []Message {
 		Stopped{Gen: 3, TS: 8, Savepoint: 12, Metadata: "savepoints/final/_metadata"},
 		Stopped{Gen: 3, TS: 9},
 		SavepointRequest{Request: "7f3b", Kind: ckpt.KindStop, Target: "final", TS: 6},
+		ReplicaReport{Replica: "p-0", TS: 9, Gen: 3, Coordinator: true, Tasks: []TaskFigures{
+			{Task: task("count", 0), RecordsInPerSecond: 1500.5, RecordsOutPerSecond: 12, LagRecords: 40, WatermarkMS: 1_700_000_000_000},
+			{Task: task("count", 1), BusyMSPerSecond: 900, BackpressuredMSPerSecond: 80, IdleMSPerSecond: 20},
+		}},
+		ReplicaReport{Replica: "p-1", TS: 10},
 		Trigger{ID: 12, Gen: 3, TS: 7, Kind: ckpt.KindSavepoint, Target: "before-v2", Request: "7f3a"},
 		Generation{Gen: 5, RestoreFrom: 12, RestoreMetadata: "savepoints/before-v2/_metadata", Assignment: Assignment{"p-0": {task("main", 0)}}},
 		Metadata{ID: 6, Gen: 2, Kind: ckpt.KindSavepoint, Target: "sp", TS: 5, Tasks: []TaskState{
@@ -117,6 +123,8 @@ func TestGoldenEncoding(t *testing.T) {
 		{Stopped{Gen: 2, TS: 6}, `{"v":1,"type":"stopped","gen":2,"ts":6}`},
 		{SavepointRequest{Request: "r1", Kind: ckpt.KindSavepoint, Target: "sp", TS: 3},
 			`{"v":1,"type":"savepoint_request","request":"r1","kind":"savepoint","target":"sp","ts":3}`},
+		{ReplicaReport{Replica: "p-1", TS: 7, Gen: 2, Tasks: []TaskFigures{{Task: task("map", 0), RecordsInPerSecond: 2.5, LagRecords: 3}}},
+			`{"v":1,"type":"replica_report","replica":"p-1","ts":7,"gen":2,"tasks":[{"task":"map/0","records_in_per_second":2.5,"records_out_per_second":0,"lag_records":3,"watermark_ms":0,"busy_ms_per_second":0,"backpressured_ms_per_second":0,"idle_ms_per_second":0}]}`},
 		{Trigger{ID: 4, Gen: 2, TS: 3, Kind: ckpt.KindSavepoint, Target: "sp", Request: "r1"},
 			`{"v":1,"type":"trigger","id":4,"ts":3,"kind":"savepoint","gen":2,"target":"sp","request":"r1"}`},
 	} {
@@ -216,6 +224,11 @@ func TestEncodeRejectsInvalid(t *testing.T) {
 		Trigger{ID: 0, Gen: 1, Kind: ckpt.KindCheckpoint},
 		Ack{ID: 1, Gen: 1, Task: task("a/b", 0), Handle: "h"},
 		Generation{Gen: 1},
+		ReplicaReport{TS: 1},
+		ReplicaReport{Replica: "p", Tasks: []TaskFigures{}},
+		ReplicaReport{Replica: "p", Tasks: []TaskFigures{{Task: task("a", 1)}, {Task: task("a", 0)}}},
+		ReplicaReport{Replica: "p", Tasks: []TaskFigures{{Task: task("a", 0), LagRecords: -1}}},
+		ReplicaReport{Replica: "p", Tasks: []TaskFigures{{Task: task("a", 0), BusyMSPerSecond: math.NaN()}}},
 	} {
 		if _, err := Encode(m); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Encode(%#v) = %v, want ErrInvalid", m, err)
@@ -241,7 +254,7 @@ func TestTaskID(t *testing.T) {
 func TestTopicOf(t *testing.T) {
 	want := map[Type]Topic{TypeTrigger: TopicTrigger, TypeAbort: TopicTrigger, TypeAck: TopicAck,
 		TypeDecline: TopicAck, TypeRunning: TopicAck, TypeGeneration: TopicCommit, TypeComplete: TopicCommit,
-		TypeFailure: TopicAck, TypeFailed: TopicCommit, TypeResumed: TopicCommit, TypeSavepointRequest: TopicAck, TypeStopped: TopicCommit}
+		TypeFailure: TopicAck, TypeFailed: TopicCommit, TypeResumed: TopicCommit, TypeSavepointRequest: TopicAck, TypeStopped: TopicCommit, TypeReplicaReport: TopicAck}
 	for _, m := range examples() {
 		got, ok := TopicOf(m)
 		if w, isRecord := want[m.Type()]; got != w || ok != isRecord {

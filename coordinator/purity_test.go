@@ -18,7 +18,7 @@ import (
 // Kafka settings' vocabulary (kafkaio, not its sub-packages, which do the
 // I/O). The Kafka runtime loop of the coordinator lives in the subpackage
 // coordinator/runner, which this check does not cover.
-var purePackages = []string{".", "../barrier", "../control", "../runtime/input", "../eventtime", "../compat", "../kafkaio", "../checkpoint/ckpt"}
+var purePackages = []string{".", "../barrier", "../control", "../runtime/input", "../eventtime", "../compat", "../kafkaio", "../checkpoint/ckpt", "../jobview"}
 
 // forbiddenImports are import path fragments no pure package may use.
 var forbiddenImports = []string{

@@ -210,6 +210,20 @@ for r in $secure; do
 	if grep -qE 'WEIR_KAFKA_|secretKeyRef' "$work/$r.yaml"; then echo "helm-check: $r: a Kafka secret in the environment" >&2; exit 1; fi
 done
 
+# The REST API's write actions: off by default (no token mounted, nothing
+# in the environment); on, the Secret is mounted read-only and the two
+# settings point at it; on without a Secret is refused.
+if grep -qE 'WEIR_HTTP_ADMIN|admin-token' "$work/defaults.yaml"; then echo "helm-check: defaults: admin actions on by default" >&2; exit 1; fi
+render admin --set admin.enabled=true --set admin.tokenSecret.name=weir-admin
+expect admin 'name: WEIR_HTTP_ADMIN_ENABLED'
+expect admin 'value: /etc/weir-admin/token$'
+expect admin 'secretName: weir-admin$'
+expect admin 'mountPath: /etc/weir-admin$'
+if "$HELM" template weir-noadmin "$CHART" -f "$VALUES" --set admin.enabled=true >/dev/null 2>"$work/noadmin.err"; then
+	echo "helm-check: admin.enabled without admin.tokenSecret.name rendered" >&2; exit 1
+fi
+grep -q 'admin.tokenSecret.name' "$work/noadmin.err" || { echo "helm-check: admin without a Secret: unclear refusal:" >&2; cat "$work/noadmin.err" >&2; exit 1; }
+
 # The rendered secure configurations validate, with the mounted paths
 # pointing at files like the Secrets' (a CA, a client certificate). Only
 # once the processor has kafka.tls and kafka.sasl (issue 11): before, it
@@ -237,7 +251,7 @@ fi
 # Cross-references inside each rendering: the StatefulSet's serviceName is
 # the headless Service; every volumeMount has a volume or a claim template;
 # the state volume is mounted where state.dir points.
-for r in defaults full $secure; do
+for r in defaults full admin $secure; do
 	f=$work/$r.yaml
 	svc=$(awk '/^kind: Service$/{s=1} s && /^  name: /{print $2; exit}' "$f")
 	grep -q "^  serviceName: $svc\$" "$f" || { echo "helm-check: $r: serviceName is not the headless Service $svc" >&2; exit 1; }

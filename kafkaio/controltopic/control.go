@@ -326,6 +326,21 @@ func StableEnd(ctx context.Context, opts []kgo.Opt, ts Topics, t control.Topic) 
 // followed by its abort marker) or a marker, so the last one it delivers is
 // a record or a marker, and the read ends exactly there.
 func ReadHistory(ctx context.Context, opts []kgo.Opt, ts Topics, t control.Topic) (History, error) {
+	return readHistory(ctx, opts, ts, t, 0)
+}
+
+// ReadRecent is ReadHistory of the newest n offsets of control topic t
+// only (records, aborted records and transaction markers alike): for a
+// reader that needs the recent past of a topic whose whole history may be
+// long (the ack topic keeps a day of every task's acks).
+func ReadRecent(ctx context.Context, opts []kgo.Opt, ts Topics, t control.Topic, n int64) (History, error) {
+	if n <= 0 {
+		return History{}, fmt.Errorf("controltopic: read the newest %d offsets of %s", n, ts.Name(t))
+	}
+	return readHistory(ctx, opts, ts, t, n)
+}
+
+func readHistory(ctx context.Context, opts []kgo.Opt, ts Topics, t control.Topic, recent int64) (History, error) {
 	name := ts.Name(t)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -352,6 +367,9 @@ func ReadHistory(ctx context.Context, opts []kgo.Opt, ts Topics, t control.Topic
 		return History{}, fmt.Errorf("start offset of %s: %w", name, err)
 	}
 	start, _ := starts.Lookup(name, 0)
+	if recent > 0 {
+		start.Offset = max(start.Offset, lso.Offset-recent)
+	}
 	h := History{End: lso.Offset}
 	if lso.Offset <= start.Offset {
 		return h, nil

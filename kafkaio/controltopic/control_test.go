@@ -357,3 +357,35 @@ func TestControlWriterFirstWriteToEachTopicCommits(t *testing.T) {
 		}
 	}
 }
+
+// ReadRecent reads only the newest n offsets of a topic: the acks of the
+// recent past of a long ack topic.
+func TestReadRecent(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx, opts, ts := controlSetup(t, c)
+		acks, err := controltopic.NewAckWriter(opts, ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer acks.Close()
+		task := control.TaskID{Stage: "count", Index: 0}
+		for id := ckpt.ID(1); id <= 5; id++ {
+			if err := acks.Send(ctx, control.Ack{ID: id, Gen: 1, Task: task, Handle: "h"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, err := controltopic.ReadRecent(ctx, opts, ts, control.TopicAck, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(h.Records) != 2 || h.Records[0].Msg.(control.Ack).ID != 4 || h.Records[1].Msg.(control.Ack).ID != 5 || h.End != 5 {
+			t.Fatalf("newest 2: %+v, end %d", h.Records, h.End)
+		}
+		if h, err = controltopic.ReadRecent(ctx, opts, ts, control.TopicAck, 100); err != nil || len(h.Records) != 5 {
+			t.Fatalf("newest 100 of 5: %d records, %v", len(h.Records), err)
+		}
+		if _, err := controltopic.ReadRecent(ctx, opts, ts, control.TopicAck, 0); err == nil {
+			t.Fatal("ReadRecent of 0 offsets accepted")
+		}
+	})
+}

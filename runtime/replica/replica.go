@@ -133,6 +133,7 @@ type Replica struct {
 	pendingRestore atomic.Pointer[string]
 
 	ready   atomic.Bool
+	isCoord atomic.Bool             // while the coordinator runner runs here: Coordinator
 	waiting atomic.Pointer[string]  // read by Waiting, for /readyz
 	running atomic.Pointer[running] // the newest generation read, for the membership's join metadata
 	heart   *Heartbeat              // Run's loop beats it: the /livez answer
@@ -271,6 +272,26 @@ func (r *Replica) Waiting() string {
 // Failure returns the job's permanent failure, or nil while the job is not
 // failed. Safe for use by any goroutine.
 func (r *Replica) Failure() *Failure { return r.failure.Load() }
+
+// Coordinator reports whether this replica holds the coordinator role
+// now. Safe for use by any goroutine.
+func (r *Replica) Coordinator() bool { return r.isCoord.Load() }
+
+// Generation returns the newest generation this replica read from the
+// commit topic (0: none yet). Safe for use by any goroutine.
+func (r *Replica) Generation() uint64 {
+	if g := r.running.Load(); g != nil {
+		return g.gen
+	}
+	return 0
+}
+
+// KafkaOpts are the options every Kafka client of the replica starts
+// from (its connection's settings and client ID).
+func (r *Replica) KafkaOpts() []kgo.Opt { return slices.Clip(r.kopts) }
+
+// ReplicaID is the replica's name in the group and in assignments.
+func (r *Replica) ReplicaID() string { return r.opts.ReplicaID }
 
 // Heartbeat is the liveness of the replica's Run loop (/livez).
 func (r *Replica) Heartbeat() *Heartbeat { return r.heart }
@@ -945,6 +966,7 @@ func (r *Replica) session(ctx context.Context) error {
 			r.onInputPartitions(ctx, n)
 		case err := <-coordDone:
 			r.coord = nil
+			r.isCoord.Store(false)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -1183,6 +1205,7 @@ func (r *Replica) startCoordinator(ctx context.Context) error {
 	role := &coordRole{cancel: cancel, done: make(chan error, 1)}
 	go func() { role.done <- r.runner.Run(cctx) }()
 	r.coord = role
+	r.isCoord.Store(true)
 	r.met.coordinator.Set(1)
 	r.log.Info("holding the coordinator role")
 	return nil
@@ -1195,6 +1218,7 @@ func (r *Replica) stopCoordinator() {
 	r.coord.cancel()
 	<-r.coord.done
 	r.coord = nil
+	r.isCoord.Store(false)
 	r.met.coordinator.Set(0)
 	r.log.Info("gave up the coordinator role")
 }

@@ -22,6 +22,7 @@ type Metrics struct {
 	dropped    *prometheus.CounterVec
 
 	watermark, watermarkLag, idleInputs *prometheus.GaugeVec   // task
+	recordsIn, recordsOut               *prometheus.CounterVec // task
 	busy, backpressured, idleTime       *prometheus.GaugeVec   // stage, task
 	late                                *prometheus.CounterVec // operator
 	recordErrors                        *prometheus.CounterVec // operator, policy
@@ -66,6 +67,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "weir_task_idle_inputs",
 			Help: "The task's inputs that are idle (a source partition without records for its idle timeout, a shuffle partition's upstream task whose inputs are all idle): they do not hold the watermark back.",
 		}, []string{"task"}),
+		recordsIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_task_records_in_total",
+			Help: "Records the task's operator chain received: from its Kafka sources, or from its shuffle input (data records only, after the generation and alignment filters).",
+		}, []string{"task"}),
+		recordsOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weir_task_records_out_total",
+			Help: "Records the task's operator chain emitted, to its sinks and its shuffle outputs.",
+		}, []string{"task"}),
 		busy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "weir_task_busy_ms_per_second",
 			Help: "Milliseconds per second the task spent working (decoding, operators, state, timers, checkpoints): neither idle nor backpressured. Updated every second while the task runs.",
@@ -88,7 +97,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"operator", "policy"}),
 		owner: map[string]uint64{},
 	}
-	for _, c := range []prometheus.Collector{m.alignment, m.startDelay, m.dropped, m.watermark, m.watermarkLag, m.idleInputs, m.busy, m.backpressured, m.idleTime, m.late, m.recordErrors} {
+	for _, c := range []prometheus.Collector{m.alignment, m.startDelay, m.dropped, m.watermark, m.watermarkLag, m.idleInputs, m.recordsIn, m.recordsOut, m.busy, m.backpressured, m.idleTime, m.late, m.recordErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -145,6 +154,7 @@ type taskMetrics struct {
 	stage, task          string
 	gen                  uint64
 	watermark, lag, idle prometheus.Gauge
+	in, out              prometheus.Counter
 	startDelay           prometheus.Observer
 	lastLate             string
 	lastLateCounter      prometheus.Counter
@@ -169,6 +179,8 @@ func (m *Metrics) forTask(stage, task string, gen uint64) *taskMetrics {
 		watermark:  m.watermark.WithLabelValues(task),
 		lag:        m.watermarkLag.WithLabelValues(task),
 		idle:       m.idleInputs.WithLabelValues(task),
+		in:         m.recordsIn.WithLabelValues(task),
+		out:        m.recordsOut.WithLabelValues(task),
 		startDelay: m.startDelay.WithLabelValues(stage),
 	}
 	tm.watermark.Set(0)
@@ -207,6 +219,22 @@ func (tm *taskMetrics) publish(wm int64, idle int, now time.Time) {
 	}
 	tm.watermark.Set(float64(wm) / 1000)
 	tm.lag.Set(float64(now.UnixMilli()-wm) / 1000)
+}
+
+// count adds the records a batch brought in and the records emitted since
+// the last call (*out, which it resets): once per batch, not per record.
+func (tm *taskMetrics) count(in int, out *int) {
+	if tm == nil {
+		*out = 0
+		return
+	}
+	if in > 0 {
+		tm.in.Add(float64(in))
+	}
+	if *out > 0 {
+		tm.out.Add(float64(*out))
+		*out = 0
+	}
 }
 
 // observeStartDelay observes the time a barrier took from the trigger to
@@ -257,6 +285,9 @@ func (tm *taskMetrics) remove() {
 	}
 	delete(m.owner, tm.task)
 	for _, v := range []*prometheus.GaugeVec{m.watermark, m.watermarkLag, m.idleInputs} {
+		v.DeleteLabelValues(tm.task)
+	}
+	for _, v := range []*prometheus.CounterVec{m.recordsIn, m.recordsOut} {
 		v.DeleteLabelValues(tm.task)
 	}
 	for _, v := range []*prometheus.GaugeVec{m.busy, m.backpressured, m.idleTime} {

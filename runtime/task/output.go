@@ -232,6 +232,7 @@ func (t *Task) retiredTxnTimeout() time.Duration {
 type emitter struct {
 	t     *Task
 	err   error
+	n     int // records emitted since the task last counted them (taskMetrics.count)
 	arena []byte
 	recs  []kgo.Record
 	hdrs  []kgo.RecordHeader
@@ -272,6 +273,7 @@ func (e *emitter) Emit(sink int, r stream.Record) error {
 		e.err = fmt.Errorf("emit to sink %d: the task's stage has no such sink", sink)
 		return e.err
 	}
+	e.n++
 	rec := e.record()
 	rec.Key, rec.Value, rec.Timestamp = e.bytes(r.Key), e.bytes(r.Value), r.Timestamp
 	if len(r.Headers) > 0 {
@@ -296,6 +298,7 @@ func (e *emitter) Shuffle(edge int, r stream.Record) error {
 		e.err = fmt.Errorf("emit to shuffle %d: the task's stage writes no such shuffle", edge)
 		return e.err
 	}
+	e.n++
 	rec := e.record()
 	rec.Key, rec.Value, rec.Timestamp = e.bytes(r.Key), e.bytes(r.Value), r.Timestamp
 	// Room for the writer's headers, so that its append does not allocate.

@@ -643,6 +643,7 @@ func (t *Task) loop() error {
 				return out.err
 			}
 		}
+		t.met.count(len(el.records), &out.n) // and what timers emitted since
 		now := t.cfg.Now()
 		if t.busy.on {
 			t.busy.publish(now)

@@ -252,6 +252,10 @@ type config struct {
 	registry string
 	// -rolling: a rolling update of the count job to v2 (rolling.go).
 	rolling bool
+	// -api: the REST API's latency under the count job's full load
+	// (api.go), a request every apiEvery.
+	api      bool
+	apiEvery time.Duration
 	// -grow-partitions: partitions added one at a time to the running
 	// count job's input (growth.go).
 	growRounds int
@@ -302,6 +306,8 @@ func main() {
 	flag.BoolVar(&c.avro, "avro", false, "measure the count job on Avro input (the same records in the Confluent wire format, source format avro) against the raw pipe on that input: throughput, checkpoint durations (no latency or recovery); needs -registry")
 	flag.IntVar(&c.growRounds, "grow-partitions", 0, "measure only input partitions added to a running count job (growth.go): this many are added one at a time, each timed from its addition to its first committed output (goal <= 35s at the default kafka.metadata_max_age), with steady input (-rate) to the others; every count verified")
 	flag.StringVar(&c.registry, "registry", os.Getenv("WEIR_REGISTRY_URL"), "with -avro: the schema registry's Confluent-compatible API (env WEIR_REGISTRY_URL: eval $(bash scripts/registry.sh env))")
+	flag.BoolVar(&c.api, "api", false, "measure the REST API's latency (issue 34): the count job with the first -replicas entry processes the preloaded input while every replica's /api/v1 endpoints are asked in turn, one request every -api-every; p50, p99 and max under that load, and the job's throughput (no latency or recovery)")
+	flag.DurationVar(&c.apiEvery, "api-every", 20*time.Millisecond, "with -api: the pause between two API requests")
 	flag.BoolVar(&c.rolling, "rolling", false, "measure a rolling update (issue 31): the count job on the last -replicas entry of replicas under steady input (-rate), each replica replaced in turn with v2 (a map step added) as a StatefulSet does; the time from the first replica's stop to v2's first committed output (no throughput, latency or recovery)")
 	flag.Parse()
 	if *exprOnly {
@@ -351,8 +357,8 @@ func main() {
 		}
 		c.saslSSL = strings.Split(saslSSL, ",")
 	}
-	if modes := btoi(c.busyCost) + btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro) + btoi(c.rolling) + btoi(c.growRounds > 0); modes > 1 {
-		errs = append(errs, errors.New("two-stage, tls, window, yaml, avro, rolling and grow-partitions: choose one"))
+	if modes := btoi(c.busyCost) + btoi(c.twoStage) + btoi(c.tls) + btoi(c.window) + btoi(c.yaml) + btoi(c.avro) + btoi(c.rolling) + btoi(c.api) + btoi(c.growRounds > 0); modes > 1 {
+		errs = append(errs, errors.New("busy-cost, two-stage, tls, window, yaml, avro, rolling, api and grow-partitions: choose one"))
 	}
 	if c.growRounds < 0 {
 		errs = append(errs, fmt.Errorf("grow-partitions: %d, want 0 (off) or more", c.growRounds))
@@ -531,6 +537,9 @@ func run(ctx context.Context, c config) (err error) {
 	} else if c.rolling {
 		benchutil.Info("-rolling: the count job on %d replicas, %d partitions, checkpoint every %v, exactly-once, steady input of %d records/s over %d keys, updated to v2 one replica at a time; session timeout %v; run %s; %d CPUs, load average %s",
 			max(c.replicas[len(c.replicas)-1], 2), c.partitions, c.interval, c.rate, c.keys, c.sessionTimeout, id, runtime.NumCPU(), loadAvg())
+	} else if c.api {
+		benchutil.Info("-api: %d records over %d keys, %d partitions, checkpoint every %v, exactly-once; the count job with %d replica(s), its REST API asked every %v; run %s; %d CPUs, load average %s",
+			c.records, c.keys, c.partitions, c.interval, c.replicas[0], c.apiEvery, id, runtime.NumCPU(), loadAvg())
 	} else if c.growRounds > 0 {
 		benchutil.Info("-grow-partitions: %d partition(s) added one at a time to the %d-partition input of the count job with %d replica(s), steady input of %d records/s over %d keys, checkpoint every %v, exactly-once, kafka.metadata_max_age 30s (default); run %s; %d CPUs, load average %s",
 			c.growRounds, c.partitions, c.replicas[0], c.rate, c.keys, c.interval, id, runtime.NumCPU(), loadAvg())
@@ -567,6 +576,9 @@ func run(ctx context.Context, c config) (err error) {
 	}
 	if c.tls {
 		return b.runTLS(ctx)
+	}
+	if c.api {
+		return b.runAPI(ctx)
 	}
 	if c.busyCost {
 		return b.runBusyCost(ctx)
