@@ -26,7 +26,7 @@ import (
 // still complete. The test plays the coordinator on the control topics.
 func TestSavepointAbortedByGeneration(t *testing.T) {
 	c := kafkatest.NewKfake(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	job := kafkatest.Name(t, "spgen")
 	dir := t.TempDir()
@@ -66,7 +66,7 @@ checkpoint: {storage: "file://%s/chk"}
 		root := newRootCmd(io.Discard, nil)
 		var stderr bytes.Buffer
 		root.SetErr(&stderr)
-		root.SetArgs([]string{"savepoint", "-c", file, "--target", "sp", "--timeout", "20s"})
+		root.SetArgs([]string{"savepoint", "-c", file, "--target", "sp", "--timeout", "90s"})
 		done <- root.Execute()
 	}()
 
@@ -75,7 +75,14 @@ checkpoint: {storage: "file://%s/chk"}
 	reader := c.Client(t, kgo.ConsumeTopics(topics.Ack), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	var req control.SavepointRequest
 	for req.Request == "" {
-		fs := reader.PollFetches(ctx)
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		fs := reader.PollFetches(pctx)
+		pcancel()
+		select {
+		case err := <-done:
+			t.Fatalf("processor savepoint ended before its request was read: %v", err)
+		default:
+		}
 		if err := ctx.Err(); err != nil {
 			t.Fatalf("no savepoint request on %s: %v", topics.Ack, err)
 		}
