@@ -25,6 +25,7 @@ import (
 // trigger), instead of waiting out --timeout and saying the savepoint may
 // still complete. The test plays the coordinator on the control topics.
 func TestSavepointAbortedByGeneration(t *testing.T) {
+	clearConfigEnv(t) // the command reads the file's kfake brokers, not WEIR_KAFKA_BROKERS
 	c := kafkatest.NewKfake(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
