@@ -30,7 +30,22 @@ func controlSetup(t *testing.T, c *kafkatest.Cluster) (context.Context, []kgo.Op
 	if err := controltopic.EnsureTopics(ctx, c.Admin(t), ts, -1); err != nil {
 		t.Fatalf("second EnsureTopics: %v", err)
 	}
-	return ctx, []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, ts
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
+	// A topic just created may answer UNKNOWN_TOPIC_OR_PARTITION for a
+	// moment, until its partition's leader has loaded it (the replica
+	// waits for that: awaitControlTopics); so do the tests.
+	for _, topic := range []control.Topic{control.TopicTrigger, control.TopicAck, control.TopicCommit} {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			_, err := controltopic.StableEnd(ctx, opts, ts, topic)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("control topic %s not readable 30s after its creation: %v", topic, err)
+			}
+		}
+	}
+	return ctx, opts, ts
 }
 
 func TestControlTopicsCreated(t *testing.T) {
